@@ -1,0 +1,146 @@
+"""RabbitMQ through aio-pika: topology, a confirming publisher, a pool consumer.
+
+Topology (names under the configured prefix, `horae` by default):
+
+    <p>.dispatch   direct exchange, routing key = task name,
+                   alternate exchange <p>.unrouted -> queue <p>.pool.default
+    <p>.pool.NAME  durable quorum queue per WorkerPool, bound by task name
+    <p>.dead       fanout exchange -> queue <p>.dead-letter
+
+Messages are persistent; the message id is the execution id; the body is an
+`ExecutionMessage` (the payload is read from Postgres at claim time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+
+from horae.models import ExecutionMessage
+
+
+@dataclass(frozen=True)
+class Names:
+    prefix: str = "horae"
+
+    @property
+    def dispatch(self) -> str:
+        return f"{self.prefix}.dispatch"
+
+    @property
+    def unrouted(self) -> str:
+        return f"{self.prefix}.unrouted"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}.dead"
+
+    @property
+    def dead_letter_queue(self) -> str:
+        return f"{self.prefix}.dead-letter"
+
+    def pool_queue(self, pool: str) -> str:
+        return f"{self.prefix}.pool.{pool}"
+
+
+async def connect(url: str) -> AbstractRobustConnection:
+    """A connection that reconnects by itself (and restores its topology)."""
+    return await aio_pika.connect_robust(url, timeout=15, client_properties={"product": "horae"})
+
+
+async def declare_topology(channel: AbstractChannel, names: Names) -> AbstractExchange:
+    """Declare the exchanges and the default and dead-letter queues; return the dispatch exchange."""
+    unrouted = await channel.declare_exchange(
+        names.unrouted, aio_pika.ExchangeType.FANOUT, durable=True
+    )
+    dispatch = await channel.declare_exchange(
+        names.dispatch,
+        aio_pika.ExchangeType.DIRECT,
+        durable=True,
+        arguments={"alternate-exchange": names.unrouted},
+    )
+    default = await declare_pool_queue(channel, names, "default")
+    await default.bind(unrouted)
+    dead = await channel.declare_exchange(names.dead, aio_pika.ExchangeType.FANOUT, durable=True)
+    dlq = await channel.declare_queue(
+        names.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"}
+    )
+    await dlq.bind(dead)
+    return dispatch
+
+
+async def declare_pool_queue(channel: AbstractChannel, names: Names, pool: str) -> AbstractQueue:
+    return await channel.declare_queue(
+        names.pool_queue(pool), durable=True, arguments={"x-queue-type": "quorum"}
+    )
+
+
+def _message(body: bytes, message_id: str) -> aio_pika.Message:
+    return aio_pika.Message(
+        body,
+        message_id=message_id,
+        content_type="application/json",
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    )
+
+
+class Publisher:
+    """Publishes with publisher confirms: `publish_batch` returns once the broker has them all."""
+
+    def __init__(self, connection: AbstractRobustConnection, names: Names) -> None:
+        self._connection = connection
+        self._names = names
+        self._channel: AbstractChannel | None = None
+        self._dispatch: AbstractExchange | None = None
+        self._dead: AbstractExchange | None = None
+
+    async def start(self) -> None:
+        self._channel = await self._connection.channel(publisher_confirms=True)
+        self._dispatch = await declare_topology(self._channel, self._names)
+        self._dead = await self._channel.get_exchange(self._names.dead)
+
+    async def publish_batch(self, messages: Sequence[ExecutionMessage]) -> None:
+        """Publish all (pipelined) and wait for every confirm; raises if any is refused."""
+        assert self._dispatch is not None, "start() first"
+        exchange = self._dispatch
+        await asyncio.gather(
+            *(
+                exchange.publish(
+                    _message(m.model_dump_json().encode(), str(m.execution_id)),
+                    routing_key=m.task,
+                    mandatory=False,
+                )
+                for m in messages
+            )
+        )
+
+    async def dead_letter(self, body: bytes, message_id: str, headers: dict[str, Any]) -> None:
+        assert self._dead is not None, "start() first"
+        msg = _message(body, message_id)
+        msg.headers = headers
+        await self._dead.publish(msg, routing_key="")
+
+
+async def bind_tasks(
+    channel: AbstractChannel, names: Names, pool: str, tasks: Iterable[str]
+) -> AbstractQueue:
+    """Declare a pool's queue and bind it to the dispatch exchange for each task."""
+    await declare_topology(channel, names)
+    queue = await declare_pool_queue(channel, names, pool)
+    for task in tasks:
+        await queue.bind(names.dispatch, routing_key=task)
+    return queue
+
+
+IncomingMessage = AbstractIncomingMessage

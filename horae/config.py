@@ -1,0 +1,158 @@
+"""Settings, read from HORAE_* environment variables at the entry point only.
+
+Each field documents its unit and default. Durations are `timedelta`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from horae.errors import ConfigError
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
+    raw = env.get(name)
+    if raw is None:
+        return timedelta(seconds=default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected seconds as a number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name}: must be > 0, got {raw!r}")
+    return timedelta(seconds=value)
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name}: must be >= {minimum}, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatabaseSettings:
+    url: str = "postgresql://horae:horae@127.0.0.1:5432/horae"
+    """HORAE_DATABASE_URL: asyncpg DSN of the Postgres primary."""
+    pool_size: int = 10
+    """HORAE_DATABASE_POOL_SIZE: connections per process."""
+    retention_days: int = 30
+    """HORAE_RETENTION_DAYS: execution history kept, in whole daily partitions."""
+    partitions_ahead_days: int = 3
+    """HORAE_PARTITIONS_AHEAD_DAYS: daily partitions created ahead of today."""
+
+    def __repr__(self) -> str:  # never print the password
+        return f"DatabaseSettings(url=<redacted>, pool_size={self.pool_size})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerSettings:
+    url: str = "amqp://horae:horae@127.0.0.1:5672/horae"
+    """HORAE_BROKER_URL: AMQP URL of RabbitMQ, vhost included."""
+    prefix: str = "horae"
+    """HORAE_BROKER_PREFIX: prefix of every exchange and queue name (`horae.dispatch`, ...)."""
+
+    def __repr__(self) -> str:
+        return f"BrokerSettings(url=<redacted>, prefix={self.prefix!r})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeSettings:
+    namespace: str = "default"
+    """HORAE_NAMESPACE: namespace of the scheduler's shard and member Leases."""
+    kubeconfig: str | None = None
+    """KUBECONFIG: path of a kubeconfig; None means in-cluster configuration."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerSettings:
+    shards: int = 64
+    """HORAE_SHARDS: virtual shards, fixed for an installation."""
+    lease_duration: timedelta = timedelta(seconds=3)
+    """HORAE_LEASE_DURATION_SECONDS: a shard Lease not renewed for this long is free."""
+    renew_period: timedelta = timedelta(seconds=1)
+    """HORAE_RENEW_PERIOD_SECONDS: how often held Leases are renewed and free ones taken.
+    Takeover after a crash happens within lease_duration + renew_period (4 s by default)."""
+    preload_window: timedelta = timedelta(seconds=60)
+    """HORAE_PRELOAD_WINDOW_SECONDS: executions due within this window are held in memory."""
+    refresh_period: timedelta = timedelta(seconds=2)
+    """HORAE_REFRESH_PERIOD_SECONDS: how often the window is re-read from Postgres."""
+    redelivery_timeout: timedelta = timedelta(seconds=60)
+    """HORAE_REDELIVERY_TIMEOUT_SECONDS: a queued execution unclaimed this long is republished."""
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """HORAE_IDENTITY: this replica's name in Leases; hostname-pid by default."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    pool: str = "default"
+    """HORAE_POOL: the WorkerPool whose queue this worker consumes."""
+    concurrency: int = 16
+    """HORAE_CONCURRENCY: handlers run at once; also the queue prefetch."""
+    lease: timedelta = timedelta(seconds=30)
+    """HORAE_EXECUTION_LEASE_SECONDS: a running execution not heartbeated this long is lost."""
+    shutdown_grace: timedelta = timedelta(seconds=25)
+    """HORAE_SHUTDOWN_GRACE_SECONDS: on SIGTERM, how long running handlers may finish."""
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """HORAE_IDENTITY: this worker's name as lease owner."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        identity = env.get("HORAE_IDENTITY")
+        sched_defaults = SchedulerSettings()
+        worker_defaults = WorkerSettings()
+        return cls(
+            database=DatabaseSettings(
+                url=env.get("HORAE_DATABASE_URL", DatabaseSettings.url),
+                pool_size=_int(env, "HORAE_DATABASE_POOL_SIZE", DatabaseSettings.pool_size),
+                retention_days=_int(env, "HORAE_RETENTION_DAYS", DatabaseSettings.retention_days),
+                partitions_ahead_days=_int(
+                    env, "HORAE_PARTITIONS_AHEAD_DAYS", DatabaseSettings.partitions_ahead_days,
+                    minimum=2,
+                ),
+            ),
+            broker=BrokerSettings(
+                url=env.get("HORAE_BROKER_URL", BrokerSettings.url),
+                prefix=env.get("HORAE_BROKER_PREFIX", BrokerSettings.prefix),
+            ),
+            kube=KubeSettings(
+                namespace=env.get("HORAE_NAMESPACE", KubeSettings.namespace),
+                kubeconfig=env.get("KUBECONFIG") or None,
+            ),
+            scheduler=SchedulerSettings(
+                shards=_int(env, "HORAE_SHARDS", sched_defaults.shards),
+                lease_duration=_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3),
+                renew_period=_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1),
+                preload_window=_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),
+                refresh_period=_seconds(env, "HORAE_REFRESH_PERIOD_SECONDS", 2),
+                redelivery_timeout=_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
+                identity=identity or sched_defaults.identity,
+            ),
+            worker=WorkerSettings(
+                pool=env.get("HORAE_POOL", worker_defaults.pool),
+                concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),
+                lease=_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
+                shutdown_grace=_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
+                identity=identity or worker_defaults.identity,
+            ),
+        )

@@ -1,0 +1,68 @@
+"""Horae's exceptions.
+
+    HoraeError                    root of everything Horae raises on purpose
+    ├── ConfigError               bad or missing HORAE_* setting
+    ├── ValidationError           a job spec or request that cannot be accepted
+    ├── NotFound                  a job or execution that does not exist (for this tenant)
+    ├── Conflict                  a write that contradicts the current state
+    ├── Fenced                    a scheduler wrote under an epoch it no longer holds
+    └── TaskError                 raised by task handlers to steer the outcome
+        ├── RetryableError        try again later (optionally after `delay`)
+        └── PermanentError        never try again
+
+Adapter errors (asyncpg, aio-pika, Kubernetes) are translated at the boundary
+with ``raise ... from`` where a caller can act on them; elsewhere they are
+left to propagate and are classified as retryable by the worker.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class HoraeError(Exception):
+    """Root of all errors Horae raises on purpose."""
+
+
+class ConfigError(HoraeError):
+    """A HORAE_* setting is missing or malformed."""
+
+
+class ValidationError(HoraeError):
+    """Input that cannot be accepted; `field` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotFound(HoraeError):
+    """The job or execution does not exist, or belongs to another tenant."""
+
+
+class Conflict(HoraeError):
+    """The write contradicts the current state (e.g. an idempotency key reused)."""
+
+
+class Fenced(HoraeError):
+    """A scheduler wrote for a shard whose epoch has moved on: it lost the shard."""
+
+
+class TaskError(HoraeError):
+    """Base for exceptions a task handler raises to choose its outcome."""
+
+
+class RetryableError(TaskError):
+    """A transient failure: the execution is retried per the job's retry policy.
+
+    `delay` overrides the computed backoff for the next attempt.
+    """
+
+    def __init__(self, message: str = "", *, delay: timedelta | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PermanentError(TaskError):
+    """A failure that will not go away by retrying: the execution fails at once."""

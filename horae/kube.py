@@ -1,0 +1,157 @@
+"""Kubernetes API access for Horae's components: configuration, Leases, status, Events.
+
+The official `kubernetes` client is synchronous; every call here runs in a
+worker thread so the components' event loops never block on the API server.
+API errors are translated at this boundary: 409 -> `LeaseConflict`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from horae.errors import HoraeError
+
+GROUP = "horae.dev"
+VERSION = "v1alpha1"
+
+
+class LeaseConflict(HoraeError):
+    """Someone else changed or created the Lease first."""
+
+
+def load_api_client(kubeconfig: str | None) -> client.ApiClient:
+    """An API client from a kubeconfig path, else from the in-cluster service account."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    holder: str | None
+    resource_version: str
+    labels: dict[str, str]
+
+
+def _lease(obj: Any) -> Lease:
+    return Lease(
+        name=obj.metadata.name,
+        holder=obj.spec.holder_identity or None,
+        resource_version=obj.metadata.resource_version,
+        labels=dict(obj.metadata.labels or {}),
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Leases:
+    """Lease objects in one namespace, optimistic-concurrency writes only."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self._api = client.CoordinationV1Api(api)
+        self.namespace = namespace
+
+    async def list(self, selector: str) -> list[Lease]:
+        result = await asyncio.to_thread(
+            self._api.list_namespaced_lease, self.namespace, label_selector=selector,
+            _request_timeout=10,
+        )  # fmt: skip
+        return [_lease(item) for item in result.items]
+
+    async def create(
+        self, name: str, holder: str | None, duration_s: int, labels: dict[str, str]
+    ) -> Lease:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": duration_s,
+                "acquireTime": _now(),
+                "renewTime": _now(),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            obj = await asyncio.to_thread(
+                self._api.create_namespaced_lease, self.namespace, body, _request_timeout=10
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LeaseConflict(name) from exc
+            raise
+        return _lease(obj)
+
+    async def write(
+        self, lease: Lease, holder: str | None, duration_s: int, *, acquire: bool
+    ) -> Lease:
+        """Renew, take (acquire=True) or release (holder=None) a Lease seen at `lease`."""
+        spec: dict[str, Any] = {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            "renewTime": _now(),
+        }
+        if acquire:
+            spec["acquireTime"] = _now()
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": lease.name,
+                "resourceVersion": lease.resource_version,
+                "labels": lease.labels,
+            },
+            "spec": spec,
+        }
+        try:
+            obj = await asyncio.to_thread(
+                self._api.replace_namespaced_lease, lease.name, self.namespace, body,
+                _request_timeout=10,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise LeaseConflict(lease.name) from exc
+            raise
+        return _lease(obj)
+
+    async def delete(self, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self._api.delete_namespaced_lease, name, self.namespace, _request_timeout=10
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+class CustomObjects:
+    """Status patches and reads of Horae's custom resources."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = client.CustomObjectsApi(api)
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> bool:
+        """Merge-patch `status`; False when the object is gone."""
+        try:
+            await asyncio.to_thread(
+                self._api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
+                plural, name, {"status": status}, _request_timeout=10,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,164 @@
+"""The vocabulary shared by every component: job specs, retry policy, statuses.
+
+Pure data and validation; no I/O. The API, the operator (through the CRD) and
+the store all speak these types.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, NewType
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+JobId = NewType("JobId", uuid.UUID)
+ExecutionId = NewType("ExecutionId", uuid.UUID)
+Shard = NewType("Shard", int)
+
+TASK_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$"
+MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+class ExecutionStatus(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    DEAD = "dead"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (
+            ExecutionStatus.SCHEDULED,
+            ExecutionStatus.QUEUED,
+            ExecutionStatus.RUNNING,
+        )
+
+
+class JobState(enum.StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+
+
+class ConcurrencyPolicy(enum.StrEnum):
+    ALLOW = "Allow"
+    FORBID = "Forbid"
+    REPLACE = "Replace"
+
+
+class JobSource(enum.StrEnum):
+    CRD = "crd"
+    API = "api"
+
+
+def shard_of(job_id: uuid.UUID, shards: int) -> Shard:
+    """Stable shard of a job: the uuid's integer value mod the shard count."""
+    return Shard(job_id.int % shards)
+
+
+class RetryPolicy(BaseModel):
+    """How failed attempts are retried: full-jitter exponential backoff.
+
+    The delay before attempt n+1 is uniform in [0, min(initial · 2^(n-1), max)].
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+    max_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> RetryPolicy:
+        if self.max_interval_seconds < self.initial_interval_seconds:
+            raise ValueError("max_interval_seconds must be >= initial_interval_seconds")
+        return self
+
+    def backoff_cap(self, attempt: int) -> timedelta:
+        """Upper bound of the delay after failed attempt `attempt` (1-based)."""
+        exponent = min(attempt - 1, 62)
+        cap = min(self.initial_interval_seconds * 2.0**exponent, self.max_interval_seconds)
+        return timedelta(seconds=cap)
+
+    def delay(
+        self, attempt: int, *, rand: Callable[[float, float], float] = random.uniform
+    ) -> timedelta:
+        """Full-jitter delay after failed attempt `attempt`; `rand` is injectable for tests."""
+        return timedelta(seconds=rand(0.0, self.backoff_cap(attempt).total_seconds()))
+
+
+def _check_time_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}: use an IANA name such as Europe/Paris")
+    return value
+
+
+class JobSpec(BaseModel):
+    """What to run and when: the store's and the API's view of a job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: str = Field(min_length=1, max_length=253, pattern=TASK_NAME_PATTERN)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    run_at: datetime | None = None
+    cron: str | None = Field(default=None, min_length=1, max_length=200)
+    time_zone: str = "UTC"
+    jitter_seconds: int = Field(default=0, ge=0, le=3600)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
+    starting_deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _time_zone_known(cls, value: str) -> str:
+        return _check_time_zone(value)
+
+    @field_validator("run_at")
+    @classmethod
+    def _run_at_aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("run_at needs a UTC offset, e.g. 2030-01-01T09:00:00Z")
+        return value.astimezone(UTC) if value is not None else None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron_valid(cls, value: str | None) -> str | None:
+        if value is not None:
+            from horae.schedule import validate_cron
+
+            validate_cron(value)
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_schedule(self) -> JobSpec:
+        if (self.run_at is None) == (self.cron is None):
+            raise ValueError("exactly one of run_at and cron is required")
+        return self
+
+
+class ExecutionMessage(BaseModel):
+    """The body of a dispatch message. The payload is read at claim time, not carried."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    execution_id: uuid.UUID
+    job_id: uuid.UUID
+    task: str
+    tenant: str
+    due_at: datetime
+    occurrence_at: datetime
+    attempt: int = Field(ge=1)

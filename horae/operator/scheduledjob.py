@@ -1,0 +1,116 @@
+"""ScheduledJob reconciliation: create/update/resume upsert the job; delete cancels it.
+
+The job's id is the resource's uid, so every reconcile is an idempotent upsert
+and a resource recreated under the same name is a new job. The operator writes
+only status, its finalizer and its own annotations: never spec.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import kopf
+import pydantic
+
+from horae.models import JobSource
+from horae.resources import GROUP, VERSION, ScheduledJobSpec
+from horae.store import jobs as store
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def _condition(kind: str, ok: bool, reason: str, message: str = "") -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": _iso(_now()) or "",
+    }
+
+
+def display_status(status: str | None) -> str | None:
+    """`timed_out` -> `TimedOut`: how statuses read in kubectl columns."""
+    return "".join(p.capitalize() for p in status.split("_")) if status else None
+
+
+def status_of(row: asyncpg.Record) -> dict[str, Any]:
+    """The status fields that come from the store's job row."""
+    return {
+        "jobId": str(row["id"]),
+        "nextRunAt": _iso(row["next_run_at"]),
+        "lastRunAt": _iso(row["last_run_at"]),
+        "lastStatus": display_status(row["last_status"]),
+    }
+
+
+async def sync_job(
+    conn: asyncpg.Connection, uid: uuid.UUID, namespace: str, name: str,
+    spec: ScheduledJobSpec, *, shards: int,
+) -> asyncpg.Record:  # fmt: skip
+    """Make the store's job match the resource; returns the job row."""
+    job_spec = spec.job_spec()
+    now = _now()
+    row = await store.find_job(conn, uid)
+    if row is None:
+        await store.cancel_crd_namesake(conn, namespace, name, keep=uid, now=now)
+        await store.create_job(
+            conn, job_spec, tenant=namespace, source=JobSource.CRD, shards=shards, now=now,
+            job_id=uid, name=name, paused=spec.suspend,
+        )  # fmt: skip
+    else:
+        if store.spec_from_row(row) != job_spec:
+            await store.edit_job(conn, uid, job_spec, now=now)
+        if spec.suspend != (row["state"] == "paused"):
+            await store.set_paused(conn, uid, spec.suspend, now=now)
+    return await store.get_job(conn, uid)
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the ScheduledJob handlers on `registry`."""
+
+    @kopf.on.create(GROUP, VERSION, "scheduledjobs", registry=registry)
+    @kopf.on.update(GROUP, VERSION, "scheduledjobs", field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, "scheduledjobs", registry=registry)
+    async def reconcile(
+        spec: kopf.Spec, meta: kopf.Meta, uid: str, namespace: str, name: str,
+        patch: kopf.Patch, memo: kopf.Memo, **_: Any,
+    ) -> None:  # fmt: skip
+        generation = meta.get("generation")
+        try:
+            parsed = ScheduledJobSpec.model_validate(dict(spec))
+            parsed.job_spec()
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            field = "spec." + ".".join(str(p) for p in first["loc"])
+            message = f"{field}: {first['msg']}"
+            patch.status["conditions"] = [_condition("Ready", False, "InvalidSpec", message)]
+            patch.status["observedGeneration"] = generation
+            raise kopf.PermanentError(message) from exc
+        async with memo.pool.acquire() as conn:
+            row = await sync_job(
+                conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards
+            )
+        patch.status.update(status_of(row))
+        patch.status["observedGeneration"] = generation
+        patch.status["conditions"] = [
+            _condition("Ready", True, "Stored", "job stored"),
+            _condition("Suspended", parsed.suspend, "Suspend" if parsed.suspend else "Active"),
+        ]
+
+    @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
+    async def delete(uid: str, memo: kopf.Memo, **_: Any) -> None:
+        async with memo.pool.acquire() as conn:
+            await store.cancel_job(conn, uuid.UUID(uid), now=_now())

@@ -1,0 +1,73 @@
+"""Store changes -> ScheduledJob status, driven by NOTIFY `horae_job_events`, batched.
+
+Workers and the store notify the job id whenever an execution of a job
+changes; this loop coalesces the ids for a short interval and patches each
+CRD job's status once, so a busy job does not flood the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+import asyncpg
+
+from horae.kube import CustomObjects
+from horae.operator.scheduledjob import status_of
+from horae.store import jobs as store
+from horae.store.db import connect
+
+log = logging.getLogger(__name__)
+
+BATCH_INTERVAL = 0.25
+
+
+class StatusMirror:
+    def __init__(self, dsn: str, pool: asyncpg.Pool, objects: CustomObjects) -> None:
+        self._dsn = dsn
+        self._pool = pool
+        self._objects = objects
+        self._pending: set[uuid.UUID] = set()
+        self._wake = asyncio.Event()
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            self._pending.add(uuid.UUID(payload))
+        except ValueError:
+            return
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                conn = await connect(self._dsn)
+                try:
+                    await conn.add_listener("horae_job_events", self._on_notify)
+                    while not conn.is_closed():
+                        try:
+                            await asyncio.wait_for(self._wake.wait(), timeout=5)
+                        except TimeoutError:
+                            continue
+                        await asyncio.sleep(BATCH_INTERVAL)
+                        self._wake.clear()
+                        await self.flush()
+                finally:
+                    await conn.close()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("status mirror failed; reconnecting")
+                await asyncio.sleep(1)
+
+    async def flush(self) -> None:
+        ids, self._pending = self._pending, set()
+        for job_id in ids:
+            async with self._pool.acquire() as conn:
+                row = await store.find_job(conn, job_id)
+            if row is None or row["source"] != "crd" or row["state"] == "cancelled":
+                continue
+            await self._objects.patch_status(
+                "scheduledjobs", row["tenant"], row["name"], status_of(row)
+            )

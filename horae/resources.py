@@ -1,0 +1,320 @@
+"""Horae's Kubernetes resources: the ScheduledJob spec model and the CRDs generated from it.
+
+`crds()` is the single source of the manifests in `crds/` and in the chart;
+`python -m horae.resources` (`make crds`) writes them and a test fails when the
+checked-in YAML differs. The schema mirrors `JobSpec`'s rules so the API
+server itself refuses what the store would refuse, naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from horae.models import (
+    TASK_NAME_PATTERN,
+    ConcurrencyPolicy,
+    JobSpec,
+    RetryPolicy,
+)
+
+GROUP = "horae.dev"
+VERSION = "v1alpha1"
+CATEGORY = "horae"
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class RetrySpec(_Camel):
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+    max_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
+
+
+class ScheduledJobSpec(_Camel):
+    """`spec` of a ScheduledJob, as users write it."""
+
+    task: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    run_at: datetime | None = None
+    schedule: str | None = None
+    time_zone: str = "UTC"
+    jitter_seconds: int = 0
+    suspend: bool = False
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
+    starting_deadline_seconds: int | None = None
+    retry_policy: RetrySpec = Field(default_factory=RetrySpec)
+    timeout_seconds: int | None = None
+    history_limit: int = Field(default=10, ge=0, le=1000)
+
+    def job_spec(self) -> JobSpec:
+        """The store's JobSpec; raises pydantic.ValidationError with the field named."""
+        return JobSpec(
+            task=self.task,
+            payload=self.payload,
+            run_at=self.run_at,
+            cron=self.schedule,
+            time_zone=self.time_zone,
+            jitter_seconds=self.jitter_seconds,
+            retry=RetryPolicy(**self.retry_policy.model_dump()),
+            timeout_seconds=self.timeout_seconds,
+            concurrency_policy=self.concurrency_policy,
+            starting_deadline_seconds=self.starting_deadline_seconds,
+        )
+
+
+# -- CRD generation ------------------------------------------------------------
+
+_CRON_FIELD = r"[0-9A-Za-z*/,#?-]+"
+# Shape only (the operator validates fully): 5 or 6 fields, or a macro.
+CRON_SHAPE = (
+    r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    + rf"{_CRON_FIELD}( +{_CRON_FIELD}){{4,5}})$"
+)
+TIME_ZONE_SHAPE = r"^(UTC|[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2})$"
+
+
+def _int(minimum: int, maximum: int, description: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum, "description": description}
+
+
+def _condition_schema() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status"],
+            "properties": {
+                "type": {"type": "string"},
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "reason": {"type": "string"},
+                "message": {"type": "string"},
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+            },
+        },
+    }
+
+
+def scheduledjob_schema() -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "type": "object",
+        "required": ["task"],
+        "properties": {
+            "task": {
+                "type": "string", "minLength": 1, "maxLength": 253, "pattern": TASK_NAME_PATTERN,
+                "description": "Name of the registered task handler to run.",
+            },
+            "payload": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                "maxProperties": 1000,
+                "description": "JSON object passed to the handler.",
+            },
+            "runAt": {
+                "type": "string", "format": "date-time",
+                "description": "Fire once at this instant (RFC 3339 with offset). "
+                "Exactly one of runAt and schedule.",
+            },
+            "schedule": {
+                "type": "string", "minLength": 1, "maxLength": 200, "pattern": CRON_SHAPE,
+                "description": "Cron expression: 5 fields, 6 with seconds first, or a macro.",
+            },
+            "timeZone": {
+                "type": "string", "maxLength": 64, "pattern": TIME_ZONE_SHAPE, "default": "UTC",
+                "description": "IANA time zone the schedule is evaluated in.",
+            },
+            "jitterSeconds": _int(0, 3600, "Stable per-job offset spread in [0, jitter)."),
+            "suspend": {"type": "boolean", "default": False, "description": "Pause the job."},
+            "concurrencyPolicy": {
+                "type": "string", "enum": [p.value for p in ConcurrencyPolicy], "default": "Allow",
+            },
+            "startingDeadlineSeconds": _int(
+                1, 7 * 86400, "An occurrence not started this long after its due time is skipped."
+            ),
+            "retryPolicy": {
+                "type": "object",
+                "properties": {
+                    "maxAttempts": _int(1, 100, "Attempts before the execution is dead."),
+                    "initialIntervalSeconds": {"type": "number", "minimum": 0.001, "maximum": 3600},
+                    "maxIntervalSeconds": {"type": "number", "minimum": 0.001, "maximum": 86400},
+                },
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "!has(self.initialIntervalSeconds) || !has(self.maxIntervalSeconds)"
+                        " || self.maxIntervalSeconds >= self.initialIntervalSeconds",
+                        "message": "retryPolicy.maxIntervalSeconds must be >= "
+                        "retryPolicy.initialIntervalSeconds",
+                        "fieldPath": ".maxIntervalSeconds",
+                    }
+                ],
+            },
+            "timeoutSeconds": _int(1, 7 * 86400, "Handler timeout."),
+            "historyLimit": _int(0, 1000, "Execution resources kept for this job."),
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "has(self.runAt) != has(self.schedule)",
+                "message": "exactly one of spec.runAt and spec.schedule is required",
+            },
+        ],
+    }  # fmt: skip
+    status = {
+        "type": "object",
+        "properties": {
+            "jobId": {"type": "string"},
+            "nextRunAt": {"type": "string", "format": "date-time", "nullable": True},
+            "lastRunAt": {"type": "string", "format": "date-time", "nullable": True},
+            "lastStatus": {"type": "string", "nullable": True},
+            "observedGeneration": {"type": "integer", "format": "int64"},
+            "conditions": _condition_schema(),
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
+
+
+def execution_schema() -> dict[str, Any]:
+    status = {
+        "type": "object",
+        "properties": {
+            name: {"type": "string", "format": "date-time", "nullable": True}
+            for name in ("dueAt", "occurrenceAt", "startedAt", "finishedAt")
+        }
+        | {
+            "executionId": {"type": "string"},
+            "jobId": {"type": "string"},
+            "attempt": {"type": "integer"},
+            "status": {"type": "string"},
+            "duration": {"type": "string", "nullable": True},
+            "error": {"type": "string", "nullable": True},
+        },
+    }
+    return {"type": "object", "properties": {"status": status}}
+
+
+def workerpool_schema() -> dict[str, Any]:
+    spec = {
+        "type": "object",
+        "required": ["image", "tasks"],
+        "properties": {
+            "image": {"type": "string", "minLength": 1, "maxLength": 512},
+            "tasks": {"type": "string", "minLength": 1, "maxLength": 253,
+                      "description": "Python module with the @task handlers (--tasks)."},
+            "minReplicas": _int(0, 1000, "Replicas when the queue is empty."),
+            "maxReplicas": _int(1, 1000, "Upper bound of replicas."),
+            "targetBacklogPerReplica": _int(1, 1_000_000, "Ready messages per replica."),
+            "concurrency": _int(1, 10_000, "Handlers per worker."),
+            "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "env": {"type": "array", "items": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True}},
+            "serviceAccountName": {"type": "string"},
+        },
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.minReplicas) || !has(self.maxReplicas) || "
+                     "self.minReplicas <= self.maxReplicas",
+             "message": "spec.minReplicas must be <= spec.maxReplicas",
+             "fieldPath": ".minReplicas"},
+        ],
+    }  # fmt: skip
+    status = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    short: str,
+    schema: dict[str, Any],
+    columns: list[tuple[str, str, str]],
+    *,
+    status: bool = True,
+) -> dict[str, Any]:
+    version: dict[str, Any] = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+        "additionalPrinterColumns": [
+            {"name": n, "type": t, "jsonPath": p} for n, t, p in columns
+        ],
+    }
+    if status:
+        version["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": [CATEGORY],
+            },
+            "versions": [version],
+        },
+    }
+
+
+def crds() -> list[dict[str, Any]]:
+    """Every Horae CRD, in apply order."""
+    age = ("Age", "date", ".metadata.creationTimestamp")
+    return [
+        _crd("ScheduledJob", "scheduledjobs", "sj", scheduledjob_schema(), [
+            ("Task", "string", ".spec.task"),
+            ("Schedule", "string", ".spec.schedule"),
+            ("Suspend", "boolean", ".spec.suspend"),
+            ("Next Run", "date", ".status.nextRunAt"),
+            ("Last Status", "string", ".status.lastStatus"),
+            age,
+        ]),
+        _crd("Execution", "executions", "ex", execution_schema(), [
+            ("Job", "string", ".metadata.labels.horae\\.dev/job"),
+            ("Attempt", "integer", ".status.attempt"),
+            ("Status", "string", ".status.status"),
+            ("Due", "date", ".status.dueAt"),
+            ("Started", "date", ".status.startedAt"),
+            ("Duration", "string", ".status.duration"),
+        ]),
+        _crd("WorkerPool", "workerpools", "wp", workerpool_schema(), [
+            ("Tasks", "string", ".spec.tasks"),
+            ("Desired", "integer", ".status.desiredReplicas"),
+            ("Ready", "integer", ".status.readyReplicas"),
+            ("Queue", "integer", ".status.queueDepth"),
+            age,
+        ]),
+    ]  # fmt: skip
+
+
+def render() -> dict[str, str]:
+    """File name -> YAML text of each CRD, as checked in under crds/."""
+    import yaml
+
+    header = "# Generated by `make crds` from horae/resources.py. Do not edit.\n"
+    return {
+        f"{crd['spec']['names']['plural']}.yaml": header + yaml.safe_dump(crd, sort_keys=False)
+        for crd in crds()
+    }
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "crds")
+    out.mkdir(exist_ok=True)
+    for file, text in render().items():
+        (out / file).write_text(text)
+        print(out / file)

@@ -1,0 +1,198 @@
+"""Shard ownership through Kubernetes Leases.
+
+Each replica renews a member Lease (`horae-member-<identity>`) and holds at most
+ceil(shards / live members) shard Leases (`horae-shard-NN`). Expiry is judged
+the way client-go's leader election does: by how long a Lease's
+resourceVersion has stayed unchanged on this replica's own monotonic clock,
+so clock skew between machines does not matter. Leases without a holder are
+free at once, which is how SIGTERM hands shards over in well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from horae.kube import Lease, LeaseConflict, Leases
+
+log = logging.getLogger(__name__)
+
+SHARD_LABEL = "horae.dev/shard-lease"
+MEMBER_LABEL = "horae.dev/scheduler-member"
+
+
+def shard_lease_name(shard: int) -> str:
+    return f"horae-shard-{shard:02d}"
+
+
+def member_lease_name(identity: str) -> str:
+    return f"horae-member-{identity}"[:253]
+
+
+@dataclass
+class _Seen:
+    resource_version: str
+    since: float
+
+
+class ShardLeases:
+    """Acquires, renews, rebalances and releases this replica's shard Leases."""
+
+    def __init__(
+        self,
+        leases: Leases,
+        *,
+        identity: str,
+        shards: int,
+        lease_duration: float,
+        renew_period: float,
+        on_gained: Callable[[int], Awaitable[None]],
+        on_lost: Callable[[int], Awaitable[None]],
+    ) -> None:
+        self._leases = leases
+        self.identity = identity
+        self.shards = shards
+        self._duration = lease_duration
+        self._duration_s = max(1, math.ceil(lease_duration))
+        self._renew = renew_period
+        self._on_gained = on_gained
+        self._on_lost = on_lost
+        self._seen: dict[str, _Seen] = {}
+        self.held: dict[int, Lease] = {}
+        self._renewed: dict[int, float] = {}
+        self.live_members = 1
+        self.ticks = 0
+
+    def valid(self, shard: int) -> bool:
+        """Held and renewed within the lease duration by our own clock (safe to dispatch)."""
+        renewed = self._renewed.get(shard)
+        return shard in self.held and renewed is not None and (
+            time.monotonic() - renewed < self._duration
+        )
+
+    def _expired(self, lease: Lease, now: float) -> bool:
+        seen = self._seen.get(lease.name)
+        if seen is None or seen.resource_version != lease.resource_version:
+            self._seen[lease.name] = _Seen(lease.resource_version, now)
+            return False
+        return now - seen.since > self._duration
+
+    async def tick(self) -> None:
+        """One renew period's work: renew, count members, take or shed to the fair share."""
+        now = time.monotonic()
+        members = await self._leases.list(MEMBER_LABEL)
+        member = await self._renew_member(members)
+        live = [m for m in members if m.name == member or not self._expired(m, now)]
+        self.live_members = max(1, len(live))
+        fair = math.ceil(self.shards / self.live_members)
+
+        current = {lease.name: lease for lease in await self._leases.list(SHARD_LABEL)}
+        # Renew what we hold; whatever changed hands under us is lost.
+        for shard, mine in list(self.held.items()):
+            lease = current.get(mine.name)
+            if lease is None or lease.holder != self.identity:
+                await self._lose(shard)
+                continue
+            try:
+                self.held[shard] = await self._leases.write(
+                    lease, self.identity, self._duration_s, acquire=False
+                )
+                self._renewed[shard] = now
+            except LeaseConflict:
+                await self._lose(shard)
+
+        # Shed extras so newcomers get their share.
+        while len(self.held) > fair:
+            shard = max(self.held)
+            await self.release(shard)
+
+        # Take free or expired shards up to the fair share.
+        if len(self.held) < fair:
+            candidates = [s for s in range(self.shards) if s not in self.held]
+            random.shuffle(candidates)
+            for shard in candidates:
+                if len(self.held) >= fair:
+                    break
+                lease = current.get(shard_lease_name(shard))
+                await self._try_take(shard, lease, now)
+        self.ticks += 1
+
+    async def _renew_member(self, members: list[Lease]) -> str:
+        name = member_lease_name(self.identity)
+        existing = next((m for m in members if m.name == name), None)
+        try:
+            if existing is None:
+                await self._leases.create(
+                    name, self.identity, self._duration_s, {MEMBER_LABEL: "true"}
+                )
+            else:
+                await self._leases.write(existing, self.identity, self._duration_s, acquire=False)
+        except LeaseConflict:
+            pass  # raced with ourselves after a restart; next tick renews
+        return name
+
+    async def _try_take(self, shard: int, lease: Lease | None, now: float) -> None:
+        try:
+            if lease is None:
+                taken = await self._leases.create(
+                    shard_lease_name(shard), self.identity, self._duration_s,
+                    {SHARD_LABEL: "true"},
+                )  # fmt: skip
+            elif lease.holder is None or lease.holder == self.identity or self._expired(lease, now):
+                taken = await self._leases.write(
+                    lease, self.identity, self._duration_s, acquire=True
+                )
+            else:
+                return
+        except LeaseConflict:
+            return
+        self.held[shard] = taken
+        self._renewed[shard] = now
+        log.info("took shard %d", shard, extra={"shard": shard})
+        try:
+            await self._on_gained(shard)
+        except Exception:
+            log.exception("could not start shard %d; releasing it", shard)
+            await self.release(shard)
+
+    async def _lose(self, shard: int) -> None:
+        self.held.pop(shard, None)
+        log.warning("lost shard %d", shard, extra={"shard": shard})
+        await self._on_lost(shard)
+
+    async def release(self, shard: int) -> None:
+        """Give a shard up: stop dispatching it, then clear the Lease's holder."""
+        lease = self.held.pop(shard, None)
+        await self._on_lost(shard)
+        if lease is None:
+            return
+        try:
+            await self._leases.write(lease, None, self._duration_s, acquire=False)
+        except LeaseConflict:
+            pass
+
+    async def release_all(self) -> None:
+        """On shutdown: hand every shard back at once and leave the membership."""
+        await asyncio.gather(*(self.release(s) for s in list(self.held)), return_exceptions=True)
+        try:
+            await self._leases.delete(member_lease_name(self.identity))
+        except Exception:
+            log.exception("could not delete member lease")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("lease tick failed")
+            delay = max(0.0, self._renew - (time.monotonic() - started))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except TimeoutError:
+                pass

@@ -1,0 +1,79 @@
+"""`horae scheduler`: lease loop, preload refresh and dispatch, until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from horae import broker
+from horae.config import Settings
+from horae.kube import Leases, load_api_client
+from horae.scheduler.dispatcher import Dispatcher
+from horae.scheduler.leases import ShardLeases
+from horae.store.db import connect, connect_pool
+
+log = logging.getLogger(__name__)
+
+
+async def run(settings: Settings) -> None:
+    cfg = settings.scheduler
+    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    connection = await broker.connect(settings.broker.url)
+    publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
+    await publisher.start()
+    api = load_api_client(settings.kube.kubeconfig)
+    listener = await connect(settings.database.url)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    shard_leases: ShardLeases
+
+    async def lost(shard: int) -> None:
+        await dispatcher.lose(shard)
+        await listener.remove_listener(f"horae_shard_{shard}", dispatcher.notified)
+
+    async def gained(shard: int) -> None:
+        await dispatcher.gain(shard)
+        await listener.add_listener(f"horae_shard_{shard}", dispatcher.notified)
+
+    async def fenced(shard: int) -> None:
+        await shard_leases.release(shard)
+
+    dispatcher = Dispatcher(
+        pool,
+        publisher,
+        identity=cfg.identity,
+        window=cfg.preload_window,
+        refresh_period=cfg.refresh_period,
+        lease_valid=lambda s: shard_leases.valid(s),
+        on_fenced=fenced,
+    )
+    shard_leases = ShardLeases(
+        Leases(api, settings.kube.namespace),
+        identity=cfg.identity,
+        shards=cfg.shards,
+        lease_duration=cfg.lease_duration.total_seconds(),
+        renew_period=cfg.renew_period.total_seconds(),
+        on_gained=gained,
+        on_lost=lost,
+    )
+    log.info("scheduler %s starting with %d shards", cfg.identity, cfg.shards)
+    tasks = [
+        asyncio.create_task(shard_leases.run(stop), name="leases"),
+        asyncio.create_task(dispatcher.run_refresh(stop), name="refresh"),
+        asyncio.create_task(dispatcher.run_dispatch(stop), name="dispatch"),
+    ]
+    await stop.wait()
+    log.info("scheduler %s stopping: releasing %d shards", cfg.identity, len(shard_leases.held))
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await shard_leases.release_all()
+    await listener.close()
+    await connection.close()
+    await pool.close()
+    api.close()

@@ -1,0 +1,90 @@
+-- name: insert_execution
+-- Schedule one execution; a nominal occurrence already scheduled is left alone.
+INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+                        job_version, status, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'scheduled', $10)
+ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 DO NOTHING
+RETURNING id
+
+-- name: cancel_pending
+-- Cancel a job's executions that have not been dispatched yet, recording why.
+UPDATE executions SET status = 'cancelled', finished_at = $2, error_kind = $3,
+       error_message = $4
+WHERE job_id = $1 AND status = 'scheduled'
+
+-- name: preload_due
+-- Pending executions of the given shards due before a time, in due order (hot path).
+SELECT id, job_id, tenant, task, shard, due_at, occurrence_at, attempt
+FROM executions
+WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
+ORDER BY due_at, id
+LIMIT $3
+
+-- name: take_shard
+-- Bump a shard's fencing epoch as a new owner takes it; returns the new epoch.
+INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at) VALUES ($1, 1, $2, $3)
+ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3
+RETURNING epoch
+
+-- name: mark_queued
+-- Fenced: mark published executions queued only while the shard's epoch is ours.
+WITH fence AS (
+    SELECT shard FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+)
+UPDATE executions e SET status = 'queued', enqueued_at = $5
+FROM fence
+WHERE e.shard = fence.shard AND e.status = 'scheduled'
+  AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+RETURNING e.id, e.job_id, e.occurrence_at, e.attempt
+
+-- name: epoch_holds
+-- Is this still our epoch of the shard?
+SELECT EXISTS (SELECT 1 FROM shard_epochs WHERE shard = $1 AND epoch = $2)
+
+-- name: claim_execution
+-- Claim a dispatched execution for one worker: running, leased, job fresh. No row: stale or duplicate.
+UPDATE executions e SET status = 'running', lease_owner = $3, lease_until = $4::timestamptz + $5::interval,
+       started_at = $4
+FROM jobs j
+WHERE e.id = $1 AND e.due_at = $2 AND e.status IN ('queued', 'scheduled')
+  AND j.id = e.job_id AND j.state = 'active' AND j.spec_version = e.job_version
+RETURNING e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
+          e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name
+
+-- name: cancel_stale
+-- A dispatched execution whose job was paused, cancelled or edited: cancelled, never run.
+UPDATE executions e SET status = 'cancelled', finished_at = $3, error_kind = 'stale',
+       error_message = 'job ' || j.state::text || ' or edited (version ' || j.spec_version::text
+                       || ') before this execution started'
+FROM jobs j
+WHERE e.id = $1 AND e.due_at = $2 AND e.status IN ('queued', 'scheduled')
+  AND j.id = e.job_id AND NOT (j.state = 'active' AND j.spec_version = e.job_version)
+RETURNING e.job_id
+
+-- name: finish_execution
+-- Record a running execution's terminal outcome (only by its lease owner).
+UPDATE executions SET status = $4, finished_at = $5, error_kind = $6, error_message = $7,
+       result = $8, lease_until = NULL
+WHERE id = $1 AND due_at = $2 AND status = 'running' AND lease_owner = $3
+RETURNING job_id
+
+-- name: record_job_run
+-- Remember a job's latest outcome; a one-off that ended is completed.
+UPDATE jobs SET last_run_at = $2, last_status = $3, updated_at = $2,
+       state = CASE WHEN run_at IS NOT NULL AND state = 'active' AND $4 THEN 'completed'::job_state
+                    ELSE state END,
+       next_run_at = CASE WHEN run_at IS NOT NULL AND $4 THEN NULL ELSE next_run_at END
+WHERE id = $1
+
+-- name: job_executions
+-- A job's executions, newest first, optionally of one status.
+SELECT * FROM executions
+WHERE job_id = $1 AND ($2::execution_status IS NULL OR status = $2)
+ORDER BY due_at DESC, id DESC
+LIMIT $3
+
+-- name: heartbeat
+-- Extend the leases of every execution this worker runs; report those marked for cancellation.
+UPDATE executions SET lease_until = $2::timestamptz + $3::interval
+WHERE lease_owner = $1 AND status = 'running'
+RETURNING id, cancel_requested

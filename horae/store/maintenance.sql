@@ -1,0 +1,28 @@
+-- name: lock_migrations
+-- Serialise concurrent `horae migrate` runs for the rest of the transaction.
+SELECT pg_advisory_xact_lock($1)
+
+-- name: create_migrations_table
+-- The record of applied migrations.
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: applied_migrations
+-- Versions already applied, with their checksums.
+SELECT version, checksum FROM schema_migrations ORDER BY version
+
+-- name: record_migration
+-- Remember one applied migration.
+INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)
+
+-- name: create_partition
+-- Create the daily execution partition of a UTC day; true when it was created.
+SELECT horae_create_partition($1::date)
+
+-- name: drop_partitions
+-- Drop the daily partitions that end on or before a UTC day; returns how many.
+SELECT horae_drop_partitions($1::date)

@@ -1,0 +1,100 @@
+"""Schema migrations: numbered, forward-only SQL files applied under an advisory lock.
+
+`horae migrate` applies what is missing (several at once are safe: they queue
+on the lock and find nothing left to do), then creates the daily execution
+partitions ahead and drops those past retention.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+import asyncpg
+
+from horae.store.queries import Q
+
+log = logging.getLogger(__name__)
+
+_FILE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+MIGRATION_LOCK = 0x686F726165  # "horae"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def migrations() -> list[Migration]:
+    """All migrations shipped with this version, in order."""
+    found = []
+    for entry in resources.files("horae.store.migrations").iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations must be numbered 001.. without gaps, found {versions}")
+    return found
+
+
+async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
+    """Apply missing migrations; return the names applied (empty when up to date)."""
+    applied: list[str] = []
+    async with conn.transaction():
+        await conn.execute(Q["lock_migrations"], MIGRATION_LOCK)
+        await conn.execute(Q["create_migrations_table"])
+        done = {r["version"]: r["checksum"] for r in await conn.fetch(Q["applied_migrations"])}
+        for m in migrations():
+            if m.version in done:
+                if done[m.version] != m.checksum:
+                    raise RuntimeError(f"migration {m.name} changed after it was applied")
+                continue
+            log.info("applying migration %s", m.name)
+            await conn.execute(m.sql)
+            await conn.execute(Q["record_migration"], m.version, m.name, m.checksum)
+            applied.append(m.name)
+    return applied
+
+
+async def maintain_partitions(
+    conn: asyncpg.Connection, *, today: date, ahead_days: int, retention_days: int
+) -> tuple[list[date], int]:
+    """Create daily partitions from yesterday to today + ahead; drop those past retention."""
+    created = []
+    for offset in range(-1, ahead_days + 1):
+        day = today + timedelta(days=offset)
+        if await conn.fetchval(Q["create_partition"], day):
+            created.append(day)
+    dropped: int = await conn.fetchval(Q["drop_partitions"], today - timedelta(days=retention_days))
+    return created, dropped
+
+
+async def migrate(
+    dsn: str, *, ahead_days: int = 3, retention_days: int = 30, now: datetime | None = None
+) -> list[str]:
+    """`horae migrate`: schema, then partitions. Returns the migrations applied."""
+    from horae.store.db import connect
+
+    conn = await connect(dsn)
+    try:
+        applied = await apply_migrations(conn)
+        today = (now or datetime.now(UTC)).date()
+        await maintain_partitions(
+            conn, today=today, ahead_days=ahead_days, retention_days=retention_days
+        )
+        return applied
+    finally:
+        await conn.close()

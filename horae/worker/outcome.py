@@ -1,0 +1,58 @@
+"""Classify how a handler ended into one frozen outcome: succeeded, retry at, failed, dead.
+
+One function decides, so every path (exception, timeout, unknown task) is
+treated alike and is unit-testable without a broker or a database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from horae.errors import PermanentError, RetryableError
+from horae.models import ExecutionStatus, RetryPolicy
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: ExecutionStatus
+    error_kind: str | None = None
+    error_message: str | None = None
+    retry_at: datetime | None = None
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, RetryableError | TimeoutError | ConnectionError):
+        return True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status is None:
+        status = getattr(exc, "status", None)
+    return isinstance(status, int) and (status == 429 or 500 <= status <= 599)
+
+
+def classify(
+    exc: BaseException | None,
+    *,
+    attempt: int,
+    policy: RetryPolicy,
+    now: datetime,
+    rand: Callable[[float, float], float] = random.uniform,
+) -> Outcome:
+    """The outcome of attempt `attempt` that ended with `exc` (None: success)."""
+    if exc is None:
+        return Outcome(ExecutionStatus.SUCCEEDED)
+    timed_out = isinstance(exc, asyncio.TimeoutError | TimeoutError) and not isinstance(
+        exc, RetryableError
+    )
+    kind = "timeout" if timed_out else type(exc).__name__
+    message = str(exc)[:2000] or kind
+    if isinstance(exc, PermanentError) or not _retryable(exc):
+        return Outcome(ExecutionStatus.FAILED, kind, message)
+    status = ExecutionStatus.TIMED_OUT if timed_out else ExecutionStatus.FAILED
+    if attempt >= policy.max_attempts:
+        return Outcome(ExecutionStatus.DEAD, kind, f"{message} (attempt {attempt} of {attempt})")
+    delay = exc.delay if isinstance(exc, RetryableError) and exc.delay is not None else None
+    return Outcome(status, kind, message, now + (delay or policy.delay(attempt, rand=rand)))

@@ -1,0 +1,192 @@
+"""`horae worker`: consume a pool's queue, claim, run handlers, record outcomes, ack.
+
+Per message: parse -> claim (one UPDATE; no row = duplicate or stale: ack and
+drop) -> run the handler under its timeout -> record the outcome (and any
+retry execution) -> ack. A crash before the record leaves the message unacked,
+so RabbitMQ redelivers it; a crash after the claim leaves a lease the reaper
+reclaims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import logging
+import signal
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pydantic
+
+from horae import broker
+from horae.config import Settings
+from horae.errors import PermanentError
+from horae.models import ExecutionMessage, RetryPolicy
+from horae.store import executions as store
+from horae.store.executions import Claimed
+from horae.store.queries import Q
+from horae.worker.outcome import Outcome, classify
+from horae.worker.sdk import REGISTRY, TaskContext, _current
+
+log = logging.getLogger(__name__)
+
+
+def load_tasks(spec: str) -> None:
+    """Import the module (dotted name or .py path) whose `@task` handlers this worker runs."""
+    if spec.endswith(".py"):
+        path = Path(spec).resolve()
+        mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if mod_spec is None or mod_spec.loader is None:
+            raise ImportError(f"cannot load tasks from {spec}")
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[path.stem] = module
+        mod_spec.loader.exec_module(module)
+    else:
+        importlib.import_module(spec)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Worker:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, publisher: broker.Publisher):
+        self._cfg = settings.worker
+        self._pool = pool
+        self._publisher = publisher
+        self._running: dict[Any, asyncio.Task[None]] = {}
+
+    async def handle(self, message: broker.IncomingMessage) -> None:
+        try:
+            body = ExecutionMessage.model_validate_json(message.body)
+        except pydantic.ValidationError as exc:
+            log.error("malformed message %s dead-lettered: %s", message.message_id, exc)
+            await self._publisher.dead_letter(
+                message.body[:65536], str(message.message_id or ""), {"reason": "malformed"}
+            )
+            await message.ack()
+            return
+        async with self._pool.acquire() as conn:
+            claimed = await store.claim(
+                conn, body.execution_id, body.due_at, owner=self._cfg.identity, now=_now(),
+                lease=self._cfg.lease,
+            )  # fmt: skip
+        if claimed is None:
+            log.info("execution %s: duplicate or stale, dropped", body.execution_id)
+            await message.ack()
+            return
+        outcome = await self._run(claimed)
+        async with self._pool.acquire() as conn:
+            recorded = await store.finish(
+                conn, claimed, owner=self._cfg.identity, status=outcome.status, now=_now(),
+                error_kind=outcome.error_kind, error_message=outcome.error_message,
+                retry_at=outcome.retry_at,
+            )  # fmt: skip
+            if recorded and outcome.status == "dead":
+                await self._publisher.dead_letter(
+                    message.body, str(claimed.id), {"reason": outcome.error_message or ""}
+                )
+        await message.ack()
+
+    async def _run(self, claimed: Claimed) -> Outcome:
+        policy = RetryPolicy.model_validate(claimed.retry_policy)
+        extra = {"execution_id": str(claimed.id), "job_id": str(claimed.job_id)}
+        ctx = TaskContext(
+            execution_id=claimed.id, job_id=claimed.job_id, attempt=claimed.attempt,
+            occurrence_at=claimed.occurrence_at, due_at=claimed.due_at, tenant=claimed.tenant,
+            task=claimed.task, logger=logging.LoggerAdapter(log, extra),
+        )  # fmt: skip
+        definition = REGISTRY.get(claimed.task)
+        error: BaseException | None = None
+        if definition is None:
+            error = PermanentError(f"unknown task {claimed.task!r}: no handler registered")
+        else:
+            timeout = (
+                timedelta(seconds=claimed.timeout_seconds)
+                if claimed.timeout_seconds
+                else definition.timeout
+            )
+            token = _current.set(ctx)
+            try:
+                if inspect.iscoroutinefunction(definition.handler):
+                    coro = definition.handler(ctx, claimed.payload)
+                else:  # plain functions run in the default thread pool (context copied)
+                    coro = asyncio.to_thread(definition.handler, ctx, claimed.payload)
+                await asyncio.wait_for(coro, timeout.total_seconds() if timeout else None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = exc
+            finally:
+                _current.reset(token)
+        outcome = classify(error, attempt=claimed.attempt, policy=policy, now=_now())
+        ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
+        return outcome
+
+    async def heartbeat(self, stop: asyncio.Event) -> None:
+        period = self._cfg.lease.total_seconds() / 3
+        while not stop.is_set():
+            try:
+                async with self._pool.acquire() as conn:
+                    await conn.execute(
+                        Q["heartbeat"], self._cfg.identity, _now(), self._cfg.lease
+                    )
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                log.exception("heartbeat failed")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=period)
+            except TimeoutError:
+                pass
+
+
+async def run(settings: Settings, tasks_module: str) -> None:
+    load_tasks(tasks_module)
+    cfg = settings.worker
+    pool = await connect_pool_for(settings)
+    connection = await broker.connect(settings.broker.url)
+    names = broker.Names(settings.broker.prefix)
+    publisher = broker.Publisher(connection, names)
+    await publisher.start()
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=cfg.concurrency)
+    queue = await broker.bind_tasks(channel, names, cfg.pool, sorted(REGISTRY))
+    worker = Worker(settings, pool, publisher)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def on_message(message: broker.IncomingMessage) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        inflight.add(task)
+        try:
+            await worker.handle(message)
+        finally:
+            inflight.discard(task)
+
+    heartbeat = asyncio.create_task(worker.heartbeat(stop))
+    tag = await queue.consume(on_message)
+    log.info("worker %s consuming %s for tasks %s", cfg.identity, queue.name, sorted(REGISTRY))
+    await stop.wait()
+    log.info("worker %s stopping: %d running", cfg.identity, len(inflight))
+    await queue.cancel(tag)
+    if inflight:
+        await asyncio.wait(set(inflight), timeout=cfg.shutdown_grace.total_seconds())
+    heartbeat.cancel()
+    await connection.close()
+    await pool.close()
+
+
+async def connect_pool_for(settings: Settings) -> asyncpg.Pool:
+    from horae.store.db import connect_pool
+
+    return await connect_pool(settings.database.url, size=settings.database.pool_size)
