@@ -60,7 +60,7 @@ async def connect(url: str) -> AbstractRobustConnection:
 
 
 async def declare_topology(channel: AbstractChannel, names: Names) -> AbstractExchange:
-    """Declare the exchanges and the default and dead-letter queues; return the dispatch exchange."""
+    """Declare exchanges, the default and dead-letter queues; return the dispatch exchange."""
     unrouted = await channel.declare_exchange(
         names.unrouted, aio_pika.ExchangeType.FANOUT, durable=True
     )

@@ -46,7 +46,9 @@ def migrate() -> None:
             ahead_days=settings.database.partitions_ahead_days,
             retention_days=settings.database.retention_days,
         )
-        typer.echo(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ""))
+        typer.echo(
+            f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
+        )
 
     _run(go())
 

@@ -127,7 +127,9 @@ class Settings:
                 pool_size=_int(env, "HORAE_DATABASE_POOL_SIZE", DatabaseSettings.pool_size),
                 retention_days=_int(env, "HORAE_RETENTION_DAYS", DatabaseSettings.retention_days),
                 partitions_ahead_days=_int(
-                    env, "HORAE_PARTITIONS_AHEAD_DAYS", DatabaseSettings.partitions_ahead_days,
+                    env,
+                    "HORAE_PARTITIONS_AHEAD_DAYS",
+                    DatabaseSettings.partitions_ahead_days,
                     minimum=2,
                 ),
             ),

@@ -63,9 +63,11 @@ class Leases:
 
     async def list(self, selector: str) -> list[Lease]:
         result = await asyncio.to_thread(
-            self._api.list_namespaced_lease, self.namespace, label_selector=selector,
+            self._api.list_namespaced_lease,
+            self.namespace,
+            label_selector=selector,
             _request_timeout=10,
-        )  # fmt: skip
+        )
         return [_lease(item) for item in result.items]
 
     async def create(
@@ -116,9 +118,12 @@ class Leases:
         }
         try:
             obj = await asyncio.to_thread(
-                self._api.replace_namespaced_lease, lease.name, self.namespace, body,
+                self._api.replace_namespaced_lease,
+                lease.name,
+                self.namespace,
+                body,
                 _request_timeout=10,
-            )  # fmt: skip
+            )
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise LeaseConflict(lease.name) from exc
@@ -147,9 +152,15 @@ class CustomObjects:
         """Merge-patch `status`; False when the object is gone."""
         try:
             await asyncio.to_thread(
-                self._api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
-                plural, name, {"status": status}, _request_timeout=10,
-            )  # fmt: skip
+                self._api.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                {"status": status},
+                _request_timeout=10,
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return False

@@ -102,7 +102,9 @@ def _check_time_zone(value: str) -> str:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {value!r}: use an IANA name such as Europe/Paris")
+        raise ValueError(
+            f"unknown time zone {value!r}: use an IANA name such as Europe/Paris"
+        ) from None
     return value
 
 

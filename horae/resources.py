@@ -110,31 +110,44 @@ def scheduledjob_schema() -> dict[str, Any]:
         "required": ["task"],
         "properties": {
             "task": {
-                "type": "string", "minLength": 1, "maxLength": 253, "pattern": TASK_NAME_PATTERN,
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 253,
+                "pattern": TASK_NAME_PATTERN,
                 "description": "Name of the registered task handler to run.",
             },
             "payload": {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
                 "maxProperties": 1000,
                 "description": "JSON object passed to the handler.",
             },
             "runAt": {
-                "type": "string", "format": "date-time",
+                "type": "string",
+                "format": "date-time",
                 "description": "Fire once at this instant (RFC 3339 with offset). "
                 "Exactly one of runAt and schedule.",
             },
             "schedule": {
-                "type": "string", "minLength": 1, "maxLength": 200, "pattern": CRON_SHAPE,
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "pattern": CRON_SHAPE,
                 "description": "Cron expression: 5 fields, 6 with seconds first, or a macro.",
             },
             "timeZone": {
-                "type": "string", "maxLength": 64, "pattern": TIME_ZONE_SHAPE, "default": "UTC",
+                "type": "string",
+                "maxLength": 64,
+                "pattern": TIME_ZONE_SHAPE,
+                "default": "UTC",
                 "description": "IANA time zone the schedule is evaluated in.",
             },
             "jitterSeconds": _int(0, 3600, "Stable per-job offset spread in [0, jitter)."),
             "suspend": {"type": "boolean", "default": False, "description": "Pause the job."},
             "concurrencyPolicy": {
-                "type": "string", "enum": [p.value for p in ConcurrencyPolicy], "default": "Allow",
+                "type": "string",
+                "enum": [p.value for p in ConcurrencyPolicy],
+                "default": "Allow",
             },
             "startingDeadlineSeconds": _int(
                 1, 7 * 86400, "An occurrence not started this long after its due time is skipped."
@@ -165,7 +178,7 @@ def scheduledjob_schema() -> dict[str, Any]:
                 "message": "exactly one of spec.runAt and spec.schedule is required",
             },
         ],
-    }  # fmt: skip
+    }
     status = {
         "type": "object",
         "properties": {
@@ -206,24 +219,32 @@ def workerpool_schema() -> dict[str, Any]:
         "required": ["image", "tasks"],
         "properties": {
             "image": {"type": "string", "minLength": 1, "maxLength": 512},
-            "tasks": {"type": "string", "minLength": 1, "maxLength": 253,
-                      "description": "Python module with the @task handlers (--tasks)."},
+            "tasks": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 253,
+                "description": "Python module with the @task handlers (--tasks).",
+            },
             "minReplicas": _int(0, 1000, "Replicas when the queue is empty."),
             "maxReplicas": _int(1, 1000, "Upper bound of replicas."),
             "targetBacklogPerReplica": _int(1, 1_000_000, "Ready messages per replica."),
             "concurrency": _int(1, 10_000, "Handlers per worker."),
             "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-            "env": {"type": "array", "items": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": True}},
+            "env": {
+                "type": "array",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            },
             "serviceAccountName": {"type": "string"},
         },
         "x-kubernetes-validations": [
-            {"rule": "!has(self.minReplicas) || !has(self.maxReplicas) || "
-                     "self.minReplicas <= self.maxReplicas",
-             "message": "spec.minReplicas must be <= spec.maxReplicas",
-             "fieldPath": ".minReplicas"},
+            {
+                "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || "
+                "self.minReplicas <= self.maxReplicas",
+                "message": "spec.minReplicas must be <= spec.maxReplicas",
+                "fieldPath": ".minReplicas",
+            },
         ],
-    }  # fmt: skip
+    }
     status = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
 
@@ -242,9 +263,7 @@ def _crd(
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": schema},
-        "additionalPrinterColumns": [
-            {"name": n, "type": t, "jsonPath": p} for n, t, p in columns
-        ],
+        "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p} for n, t, p in columns],
     }
     if status:
         version["subresources"] = {"status": {}}
@@ -272,30 +291,48 @@ def crds() -> list[dict[str, Any]]:
     """Every Horae CRD, in apply order."""
     age = ("Age", "date", ".metadata.creationTimestamp")
     return [
-        _crd("ScheduledJob", "scheduledjobs", "sj", scheduledjob_schema(), [
-            ("Task", "string", ".spec.task"),
-            ("Schedule", "string", ".spec.schedule"),
-            ("Suspend", "boolean", ".spec.suspend"),
-            ("Next Run", "date", ".status.nextRunAt"),
-            ("Last Status", "string", ".status.lastStatus"),
-            age,
-        ]),
-        _crd("Execution", "executions", "ex", execution_schema(), [
-            ("Job", "string", ".metadata.labels.horae\\.dev/job"),
-            ("Attempt", "integer", ".status.attempt"),
-            ("Status", "string", ".status.status"),
-            ("Due", "date", ".status.dueAt"),
-            ("Started", "date", ".status.startedAt"),
-            ("Duration", "string", ".status.duration"),
-        ]),
-        _crd("WorkerPool", "workerpools", "wp", workerpool_schema(), [
-            ("Tasks", "string", ".spec.tasks"),
-            ("Desired", "integer", ".status.desiredReplicas"),
-            ("Ready", "integer", ".status.readyReplicas"),
-            ("Queue", "integer", ".status.queueDepth"),
-            age,
-        ]),
-    ]  # fmt: skip
+        _crd(
+            "ScheduledJob",
+            "scheduledjobs",
+            "sj",
+            scheduledjob_schema(),
+            [
+                ("Task", "string", ".spec.task"),
+                ("Schedule", "string", ".spec.schedule"),
+                ("Suspend", "boolean", ".spec.suspend"),
+                ("Next Run", "date", ".status.nextRunAt"),
+                ("Last Status", "string", ".status.lastStatus"),
+                age,
+            ],
+        ),
+        _crd(
+            "Execution",
+            "executions",
+            "ex",
+            execution_schema(),
+            [
+                ("Job", "string", ".metadata.labels.horae\\.dev/job"),
+                ("Attempt", "integer", ".status.attempt"),
+                ("Status", "string", ".status.status"),
+                ("Due", "date", ".status.dueAt"),
+                ("Started", "date", ".status.startedAt"),
+                ("Duration", "string", ".status.duration"),
+            ],
+        ),
+        _crd(
+            "WorkerPool",
+            "workerpools",
+            "wp",
+            workerpool_schema(),
+            [
+                ("Tasks", "string", ".spec.tasks"),
+                ("Desired", "integer", ".status.desiredReplicas"),
+                ("Ready", "integer", ".status.readyReplicas"),
+                ("Queue", "integer", ".status.queueDepth"),
+                age,
+            ],
+        ),
+    ]
 
 
 def render() -> dict[str, str]:

@@ -23,9 +23,7 @@ def build_registry() -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.persistence.finalizer = "horae.dev/finalizer"
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix="horae.dev"
-        )
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="horae.dev")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="horae.dev", key="last-handled-configuration"
         )
@@ -34,7 +32,7 @@ def build_registry() -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)  # type: ignore[no-any-return]  # kopf untyped here
+        return kopf.login_via_client(**kwargs)
 
     scheduledjob.register(registry)
     return registry
@@ -47,9 +45,7 @@ async def run(settings: Settings) -> None:
     memo = kopf.Memo(pool=pool, shards=settings.scheduler.shards)
     mirror_task = asyncio.create_task(mirror.run(), name="status-mirror")
     try:
-        await kopf.operator(
-            registry=build_registry(), clusterwide=True, standalone=True, memo=memo
-        )
+        await kopf.operator(registry=build_registry(), clusterwide=True, standalone=True, memo=memo)
     finally:
         mirror_task.cancel()
         await asyncio.gather(mirror_task, return_exceptions=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import kopf
@@ -19,6 +19,9 @@ import pydantic
 from horae.models import JobSource
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
 from horae.store import jobs as store
+
+if TYPE_CHECKING:
+    from horae.store.db import Conn
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +60,14 @@ def status_of(row: asyncpg.Record) -> dict[str, Any]:
 
 
 async def sync_job(
-    conn: asyncpg.Connection, uid: uuid.UUID, namespace: str, name: str,
-    spec: ScheduledJobSpec, *, shards: int,
-) -> asyncpg.Record:  # fmt: skip
+    conn: Conn,
+    uid: uuid.UUID,
+    namespace: str,
+    name: str,
+    spec: ScheduledJobSpec,
+    *,
+    shards: int,
+) -> asyncpg.Record:
     """Make the store's job match the resource; returns the job row."""
     job_spec = spec.job_spec()
     now = _now()
@@ -67,9 +75,16 @@ async def sync_job(
     if row is None:
         await store.cancel_crd_namesake(conn, namespace, name, keep=uid, now=now)
         await store.create_job(
-            conn, job_spec, tenant=namespace, source=JobSource.CRD, shards=shards, now=now,
-            job_id=uid, name=name, paused=spec.suspend,
-        )  # fmt: skip
+            conn,
+            job_spec,
+            tenant=namespace,
+            source=JobSource.CRD,
+            shards=shards,
+            now=now,
+            job_id=uid,
+            name=name,
+            paused=spec.suspend,
+        )
     else:
         if store.spec_from_row(row) != job_spec:
             await store.edit_job(conn, uid, job_spec, now=now)
@@ -85,9 +100,16 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.update(GROUP, VERSION, "scheduledjobs", field="spec", registry=registry)
     @kopf.on.resume(GROUP, VERSION, "scheduledjobs", registry=registry)
     async def reconcile(
-        spec: kopf.Spec, meta: kopf.Meta, uid: str, namespace: str, name: str,
-        patch: kopf.Patch, memo: kopf.Memo, **_: Any,
-    ) -> None:  # fmt: skip
+        spec: kopf.Spec,
+        meta: kopf.Meta,
+        uid: str,
+        namespace: str | None,
+        name: str,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        assert namespace is not None, "ScheduledJob is namespaced"
         generation = meta.get("generation")
         try:
             parsed = ScheduledJobSpec.model_validate(dict(spec))
@@ -100,9 +122,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
             patch.status["observedGeneration"] = generation
             raise kopf.PermanentError(message) from exc
         async with memo.pool.acquire() as conn:
-            row = await sync_job(
-                conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards
-            )
+            row = await sync_job(conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards)
         patch.status.update(status_of(row))
         patch.status["observedGeneration"] = generation
         patch.status["conditions"] = [

@@ -25,16 +25,18 @@ BATCH_INTERVAL = 0.25
 
 
 class StatusMirror:
-    def __init__(self, dsn: str, pool: asyncpg.Pool, objects: CustomObjects) -> None:
+    def __init__(
+        self, dsn: str, pool: asyncpg.Pool[asyncpg.Record], objects: CustomObjects
+    ) -> None:
         self._dsn = dsn
         self._pool = pool
         self._objects = objects
         self._pending: set[uuid.UUID] = set()
         self._wake = asyncio.Event()
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         try:
-            self._pending.add(uuid.UUID(payload))
+            self._pending.add(uuid.UUID(str(payload)))
         except ValueError:
             return
         self._wake.set()

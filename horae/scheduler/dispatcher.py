@@ -40,7 +40,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: asyncpg.Pool[asyncpg.Record],
         publisher: Publisher,
         *,
         identity: str,
@@ -134,9 +134,14 @@ class Dispatcher:
             return
         messages = [
             ExecutionMessage(
-                execution_id=d.id, job_id=d.job_id, task=d.task, tenant=d.tenant,
-                due_at=d.due_at, occurrence_at=d.occurrence_at, attempt=d.attempt,
-            )  # fmt: skip
+                execution_id=d.id,
+                job_id=d.job_id,
+                task=d.task,
+                tenant=d.tenant,
+                due_at=d.due_at,
+                occurrence_at=d.occurrence_at,
+                attempt=d.attempt,
+            )
             for dues in by_shard.values()
             for d in dues
         ]
@@ -160,7 +165,9 @@ class Dispatcher:
                 for d in dues:
                     self._known.discard(d.id)
                 if moved is None:
-                    log.warning("fenced out of shard %d; dropping it", shard, extra={"shard": shard})
+                    log.warning(
+                        "fenced out of shard %d; dropping it", shard, extra={"shard": shard}
+                    )
                     self.epochs.pop(shard, None)
                     await self._on_fenced(shard)
                     continue

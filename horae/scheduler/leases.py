@@ -71,8 +71,10 @@ class ShardLeases:
     def valid(self, shard: int) -> bool:
         """Held and renewed within the lease duration by our own clock (safe to dispatch)."""
         renewed = self._renewed.get(shard)
-        return shard in self.held and renewed is not None and (
-            time.monotonic() - renewed < self._duration
+        return (
+            shard in self.held
+            and renewed is not None
+            and (time.monotonic() - renewed < self._duration)
         )
 
     def _expired(self, lease: Lease, now: float) -> bool:
@@ -140,9 +142,11 @@ class ShardLeases:
         try:
             if lease is None:
                 taken = await self._leases.create(
-                    shard_lease_name(shard), self.identity, self._duration_s,
+                    shard_lease_name(shard),
+                    self.identity,
+                    self._duration_s,
                     {SHARD_LABEL: "true"},
-                )  # fmt: skip
+                )
             elif lease.holder is None or lease.holder == self.identity or self._expired(lease, now):
                 taken = await self._leases.write(
                     lease, self.identity, self._duration_s, acquire=True

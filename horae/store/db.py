@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+    Conn: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+    """A connection, or one borrowed from a pool."""
+
+
+async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for typ in ("json", "jsonb"):
         await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
-async def connect_pool(dsn: str, *, size: int = 10) -> asyncpg.Pool:
+async def connect_pool(dsn: str, *, size: int = 10) -> asyncpg.Pool[asyncpg.Record]:
     """A pool whose connections decode json/jsonb to Python objects."""
     pool = await asyncpg.create_pool(
         dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60
@@ -22,8 +28,8 @@ async def connect_pool(dsn: str, *, size: int = 10) -> asyncpg.Pool:
     return pool
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
+async def connect(dsn: str) -> asyncpg.Connection[asyncpg.Record]:
     """A single connection (LISTEN, migrations) with the same codecs."""
-    conn: asyncpg.Connection = await asyncpg.connect(dsn, command_timeout=60)
+    conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(dsn, command_timeout=60)
     await _init_connection(conn)
     return conn

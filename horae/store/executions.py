@@ -8,15 +8,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-
-import asyncpg
+from typing import TYPE_CHECKING, Any
 
 from horae.models import ExecutionStatus
 from horae.store.jobs import insert_execution, next_occurrence
 from horae.store.queries import Q
 
-Conn = asyncpg.Connection
+if TYPE_CHECKING:
+    from horae.store.db import Conn
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +73,17 @@ async def _schedule_next(
     if nxt is None:
         return
     await insert_execution(
-        conn, job_id=job_id, tenant=job["tenant"], task=job["task"], shard=job["shard"],
-        due_at=nxt.due_at, occurrence_at=nxt.occurrence_at, attempt=1,
-        job_version=job["spec_version"], now=now,
-    )  # fmt: skip
+        conn,
+        job_id=job_id,
+        tenant=job["tenant"],
+        task=job["task"],
+        shard=job["shard"],
+        due_at=nxt.due_at,
+        occurrence_at=nxt.occurrence_at,
+        attempt=1,
+        job_version=job["spec_version"],
+        now=now,
+    )
     await conn.execute(Q["set_job_state"], job_id, job["state"], nxt.occurrence_at, now)
 
 
@@ -140,19 +146,32 @@ async def finish(
     """
     async with conn.transaction():
         job_id = await conn.fetchval(
-            Q["finish_execution"], claimed.id, claimed.due_at, owner, status.value, now,
-            error_kind, error_message, result,
-        )  # fmt: skip
+            Q["finish_execution"],
+            claimed.id,
+            claimed.due_at,
+            owner,
+            status.value,
+            now,
+            error_kind,
+            error_message,
+            result,
+        )
         if job_id is None:
             return False
         final = retry_at is None
         if retry_at is not None:
             await insert_execution(
-                conn, job_id=claimed.job_id, tenant=claimed.tenant, task=claimed.task,
-                shard=claimed.shard, due_at=retry_at, occurrence_at=claimed.occurrence_at,
-                attempt=claimed.attempt + 1, job_version=claimed.job_version, now=now,
-            )  # fmt: skip
+                conn,
+                job_id=claimed.job_id,
+                tenant=claimed.tenant,
+                task=claimed.task,
+                shard=claimed.shard,
+                due_at=retry_at,
+                occurrence_at=claimed.occurrence_at,
+                attempt=claimed.attempt + 1,
+                job_version=claimed.job_version,
+                now=now,
+            )
         await conn.execute(Q["record_job_run"], claimed.job_id, now, status.value, final)
         await conn.execute(Q["notify_job"], str(claimed.job_id))
         return True
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -14,7 +14,9 @@ from horae.models import JobSource, JobSpec, JobState, shard_of
 from horae.schedule import jitter_offset, next_fire_times
 from horae.store.queries import Q
 
-Conn = asyncpg.Connection
+if TYPE_CHECKING:
+    from horae.store.db import Conn
+
 NOTIFY_WITHIN = timedelta(seconds=60)
 """Executions due sooner than this are announced to their shard's scheduler at once."""
 
@@ -67,9 +69,17 @@ async def insert_execution(
     execution_id = uuid.uuid4()
     inserted = await conn.fetchval(
         Q["insert_execution"],
-        execution_id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
-        job_version, now,
-    )  # fmt: skip
+        execution_id,
+        job_id,
+        tenant,
+        task,
+        shard,
+        due_at,
+        occurrence_at,
+        attempt,
+        job_version,
+        now,
+    )
     if inserted is not None and due_at - now < NOTIFY_WITHIN:
         await conn.execute(Q["notify_shard"], shard, str(execution_id))
     return inserted  # type: ignore[no-any-return]  # asyncpg returns Any
@@ -100,17 +110,40 @@ async def create_job(
     async with conn.transaction():
         await conn.execute(
             Q["insert_job"],
-            job_id, tenant, name, source.value, spec.task, spec.payload, spec.run_at, spec.cron,
-            spec.time_zone, spec.jitter_seconds, spec.retry.model_dump(), spec.timeout_seconds,
-            spec.concurrency_policy.value, spec.starting_deadline_seconds, state.value, shard,
-            first.occurrence_at if first else None, idempotency_key, request_hash, now,
-        )  # fmt: skip
+            job_id,
+            tenant,
+            name,
+            source.value,
+            spec.task,
+            spec.payload,
+            spec.run_at,
+            spec.cron,
+            spec.time_zone,
+            spec.jitter_seconds,
+            spec.retry.model_dump(),
+            spec.timeout_seconds,
+            spec.concurrency_policy.value,
+            spec.starting_deadline_seconds,
+            state.value,
+            shard,
+            first.occurrence_at if first else None,
+            idempotency_key,
+            request_hash,
+            now,
+        )
         if first is not None and not paused:
             await insert_execution(
-                conn, job_id=job_id, tenant=tenant, task=spec.task, shard=shard,
-                due_at=first.due_at, occurrence_at=first.occurrence_at, attempt=1,
-                job_version=1, now=now,
-            )  # fmt: skip
+                conn,
+                job_id=job_id,
+                tenant=tenant,
+                task=spec.task,
+                shard=shard,
+                due_at=first.due_at,
+                occurrence_at=first.occurrence_at,
+                attempt=1,
+                job_version=1,
+                now=now,
+            )
     return job_id
 
 
@@ -126,19 +159,37 @@ async def edit_job(conn: Conn, job_id: uuid.UUID, spec: JobSpec, *, now: datetim
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
         nxt = next_occurrence(job_id, spec, now)
-        version, state = await conn.fetchrow(
+        updated = await conn.fetchrow(
             Q["update_job_spec"],
-            job_id, spec.task, spec.payload, spec.run_at, spec.cron, spec.time_zone,
-            spec.jitter_seconds, spec.retry.model_dump(), spec.timeout_seconds,
-            spec.concurrency_policy.value, spec.starting_deadline_seconds,
-            nxt.occurrence_at if nxt else None, now,
-        )  # fmt: skip
+            job_id,
+            spec.task,
+            spec.payload,
+            spec.run_at,
+            spec.cron,
+            spec.time_zone,
+            spec.jitter_seconds,
+            spec.retry.model_dump(),
+            spec.timeout_seconds,
+            spec.concurrency_policy.value,
+            spec.starting_deadline_seconds,
+            nxt.occurrence_at if nxt else None,
+            now,
+        )
+        assert updated is not None  # the row is locked above
+        version, state = updated["spec_version"], updated["state"]
         if nxt is not None and state == JobState.ACTIVE:
             await insert_execution(
-                conn, job_id=job_id, tenant=row["tenant"], task=spec.task, shard=row["shard"],
-                due_at=nxt.due_at, occurrence_at=nxt.occurrence_at, attempt=1,
-                job_version=version, now=now,
-            )  # fmt: skip
+                conn,
+                job_id=job_id,
+                tenant=row["tenant"],
+                task=spec.task,
+                shard=row["shard"],
+                due_at=nxt.due_at,
+                occurrence_at=nxt.occurrence_at,
+                attempt=1,
+                job_version=version,
+                now=now,
+            )
         return int(version)
 
 
@@ -158,16 +209,25 @@ async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: dateti
             if nxt is None and spec.run_at is not None:
                 nxt = Occurrence(spec.run_at, spec.run_at)
             await conn.execute(
-                Q["set_job_state"], job_id, JobState.ACTIVE.value,
-                nxt.occurrence_at if nxt else None, now,
-            )  # fmt: skip
+                Q["set_job_state"],
+                job_id,
+                JobState.ACTIVE.value,
+                nxt.occurrence_at if nxt else None,
+                now,
+            )
             if nxt is not None:
                 await insert_execution(
-                    conn, job_id=job_id, tenant=row["tenant"], task=spec.task,
-                    shard=row["shard"], due_at=max(nxt.due_at, now),
-                    occurrence_at=nxt.occurrence_at, attempt=1,
-                    job_version=row["spec_version"], now=now,
-                )  # fmt: skip
+                    conn,
+                    job_id=job_id,
+                    tenant=row["tenant"],
+                    task=spec.task,
+                    shard=row["shard"],
+                    due_at=max(nxt.due_at, now),
+                    occurrence_at=nxt.occurrence_at,
+                    attempt=1,
+                    job_version=row["spec_version"],
+                    now=now,
+                )
 
 
 async def cancel_job(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> bool:
@@ -183,14 +243,14 @@ async def cancel_job(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> bool:
 
 
 async def get_job(conn: Conn, job_id: uuid.UUID, tenant: str | None = None) -> asyncpg.Record:
-    row = await conn.fetchrow(Q["get_job"], job_id, tenant)
+    row: asyncpg.Record | None = await conn.fetchrow(Q["get_job"], job_id, tenant)
     if row is None:
         raise NotFound(f"job {job_id} not found")
     return row
 
 
 async def find_job(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(Q["get_job"], job_id, None)  # type: ignore[no-any-return]
+    return await conn.fetchrow(Q["get_job"], job_id, None)
 
 
 async def cancel_crd_namesake(

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
-from typing import Any
 
 import asyncpg
 
@@ -50,7 +49,7 @@ def migrations() -> list[Migration]:
     return found
 
 
-async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
+async def apply_migrations(conn: asyncpg.Connection[asyncpg.Record]) -> list[str]:
     """Apply missing migrations; return the names applied (empty when up to date)."""
     applied: list[str] = []
     async with conn.transaction():
@@ -70,7 +69,7 @@ async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
 
 
 async def maintain_partitions(
-    conn: asyncpg.Connection, *, today: date, ahead_days: int, retention_days: int
+    conn: asyncpg.Connection[asyncpg.Record], *, today: date, ahead_days: int, retention_days: int
 ) -> tuple[list[date], int]:
     """Create daily partitions from yesterday to today + ahead; drop those past retention."""
     created = []

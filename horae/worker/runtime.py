@@ -16,6 +16,7 @@ import inspect
 import logging
 import signal
 import sys
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,9 @@ def _now() -> datetime:
 
 
 class Worker:
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, publisher: broker.Publisher):
+    def __init__(
+        self, settings: Settings, pool: asyncpg.Pool[asyncpg.Record], publisher: broker.Publisher
+    ):
         self._cfg = settings.worker
         self._pool = pool
         self._publisher = publisher
@@ -73,9 +76,13 @@ class Worker:
             return
         async with self._pool.acquire() as conn:
             claimed = await store.claim(
-                conn, body.execution_id, body.due_at, owner=self._cfg.identity, now=_now(),
+                conn,
+                body.execution_id,
+                body.due_at,
+                owner=self._cfg.identity,
+                now=_now(),
                 lease=self._cfg.lease,
-            )  # fmt: skip
+            )
         if claimed is None:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
             await message.ack()
@@ -83,10 +90,15 @@ class Worker:
         outcome = await self._run(claimed)
         async with self._pool.acquire() as conn:
             recorded = await store.finish(
-                conn, claimed, owner=self._cfg.identity, status=outcome.status, now=_now(),
-                error_kind=outcome.error_kind, error_message=outcome.error_message,
+                conn,
+                claimed,
+                owner=self._cfg.identity,
+                status=outcome.status,
+                now=_now(),
+                error_kind=outcome.error_kind,
+                error_message=outcome.error_message,
                 retry_at=outcome.retry_at,
-            )  # fmt: skip
+            )
             if recorded and outcome.status == "dead":
                 await self._publisher.dead_letter(
                     message.body, str(claimed.id), {"reason": outcome.error_message or ""}
@@ -97,10 +109,15 @@ class Worker:
         policy = RetryPolicy.model_validate(claimed.retry_policy)
         extra = {"execution_id": str(claimed.id), "job_id": str(claimed.job_id)}
         ctx = TaskContext(
-            execution_id=claimed.id, job_id=claimed.job_id, attempt=claimed.attempt,
-            occurrence_at=claimed.occurrence_at, due_at=claimed.due_at, tenant=claimed.tenant,
-            task=claimed.task, logger=logging.LoggerAdapter(log, extra),
-        )  # fmt: skip
+            execution_id=claimed.id,
+            job_id=claimed.job_id,
+            attempt=claimed.attempt,
+            occurrence_at=claimed.occurrence_at,
+            due_at=claimed.due_at,
+            tenant=claimed.tenant,
+            task=claimed.task,
+            logger=logging.LoggerAdapter(log, extra),
+        )
         definition = REGISTRY.get(claimed.task)
         error: BaseException | None = None
         if definition is None:
@@ -113,6 +130,7 @@ class Worker:
             )
             token = _current.set(ctx)
             try:
+                coro: Awaitable[Any]
                 if inspect.iscoroutinefunction(definition.handler):
                     coro = definition.handler(ctx, claimed.payload)
                 else:  # plain functions run in the default thread pool (context copied)
@@ -133,9 +151,7 @@ class Worker:
         while not stop.is_set():
             try:
                 async with self._pool.acquire() as conn:
-                    await conn.execute(
-                        Q["heartbeat"], self._cfg.identity, _now(), self._cfg.lease
-                    )
+                    await conn.execute(Q["heartbeat"], self._cfg.identity, _now(), self._cfg.lease)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 log.exception("heartbeat failed")
             try:
@@ -186,7 +202,7 @@ async def run(settings: Settings, tasks_module: str) -> None:
     await pool.close()
 
 
-async def connect_pool_for(settings: Settings) -> asyncpg.Pool:
+async def connect_pool_for(settings: Settings) -> asyncpg.Pool[asyncpg.Record]:
     from horae.store.db import connect_pool
 
     return await connect_pool(settings.database.url, size=settings.database.pool_size)

@@ -1,0 +1,155 @@
+"""Session-wide real services for the suite.
+
+- PostgreSQL: a migrated template database per session; each test gets its own
+  copy (CREATE DATABASE ... TEMPLATE), dropped afterwards.
+- RabbitMQ: a vhost per session; each test its own exchange/queue prefix.
+- Kubernetes: etcd + kube-apiserver started once per session (hack/k8s-up.sh)
+  with Horae's CRDs applied; a fresh namespace per test.
+
+`make test` has already installed and started PostgreSQL and RabbitMQ
+(hack/services.sh) and built the control-plane binaries (hack/build-k8s.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from horae.store.db import connect_pool
+from horae.store.migrate import migrate
+from tests.support.kube import ControlPlane, start_control_plane, stop_control_plane
+from tests.support.processes import Processes
+
+BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
+BASE_MQ = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + path))
+
+
+@pytest_asyncio.fixture(scope="session")
+async def template_db() -> AsyncIterator[str]:
+    name = f"horae_tmpl_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = await asyncpg.connect(BASE_DB, timeout=10)
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.exit(
+            f"PostgreSQL unreachable at {urlsplit(BASE_DB).netloc.split('@')[-1]}: {exc}"
+            " (run hack/services.sh)",
+            returncode=3,
+        )
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        await migrate(_with_path(BASE_DB, name))
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest_asyncio.fixture
+async def db_url(template_db: str) -> AsyncIterator[str]:
+    """A fresh migrated database for this test."""
+    name = f"horae_t_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(BASE_DB, timeout=10)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        yield _with_path(BASE_DB, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest_asyncio.fixture
+async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await connect_pool(db_url, size=5)
+    yield p
+    await p.close()
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> Iterator[str]:
+    """A RabbitMQ vhost for this session (the base vhost when rabbitmqctl is not usable)."""
+    vhost = f"horae-test-{uuid.uuid4().hex[:8]}"
+    user = urlsplit(BASE_MQ).username or "horae"
+    ctl = shutil.which("rabbitmqctl")
+
+    def run(*args: str) -> bool:
+        if ctl is None:
+            return False
+        return subprocess.run([ctl, "-q", *args], capture_output=True, timeout=60).returncode == 0
+
+    if run("add_vhost", vhost) and run("set_permissions", "-p", vhost, user, ".*", ".*", ".*"):
+        yield _with_path(BASE_MQ, vhost)
+        run("delete_vhost", vhost)
+    else:
+        yield BASE_MQ
+
+
+@pytest.fixture
+def broker_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = start_control_plane(tmp_path_factory.mktemp("k8s"))
+    try:
+        plane.kubectl("apply", "-f", str(REPO / "crds"))
+        for crd in ("scheduledjobs", "executions", "workerpools"):
+            plane.kubectl(
+                "wait", "--for=condition=Established", f"crd/{crd}.horae.dev", "--timeout=60s"
+            )
+        yield plane
+    finally:
+        stop_control_plane(plane)
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    control_plane.kubectl("create", "namespace", name)
+    return name
+
+
+@pytest.fixture
+def horae_env(
+    db_url: str, broker_url: str, broker_prefix: str, control_plane: ControlPlane, namespace: str
+) -> dict[str, str]:
+    """The environment every `horae` process of this test gets."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HORAE_")},
+        **control_plane.env,
+        "HORAE_DATABASE_URL": db_url,
+        "HORAE_BROKER_URL": broker_url,
+        "HORAE_BROKER_PREFIX": broker_prefix,
+        "HORAE_NAMESPACE": namespace,
+        "HORAE_LOG_LEVEL": "INFO",
+    }
+
+
+@pytest.fixture
+def processes(horae_env: dict[str, str], tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(horae_env, tmp_path)
+    yield procs
+    procs.stop_all()
+    print(procs.dump())  # shown by pytest only when the test failed
+
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)

@@ -1,0 +1,87 @@
+"""The walking skeleton: one ScheduledJob travels the whole path.
+
+kubectl apply -> operator stores the job and its execution -> a scheduler
+holding shard Leases publishes it at its due second -> a worker runs the
+handler -> the execution ends `succeeded` and the ScheduledJob's status says so.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from tests.support.kube import ControlPlane
+from tests.support.processes import Processes
+from tests.support.wait import until
+
+
+def manifest(name: str, namespace: str, run_at: datetime) -> str:
+    return f"""
+apiVersion: horae.dev/v1alpha1
+kind: ScheduledJob
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  task: e2e.echo
+  runAt: "{run_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}"
+  payload: {{greeting: hello}}
+"""
+
+
+async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+) -> None:
+    scheduler = processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
+    processes.start("operator", "operator")
+
+    async def all_shards_held() -> bool:
+        leases = control_plane.get_json("leases", "-n", namespace)["items"]
+        held = [
+            x
+            for x in leases
+            if x["metadata"]["name"].startswith("horae-shard-") and x["spec"].get("holderIdentity")
+        ]
+        return len(held) == 64
+
+    await until(all_shards_held, timeout=30, what="64 shard Leases held")
+    assert scheduler.alive()
+
+    run_at = datetime.now(UTC) + timedelta(seconds=5)
+    control_plane.kubectl("apply", "-f", "-", input=manifest("hello", namespace, run_at))
+
+    async def stored() -> asyncpg.Record | None:
+        return await pool.fetchrow(
+            "SELECT * FROM jobs WHERE tenant = $1 AND name = 'hello'", namespace
+        )
+
+    job = await until(stored, timeout=15, what="the job in the store")
+    assert job["source"] == "crd" and job["task"] == "e2e.echo"
+    assert job["payload"] == {"greeting": "hello"}
+
+    async def finished() -> asyncpg.Record | None:
+        return await pool.fetchrow(
+            "SELECT * FROM executions WHERE job_id = $1 AND status NOT IN "
+            "('scheduled', 'queued', 'running')",
+            job["id"],
+        )
+
+    execution = await until(finished, timeout=30, what="a terminal execution")
+    assert execution["status"] == "succeeded"
+    assert execution["attempt"] == 1
+    assert abs(execution["due_at"] - run_at) < timedelta(milliseconds=1)
+    start_lag = execution["started_at"] - execution["due_at"]
+    assert timedelta(0) <= start_lag < timedelta(seconds=2), start_lag
+
+    async def status_succeeded() -> dict | None:
+        obj = control_plane.get_json("scheduledjob", "hello", "-n", namespace)
+        status = obj.get("status", {})
+        return status if status.get("lastStatus") == "Succeeded" else None
+
+    status = await until(status_succeeded, timeout=15, what="status.lastStatus Succeeded")
+    assert status["jobId"] == str(job["id"])
+    assert status["lastRunAt"] is not None
+    columns = control_plane.kubectl("get", "sj", "hello", "-n", namespace).stdout
+    assert "Succeeded" in columns and "e2e.echo" in columns

@@ -1,0 +1,83 @@
+"""The local control plane for tests: started once per session by hack/k8s-up.sh."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ControlPlane:
+    dir: Path
+    bin: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": f"{self.bin}:{os.environ['PATH']}",
+        }
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, token: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        if token is not None:
+            cmd[3:3] = ["--token", token]
+        result = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=60, check=False
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+
+def start_control_plane(base: Path) -> ControlPlane:
+    bin_dir = subprocess.run(
+        [str(REPO / "hack" / "build-k8s.sh")],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=True,
+    ).stdout.strip()
+    env = {
+        **os.environ,
+        "HORAE_ETCD_PORT": str(free_port()),
+        "HORAE_ETCD_PEER_PORT": str(free_port()),
+        "HORAE_APISERVER_PORT": str(free_port()),
+    }
+    result = subprocess.run(
+        [str(REPO / "hack" / "k8s-up.sh"), str(base)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"control plane did not start: {result.stderr.strip()}")
+    return ControlPlane(base, Path(bin_dir))
+
+
+def stop_control_plane(plane: ControlPlane) -> None:
+    subprocess.run([str(REPO / "hack" / "k8s-down.sh"), str(plane.dir)], timeout=30, check=False)

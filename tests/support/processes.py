@@ -1,0 +1,94 @@
+"""Start `horae` components as real subprocesses; stop or kill them; keep their logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HORAE = str(Path(sys.executable).parent / "horae")
+
+
+@dataclass
+class Component:
+    name: str
+    args: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+    _log: object = field(repr=False, default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup at all, as a crash would leave it."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit code."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.popen.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class Processes:
+    """A factory of components sharing one environment; all are stopped at teardown."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+        self.env = dict(env)
+        self.log_dir = log_dir
+        self.started: list[Component] = []
+
+    def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Component:
+        log_path = self.log_dir / f"{name}-{len(self.started)}.log"
+        log = log_path.open("wb")
+        popen = subprocess.Popen(
+            [HORAE, *args],
+            env={**self.env, **(env or {}), "HORAE_IDENTITY": f"{name}-{len(self.started)}"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        component = Component(name, list(args), log_path, popen, log)
+        self.started.append(component)
+        return component
+
+    def stop_all(self) -> None:
+        for component in self.started:
+            component.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for component in self.started:
+            try:
+                component.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                component.kill()
+
+    def dump(self) -> str:
+        parts = []
+        for c in self.started:
+            tail = "\n".join(c.log().splitlines()[-40:])
+            parts.append(f"----- {c.name} ({' '.join(c.args)}) rc={c.popen.returncode}\n{tail}")
+        return "\n".join(parts)

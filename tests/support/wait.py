@@ -1,0 +1,27 @@
+"""Wait for observable state up to a deadline: no bare sleeps in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def until(
+    probe: Callable[[], Awaitable[T]], *, timeout: float, interval: float = 0.1, what: str = ""
+) -> T:
+    """Await `probe` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = await probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what or probe}: {last!r}"
+            )
+        await asyncio.sleep(interval)
