@@ -70,7 +70,8 @@ build_module() {  # name, module require lines, replace lines, then pkg=>out pai
 }
 
 if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ]; then
-  gomod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>>"$LOG" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  gomod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>>"$LOG" \
+    | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p') || true
   [ -f "$gomod" ] || die "could not fetch k8s.io/kubernetes@$K8S_VERSION from the Go module proxy (see $LOG)"
   staging_version=v0.${K8S_VERSION#v1.}
   replaces=$(grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging_version" '{print "\t" $1 " => " $1 " " v}')

@@ -58,7 +58,7 @@ ensure_postgres() {
   fi
   if ! port_open "$PG_PORT"; then
     local ver cluster
-    read -r ver cluster _ < <(pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p' | head -1)
+    read -r ver cluster _ < <(pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p' | head -1) || true
     [ -n "${ver:-}" ] || die "no PostgreSQL cluster is configured on port $PG_PORT"
     log "starting PostgreSQL $ver/$cluster on 127.0.0.1:$PG_PORT"
     pg_ctlcluster "$ver" "$cluster" start >/dev/null 2>&1 \

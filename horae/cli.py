@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import uuid
 from collections.abc import Coroutine
 from typing import Annotated, Any
 
@@ -83,6 +84,100 @@ def operator() -> None:
     from horae.operator.main import run
 
     _run(run(_settings()))
+
+
+def _resolve_job_ref(ref: str) -> tuple[uuid.UUID | None, str | None, str | None]:
+    try:
+        return uuid.UUID(ref), None, None
+    except ValueError:
+        pass
+    if ref.count("/") == 1 and all(ref.split("/")):
+        namespace, name = ref.split("/")
+        return None, namespace, name
+    typer.echo(f"horae: JOB must be a job id or NAMESPACE/NAME, got {ref!r}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def executions(
+    jobs: Annotated[list[str], typer.Argument(help="Job ids, or NAMESPACE/NAME of ScheduledJobs.")],
+    status: Annotated[str | None, typer.Option(help="Only executions with this status.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Newest N per job.")] = 20,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep refreshing.")] = False,
+    for_seconds: Annotated[
+        float | None, typer.Option("--for", min=0, help="With --watch: stop after N seconds.")
+    ] = None,
+) -> None:
+    """Show jobs' executions, newest first."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from horae.models import ExecutionStatus
+    from horae.store import executions as executions_store
+    from horae.store import jobs as jobs_store
+    from horae.store.db import connect
+
+    refs = [(ref, *_resolve_job_ref(ref)) for ref in jobs]
+    try:
+        wanted = ExecutionStatus(status) if status else None
+    except ValueError:
+        allowed = ", ".join(s.value for s in ExecutionStatus)
+        typer.echo(f"horae: --status must be one of {allowed}; got {status!r}", err=True)
+        raise typer.Exit(2) from None
+    settings = _settings()
+
+    def table(rows: list[tuple[str, Any]]) -> Table:
+        t = Table(title="executions", title_justify="left")
+        for col in ("JOB", "EXECUTION", "ATTEMPT", "STATUS", "DUE", "START LAG", "ERROR"):
+            t.add_column(col, no_wrap=col != "ERROR")
+        for ref, r in rows:
+            lag = (
+                f"{(r['started_at'] - r['due_at']).total_seconds() * 1000:.0f}ms"
+                if r["started_at"]
+                else ""
+            )
+            t.add_row(
+                ref, str(r["id"])[:8], str(r["attempt"]), r["status"],
+                r["due_at"].strftime("%H:%M:%S"),
+                lag, (r["error_message"] or "")[:50],
+            )  # fmt: skip
+        return t
+
+    async def go() -> None:
+        conn = await connect(settings.database.url)
+        try:
+
+            async def fetch() -> list[tuple[str, Any]]:
+                rows: list[tuple[str, Any]] = []
+                for ref, job_id, namespace, name in refs:
+                    resolved = job_id or await jobs_store.find_live_crd_job(
+                        conn, namespace or "", name or ""
+                    )
+                    if resolved is None:
+                        continue
+                    found = await executions_store.for_job(
+                        conn, resolved, status=wanted, limit=limit
+                    )
+                    rows.extend((ref, r) for r in found)
+                rows.sort(key=lambda x: x[1]["due_at"], reverse=True)
+                return rows
+
+            rows = await fetch()
+            console = Console() if sys.stdout.isatty() else Console(width=140)
+            if not watch:
+                console.print(table(rows))
+                return
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + for_seconds if for_seconds is not None else None
+            with Live(table(rows), console=console, refresh_per_second=4) as live:
+                while deadline is None or loop.time() < deadline:
+                    await asyncio.sleep(0.5)
+                    live.update(table(await fetch()))
+        finally:
+            await conn.close()
+
+    _run(go())
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
+
 from horae.models import ExecutionStatus
 from horae.store.jobs import insert_execution, next_occurrence
 from horae.store.queries import Q
@@ -47,18 +49,22 @@ async def mark_queued(
 ) -> int | None:
     """Fenced: mark a published batch queued and schedule cron jobs' next occurrences.
 
-    Returns how many rows moved, or None when the epoch moved on (fenced out).
+    The epoch row is share-locked for the whole transaction, so a replica taking
+    the shard (which bumps the epoch) waits for this to commit, and this finds
+    nothing to lock once the epoch has moved. Rows a worker already claimed stay
+    as they are; their next occurrence is still scheduled (idempotently).
+    Returns how many rows became queued, or None when fenced out.
     """
     async with conn.transaction():
-        rows = await conn.fetch(
+        if await conn.fetchval(Q["lock_epoch"], shard, epoch) is None:
+            return None
+        status = await conn.execute(
             Q["mark_queued"], shard, epoch, [d.id for d in batch], [d.due_at for d in batch], now
         )
-        if not rows and not await conn.fetchval(Q["epoch_holds"], shard, epoch):
-            return None
-        for row in rows:
-            if row["attempt"] == 1:
-                await _schedule_next(conn, row["job_id"], row["occurrence_at"], now)
-        return len(rows)
+        for due in batch:
+            if due.attempt == 1:
+                await _schedule_next(conn, due.job_id, due.occurrence_at, now)
+        return int(status.split()[-1])
 
 
 async def _schedule_next(
@@ -175,3 +181,10 @@ async def finish(
         await conn.execute(Q["record_job_run"], claimed.job_id, now, status.value, final)
         await conn.execute(Q["notify_job"], str(claimed.job_id))
         return True
+
+
+async def for_job(
+    conn: Conn, job_id: uuid.UUID, *, status: ExecutionStatus | None = None, limit: int = 50
+) -> list[asyncpg.Record]:
+    """A job's executions, newest first."""
+    return list(await conn.fetch(Q["job_executions"], job_id, status, limit))

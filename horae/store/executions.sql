@@ -3,7 +3,8 @@
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
                         job_version, status, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'scheduled', $10)
-ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 DO NOTHING
+ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status <> 'cancelled'
+DO NOTHING
 RETURNING id
 
 -- name: cancel_pending
@@ -26,6 +27,10 @@ INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at) VALUES ($1, 1, $2,
 ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3
 RETURNING epoch
 
+-- name: lock_epoch
+-- Fence: hold our epoch of a shard for the rest of the transaction; no row when it moved on.
+SELECT epoch FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+
 -- name: mark_queued
 -- Fenced: mark published executions queued only while the shard's epoch is ours.
 WITH fence AS (
@@ -35,11 +40,6 @@ UPDATE executions e SET status = 'queued', enqueued_at = $5
 FROM fence
 WHERE e.shard = fence.shard AND e.status = 'scheduled'
   AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
-RETURNING e.id, e.job_id, e.occurrence_at, e.attempt
-
--- name: epoch_holds
--- Is this still our epoch of the shard?
-SELECT EXISTS (SELECT 1 FROM shard_epochs WHERE shard = $1 AND epoch = $2)
 
 -- name: claim_execution
 -- Claim a dispatched execution for one worker: running, leased, job fresh. No row: stale or duplicate.

@@ -257,6 +257,12 @@ async def cancel_crd_namesake(
     conn: Conn, tenant: str, name: str, *, keep: uuid.UUID, now: datetime
 ) -> None:
     """Cancel a live CRD job of this name whose resource was replaced while we were away."""
-    old = await conn.fetchval(Q["live_crd_job"], tenant, name)
+    old = await find_live_crd_job(conn, tenant, name)
     if old is not None and old != keep:
         await cancel_job(conn, old, now=now)
+
+
+async def find_live_crd_job(conn: Conn, tenant: str, name: str) -> uuid.UUID | None:
+    """The live job of the ScheduledJob NAMESPACE/NAME, if any."""
+    job_id: uuid.UUID | None = await conn.fetchval(Q["live_crd_job"], tenant, name)
+    return job_id

@@ -28,12 +28,6 @@ RETURNING spec_version, state
 -- Move a job to a new state and record its next run.
 UPDATE jobs SET state = $2, next_run_at = $3, updated_at = $4 WHERE id = $1
 
--- name: job_summary
--- What a ScheduledJob's status shows about its job.
-SELECT j.id, j.tenant, j.name, j.source, j.state, j.spec_version, j.next_run_at,
-       j.last_run_at, j.last_status
-FROM jobs j WHERE j.id = $1
-
 -- name: notify_shard
 -- Tell the scheduler owning a shard that a near-term execution was inserted.
 SELECT pg_notify('horae_shard_' || ($1::int)::text, $2::text)

@@ -85,9 +85,11 @@ CREATE TABLE executions (
 -- The hot path: pending rows of a shard in due order. Holds only pending rows,
 -- so reading "shard s, due before t" touches the next slice whatever the history.
 CREATE INDEX executions_pending ON executions (shard, due_at, id) WHERE status = 'scheduled';
--- Each nominal occurrence of a job is scheduled at most once (retries excepted).
+-- Each nominal occurrence of a job is scheduled at most once (retries excepted), so
+-- scheduling the next occurrence twice (a duplicate dispatch) is harmless. A cancelled
+-- one (job paused or edited) may be scheduled again.
 CREATE UNIQUE INDEX executions_occurrence ON executions (job_id, occurrence_at, due_at, shard)
-    WHERE attempt = 1;
+    WHERE attempt = 1 AND status <> 'cancelled';
 CREATE INDEX executions_job ON executions (job_id, due_at DESC);
 CREATE INDEX executions_active ON executions (lease_until)
     WHERE status IN ('queued', 'running');
@@ -116,7 +118,10 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('horae_partitions'));
-    IF to_regclass(part) IS NOT NULL THEN
+    -- A full statement (fresh snapshot) sees a partition another session just committed.
+    PERFORM 1 FROM pg_catalog.pg_class WHERE relname = part
+        AND relnamespace = (SELECT relnamespace FROM pg_catalog.pg_class WHERE oid = 'executions'::regclass);
+    IF FOUND THEN
         RETURN false;
     END IF;
     EXECUTE format('CREATE TABLE %I (LIKE executions INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `make demo`: services, control plane and every Horae component on this
+# machine; applies the example ScheduledJobs and shows their executions live
+# until interrupted (or for HORAE_DEMO_DURATION seconds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+here=$PWD
+
+RUN=${HORAE_DEMO_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/horae/run}
+NS=${HORAE_DEMO_NAMESPACE:-horae-demo}
+mkdir -p "$RUN/demo"
+log() { echo "demo: $*" >&2; }
+
+hack/services.sh
+set -a; eval "$(hack/services.sh env)"; set +a
+hack/k8s-up.sh "$RUN/k8s" >/dev/null
+# shellcheck disable=SC1091
+source "$RUN/k8s/env"
+export HORAE_NAMESPACE=$NS HORAE_LOG_LEVEL=${HORAE_LOG_LEVEL:-INFO}
+
+.venv/bin/horae migrate
+kubectl apply -f crds/ >/dev/null
+kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+kubectl get namespace "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
+
+pids=()
+cleanup() {
+  log "stopping Horae components (services and control plane keep running; hack/k8s-down.sh $RUN/k8s stops the latter)"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+start() {
+  local name=$1; shift
+  HORAE_IDENTITY="demo-$name" .venv/bin/horae "$@" >"$RUN/demo/$name.log" 2>&1 &
+  pids+=($!)
+}
+start operator operator
+start scheduler scheduler
+start worker worker --tasks worker/examples/demo.py
+log "components started; logs in $RUN/demo/"
+# A previous demo's jobs go first (the operator's finalizer cancels them in the store).
+kubectl delete scheduledjobs --all -n "$NS" --timeout=60s >/dev/null
+
+run_at=$(date -u -d '+5 seconds' +%Y-%m-%dT%H:%M:%SZ)
+sed "s/runAt: .*/runAt: \"$run_at\"/" examples/once.yaml | kubectl apply -n "$NS" -f - >/dev/null
+for f in examples/every-5s.yaml examples/flaky.yaml examples/doomed.yaml; do
+  kubectl apply -n "$NS" -f "$f" >/dev/null
+done
+kubectl get scheduledjobs -n "$NS"
+log "watching executions (Ctrl-C to stop)"
+
+watch_args=()
+[ -n "${HORAE_DEMO_DURATION:-}" ] && watch_args=(--for "$HORAE_DEMO_DURATION")
+.venv/bin/horae executions "$NS/hello-once" "$NS/hello-every-5s" "$NS/flaky" "$NS/doomed" \
+  --watch "${watch_args[@]}" || true
+kubectl get scheduledjobs -n "$NS"

@@ -1,0 +1,111 @@
+"""Migrations and partitions on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, date, datetime, timedelta
+
+import asyncpg
+import pytest_asyncio
+
+from horae.store.db import connect
+from horae.store.migrate import maintain_partitions, migrate, migrations
+from tests.conftest import BASE_DB, _with_path
+
+
+@pytest_asyncio.fixture
+async def empty_db() -> AsyncIterator[str]:
+    name = f"horae_empty_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(BASE_DB)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_path(BASE_DB, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_concurrent_migrations_apply_each_file_exactly_once(empty_db: str) -> None:
+    results = await asyncio.gather(*(migrate(empty_db) for _ in range(4)))
+    applied = [name for result in results for name in result]
+    assert sorted(applied) == sorted(m.name for m in migrations())
+    again = await migrate(empty_db)
+    assert again == []
+    conn = await connect(empty_db)
+    try:
+        versions = await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        assert [r["version"] for r in versions] == [m.version for m in migrations()]
+    finally:
+        await conn.close()
+
+
+async def test_schema_has_the_hot_path_partial_index(db_url: str) -> None:
+    conn = await connect(db_url)
+    try:
+        indexdef = await conn.fetchval(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'executions_pending'"
+        )
+        assert "(shard, due_at, id)" in indexdef
+        assert "WHERE (status = 'scheduled'::execution_status)" in indexdef
+        strategy = await conn.fetchval(
+            "SELECT partstrat::text FROM pg_partitioned_table WHERE partrelid = 'executions'::regclass"
+        )
+        assert strategy == "r"
+        statuses = await conn.fetchval(
+            "SELECT array_agg(enumlabel ORDER BY enumsortorder)::text[] FROM pg_enum "
+            "WHERE enumtypid = 'execution_status'::regtype"
+        )
+        assert statuses == ["scheduled", "queued", "running", "succeeded", "failed",
+                            "timed_out", "cancelled", "skipped", "dead"]  # fmt: skip
+    finally:
+        await conn.close()
+
+
+async def partitions(conn: asyncpg.Connection) -> list[str]:
+    rows = await conn.fetch(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'executions'::regclass ORDER BY 1"
+    )
+    return [r["relname"] for r in rows]
+
+
+async def test_partitions_are_created_ahead_and_dropped_past_retention(db_url: str) -> None:
+    conn = await connect(db_url)
+    try:
+        today = datetime.now(UTC).date()
+        names = await partitions(conn)
+        for offset in range(-1, 4):
+            assert f"executions_{(today + timedelta(days=offset)):%Y%m%d}" in names
+        later = today + timedelta(days=40)
+        created, dropped = await maintain_partitions(
+            conn, today=later, ahead_days=2, retention_days=30
+        )
+        assert created == [later + timedelta(days=d) for d in range(-1, 3)]
+        assert dropped == 5  # today-1 .. today+3 are all older than later-30
+        assert f"executions_{today:%Y%m%d}" not in await partitions(conn)
+    finally:
+        await conn.close()
+
+
+async def test_far_future_rows_wait_in_default_and_move_with_their_partition(
+    db_url: str,
+) -> None:
+    conn = await connect(db_url)
+    try:
+        day = date(2031, 5, 17)
+        due = datetime(2031, 5, 17, 12, tzinfo=UTC)
+        exec_id = uuid.uuid4()
+        await conn.execute(
+            "INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,"
+            " attempt, job_version) VALUES ($1, $2, 't', 'x', 3, $3, $3, 1, 1)",
+            exec_id, uuid.uuid4(), due,
+        )  # fmt: skip
+        where = "SELECT tableoid::regclass::text FROM executions WHERE id = $1"
+        assert await conn.fetchval(where, exec_id) == "executions_default"
+        assert await conn.fetchval("SELECT horae_create_partition($1)", day) is True
+        assert await conn.fetchval(where, exec_id) == "executions_20310517"
+        assert await conn.fetchval("SELECT horae_create_partition($1)", day) is False
+    finally:
+        await conn.close()
