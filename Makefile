@@ -42,7 +42,7 @@ format: venv
 	$(BIN)/ruff check --fix horae tests bench
 
 crds: venv
-	$(BIN)/python -m horae.resources crds
+	$(BIN)/python -m horae.resources
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -350,8 +350,9 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "crds")
-    out.mkdir(exist_ok=True)
-    for file, text in render().items():
-        (out / file).write_text(text)
-        print(out / file)
+    targets = [Path(p) for p in sys.argv[1:]] or [Path("crds"), Path("charts/horae/crds")]
+    for out in targets:
+        out.mkdir(parents=True, exist_ok=True)
+        for file, text in render().items():
+            (out / file).write_text(text)
+            print(out / file)
