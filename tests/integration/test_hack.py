@@ -43,10 +43,8 @@ def test_build_without_go_says_so(tmp_path: Path) -> None:
 def test_binaries_directory_missing_binaries_is_refused(tmp_path: Path) -> None:
     rc, err = run("build-k8s.sh", env={"KUBEBUILDER_ASSETS": str(tmp_path)})
     assert rc != 0
-    assert (
-        err
-        == f"build-k8s: KUBEBUILDER_ASSETS={tmp_path} lacks one of: kube-apiserver kubectl etcd helm"
-    )
+    binaries = "kube-apiserver kubectl etcd helm"
+    assert err == f"build-k8s: KUBEBUILDER_ASSETS={tmp_path} lacks one of: {binaries}"
 
 
 def test_a_failing_build_names_the_version(tmp_path: Path) -> None:

@@ -50,7 +50,8 @@ async def test_schema_has_the_hot_path_partial_index(db_url: str) -> None:
         assert "(shard, due_at, id)" in indexdef
         assert "WHERE (status = 'scheduled'::execution_status)" in indexdef
         strategy = await conn.fetchval(
-            "SELECT partstrat::text FROM pg_partitioned_table WHERE partrelid = 'executions'::regclass"
+            "SELECT partstrat::text FROM pg_partitioned_table"
+            " WHERE partrelid = 'executions'::regclass"
         )
         assert strategy == "r"
         statuses = await conn.fetchval(
