@@ -86,6 +86,22 @@ def operator() -> None:
     _run(run(_settings()))
 
 
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes.")] = 1,
+) -> None:
+    """Serve the HTTP job API (auth: Kubernetes tokens; HORAE_API_TOKENS_FILE for local dev)."""
+    import uvicorn
+
+    _settings()  # fail fast with a one-line error on bad settings
+    uvicorn.run(
+        "horae.api.app:app_from_env", factory=True, host=host, port=port, workers=workers,
+        log_level="warning", access_log=False,
+    )  # fmt: skip
+
+
 def _resolve_job_ref(ref: str) -> tuple[uuid.UUID | None, str | None, str | None]:
     try:
         return uuid.UUID(ref), None, None

@@ -166,3 +166,64 @@ class CustomObjects:
                 return False
             raise
         return True
+
+
+@dataclass(frozen=True)
+class ReviewedUser:
+    """Who a bearer token belongs to, as the API server's TokenReview says."""
+
+    username: str
+    uid: str
+    groups: tuple[str, ...]
+    extra: dict[str, list[str]]
+
+    @property
+    def service_account_namespace(self) -> str | None:
+        parts = self.username.split(":")
+        if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+            return parts[2]
+        return None
+
+
+class Reviews:
+    """TokenReview and SubjectAccessReview: the API server decides who and what."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._authn = client.AuthenticationV1Api(api)
+        self._authz = client.AuthorizationV1Api(api)
+
+    async def token(self, token: str) -> ReviewedUser | None:
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": token}}  # fmt: skip
+        result = await asyncio.to_thread(self._authn.create_token_review, body, _request_timeout=10)
+        status = result.status
+        if not status or not status.authenticated or status.user is None:
+            return None
+        user = status.user
+        return ReviewedUser(
+            username=user.username or "",
+            uid=user.uid or "",
+            groups=tuple(user.groups or ()),
+            extra={k: list(v) for k, v in (user.extra or {}).items()},
+        )
+
+    async def allowed(
+        self, user: ReviewedUser, *, verb: str, resource: str, namespace: str
+    ) -> bool:
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.username,
+                "uid": user.uid,
+                "groups": list(user.groups),
+                "extra": user.extra,
+                "resourceAttributes": {
+                    "group": GROUP, "resource": resource, "verb": verb, "namespace": namespace,
+                },
+            },
+        }  # fmt: skip
+        result = await asyncio.to_thread(
+            self._authz.create_subject_access_review, body, _request_timeout=10
+        )
+        return bool(result.status and result.status.allowed)

@@ -57,6 +57,15 @@ class ConcurrencyPolicy(enum.StrEnum):
     REPLACE = "Replace"
 
 
+class CatchUpPolicy(enum.StrEnum):
+    """What resuming a paused job does about the occurrences it missed."""
+
+    SKIP = "Skip"
+    """Record them as `skipped` (reason: paused) and go on from now."""
+    LATEST = "Latest"
+    """Run the most recent missed occurrence now; record the others as skipped."""
+
+
 class JobSource(enum.StrEnum):
     CRD = "crd"
     API = "api"
@@ -123,6 +132,7 @@ class JobSpec(BaseModel):
     timeout_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
     starting_deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)
+    catch_up: CatchUpPolicy = CatchUpPolicy.SKIP
 
     @field_validator("time_zone")
     @classmethod

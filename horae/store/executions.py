@@ -90,7 +90,7 @@ async def _schedule_next(
         job_version=job["spec_version"],
         now=now,
     )
-    await conn.execute(Q["set_job_state"], job_id, job["state"], nxt.occurrence_at, now)
+    await conn.execute(Q["set_next_run"], job_id, nxt.occurrence_at, now)
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,17 @@ async def finish(
 
 
 async def for_job(
-    conn: Conn, job_id: uuid.UUID, *, status: ExecutionStatus | None = None, limit: int = 50
+    conn: Conn,
+    job_id: uuid.UUID,
+    *,
+    status: ExecutionStatus | None = None,
+    before: tuple[datetime, uuid.UUID] | None = None,
+    limit: int = 50,
 ) -> list[asyncpg.Record]:
-    """A job's executions, newest first."""
-    return list(await conn.fetch(Q["job_executions"], job_id, status, limit))
+    """A job's executions, newest first, before the cursor `before` (due_at, id)."""
+    due, last_id = before if before else (None, None)
+    return list(await conn.fetch(Q["job_executions"], job_id, status, due, last_id, limit))
+
+
+async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> asyncpg.Record | None:
+    return await conn.fetchrow(Q["get_execution"], execution_id, tenant)

@@ -7,6 +7,23 @@ ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status 
 DO NOTHING
 RETURNING id
 
+-- name: insert_first_executions
+-- Schedule the first execution of many new jobs at once.
+INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+                        job_version, status, created_at)
+SELECT u.*, 1, 1, 'scheduled', $8::timestamptz
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::smallint[],
+            $6::timestamptz[], $7::timestamptz[])
+     AS u(id, job_id, tenant, task, shard, due_at, occurrence_at)
+
+-- name: insert_skipped
+-- Record a nominal occurrence that did not run, with why, unless it already has a row.
+INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+                        job_version, status, created_at, finished_at, error_kind, error_message)
+SELECT $1, $2, $3, $4, $5, $6, $6, 1, $7, 'skipped', $8, $8, $9, $10
+WHERE NOT EXISTS (SELECT 1 FROM executions WHERE job_id = $2 AND occurrence_at = $6
+                  AND attempt = 1 AND status <> 'cancelled')
+
 -- name: cancel_pending
 -- Cancel a job's executions that have not been dispatched yet, recording why.
 UPDATE executions SET status = 'cancelled', finished_at = $2, error_kind = $3,
@@ -77,11 +94,16 @@ UPDATE jobs SET last_run_at = $2, last_status = $3, updated_at = $2,
 WHERE id = $1
 
 -- name: job_executions
--- A job's executions, newest first, optionally of one status.
+-- A job's executions, newest first, optionally of one status, before a cursor (due_at, id).
 SELECT * FROM executions
 WHERE job_id = $1 AND ($2::execution_status IS NULL OR status = $2)
+  AND ($3::timestamptz IS NULL OR (due_at, id) < ($3, $4::uuid))
 ORDER BY due_at DESC, id DESC
-LIMIT $3
+LIMIT $5
+
+-- name: get_execution
+-- One execution by id within a tenant (NULL tenant: any tenant).
+SELECT * FROM executions WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)
 
 -- name: heartbeat
 -- Extend the leases of every execution this worker runs; report those marked for cancellation.

@@ -1,17 +1,19 @@
-"""The job lifecycle, one transaction per operation: create, edit, pause, resume, cancel."""
+"""The job lifecycle, one transaction per operation: create (one or a batch), edit,
+pause, resume, trigger, cancel; plus reads (a job, a tenant's jobs) and tenants."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from horae.errors import NotFound
-from horae.models import JobSource, JobSpec, JobState, shard_of
-from horae.schedule import jitter_offset, next_fire_times
+from horae.errors import Conflict, NotFound
+from horae.models import CatchUpPolicy, JobSource, JobSpec, JobState, shard_of
+from horae.schedule import cron_times, jitter_offset, next_fire_times
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
 
 NOTIFY_WITHIN = timedelta(seconds=60)
 """Executions due sooner than this are announced to their shard's scheduler at once."""
+MAX_SKIPPED_ON_RESUME = 100
+"""Missed occurrences recorded as `skipped` when a paused job resumes (the most recent)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ def spec_from_row(row: asyncpg.Record) -> JobSpec:
         timeout_seconds=row["timeout_seconds"],
         concurrency_policy=row["concurrency_policy"],
         starting_deadline_seconds=row["starting_deadline_seconds"],
+        catch_up=row["catch_up"],
     )
 
 
@@ -67,7 +72,7 @@ async def insert_execution(
 ) -> uuid.UUID | None:
     """Insert a scheduled execution; announce it to its shard when due soon."""
     execution_id = uuid.uuid4()
-    inserted = await conn.fetchval(
+    inserted: uuid.UUID | None = await conn.fetchval(
         Q["insert_execution"],
         execution_id,
         job_id,
@@ -82,7 +87,114 @@ async def insert_execution(
     )
     if inserted is not None and due_at - now < NOTIFY_WITHIN:
         await conn.execute(Q["notify_shard"], shard, str(execution_id))
-    return inserted  # type: ignore[no-any-return]  # asyncpg returns Any
+    return inserted
+
+
+async def schedule_occurrence(
+    conn: Conn,
+    job_id: uuid.UUID,
+    spec: JobSpec,
+    occurrence: Occurrence,
+    *,
+    tenant: str,
+    shard: int,
+    job_version: int,
+    now: datetime,
+) -> Occurrence | None:
+    """Schedule `occurrence`, or the first later one that has no live row yet.
+
+    An occurrence that already has a live row (say it is running while the job
+    is edited) is not run twice; the job still gets its next pending execution.
+    """
+    current: Occurrence | None = occurrence
+    for _ in range(10):
+        if current is None:
+            return None
+        inserted = await insert_execution(
+            conn, job_id=job_id, tenant=tenant, task=spec.task, shard=shard,
+            due_at=current.due_at, occurrence_at=current.occurrence_at, attempt=1,
+            job_version=job_version, now=now,
+        )  # fmt: skip
+        if inserted is not None:
+            return current
+        current = next_occurrence(job_id, spec, current.occurrence_at)
+    return None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job to create; `job_id` defaults to a fresh uuid."""
+
+    spec: JobSpec
+    tenant: str
+    source: JobSource
+    job_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    name: str | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    paused: bool = False
+
+
+def _first_occurrence(job: NewJob, now: datetime) -> Occurrence | None:
+    first = next_occurrence(job.job_id, job.spec, now - timedelta(microseconds=1))
+    if first is None and job.spec.run_at is not None:
+        # A one-off whose time has just passed (within its deadline) fires now.
+        first = Occurrence(job.spec.run_at, job.spec.run_at)
+    return first
+
+
+async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
+    """Insert jobs and their first executions: one transaction, two statements."""
+    firsts = [_first_occurrence(j, now) for j in jobs]
+    shard_of_job = [shard_of(j.job_id, shards) for j in jobs]
+    runnable = [
+        (j, f, s) for j, f, s in zip(jobs, firsts, shard_of_job, strict=True) if f and not j.paused
+    ]
+    exec_ids = [uuid.uuid4() for _ in runnable]
+    async with conn.transaction():
+        await conn.execute(
+            Q["insert_jobs"],
+            [j.job_id for j in jobs],
+            [j.tenant for j in jobs],
+            [j.name for j in jobs],
+            [j.source.value for j in jobs],
+            [j.spec.task for j in jobs],
+            [j.spec.payload for j in jobs],
+            [j.spec.run_at for j in jobs],
+            [j.spec.cron for j in jobs],
+            [j.spec.time_zone for j in jobs],
+            [j.spec.jitter_seconds for j in jobs],
+            [j.spec.retry.model_dump() for j in jobs],
+            [j.spec.timeout_seconds for j in jobs],
+            [j.spec.concurrency_policy.value for j in jobs],
+            [j.spec.starting_deadline_seconds for j in jobs],
+            [j.spec.catch_up.value for j in jobs],
+            [JobState.PAUSED.value if j.paused else JobState.ACTIVE.value for j in jobs],
+            shard_of_job,
+            [f.occurrence_at if f else None for f in firsts],
+            [j.idempotency_key for j in jobs],
+            [j.request_hash for j in jobs],
+            now,
+        )
+        if runnable:
+            await conn.execute(
+                Q["insert_first_executions"],
+                exec_ids,
+                [j.job_id for j, _, _ in runnable],
+                [j.tenant for j, _, _ in runnable],
+                [j.spec.task for j, _, _ in runnable],
+                [s for _, _, s in runnable],
+                [f.due_at for _, f, _ in runnable],
+                [f.occurrence_at for _, f, _ in runnable],
+                now,
+            )
+        soon = {
+            s: exec_id
+            for exec_id, (_, f, s) in zip(exec_ids, runnable, strict=True)
+            if f.due_at - now < NOTIFY_WITHIN
+        }
+        for shard, exec_id in soon.items():
+            await conn.execute(Q["notify_shard"], shard, str(exec_id))
 
 
 async def create_job(
@@ -99,62 +211,44 @@ async def create_job(
     request_hash: str | None = None,
     paused: bool = False,
 ) -> uuid.UUID:
-    """Insert a job and its first execution in one transaction."""
-    job_id = job_id or uuid.uuid4()
-    shard = shard_of(job_id, shards)
-    first = next_occurrence(job_id, spec, now - timedelta(microseconds=1))
-    if spec.run_at is not None and first is None:
-        # A one-off whose time has passed (within its deadline) fires now.
-        first = Occurrence(spec.run_at, spec.run_at)
-    state = JobState.PAUSED if paused else JobState.ACTIVE
-    async with conn.transaction():
-        await conn.execute(
-            Q["insert_job"],
-            job_id,
-            tenant,
-            name,
-            source.value,
-            spec.task,
-            spec.payload,
-            spec.run_at,
-            spec.cron,
-            spec.time_zone,
-            spec.jitter_seconds,
-            spec.retry.model_dump(),
-            spec.timeout_seconds,
-            spec.concurrency_policy.value,
-            spec.starting_deadline_seconds,
-            state.value,
-            shard,
-            first.occurrence_at if first else None,
-            idempotency_key,
-            request_hash,
-            now,
-        )
-        if first is not None and not paused:
-            await insert_execution(
-                conn,
-                job_id=job_id,
-                tenant=tenant,
-                task=spec.task,
-                shard=shard,
-                due_at=first.due_at,
-                occurrence_at=first.occurrence_at,
-                attempt=1,
-                job_version=1,
-                now=now,
-            )
-    return job_id
+    """Insert one job and its first execution in one transaction."""
+    job = NewJob(
+        spec=spec,
+        tenant=tenant,
+        source=source,
+        job_id=job_id or uuid.uuid4(),
+        name=name,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        paused=paused,
+    )
+    await create_jobs(conn, [job], shards=shards, now=now)
+    return job.job_id
 
 
-async def edit_job(conn: Conn, job_id: uuid.UUID, spec: JobSpec, *, now: datetime) -> int:
+async def job_for_idempotency_key(
+    conn: Conn, tenant: str, key: str
+) -> tuple[uuid.UUID, str] | None:
+    """(job id, request hash) of the job created earlier with this Idempotency-Key."""
+    row = await conn.fetchrow(Q["job_by_idempotency_key"], tenant, key)
+    return (row["id"], row["request_hash"]) if row else None
+
+
+async def _locked(conn: Conn, job_id: uuid.UUID, tenant: str | None) -> asyncpg.Record:
+    row: asyncpg.Record | None = await conn.fetchrow(Q["get_job_for_update"], job_id)
+    if row is None or (tenant is not None and row["tenant"] != tenant):
+        raise NotFound(f"job {job_id} not found")
+    return row
+
+
+async def edit_job(
+    conn: Conn, job_id: uuid.UUID, spec: JobSpec, *, now: datetime, tenant: str | None = None
+) -> int:
     """Replace the spec (version + 1), cancel pending executions, schedule the next one."""
     async with conn.transaction():
-        row = await conn.fetchrow(Q["get_job_for_update"], job_id)
-        if row is None:
-            raise NotFound(f"job {job_id} not found")
+        row = await _locked(conn, job_id, tenant)
         if row["state"] == JobState.CANCELLED:
-            raise NotFound(f"job {job_id} is cancelled")
+            raise Conflict(f"job {job_id} is cancelled")
         await conn.execute(
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
@@ -174,67 +268,127 @@ async def edit_job(conn: Conn, job_id: uuid.UUID, spec: JobSpec, *, now: datetim
             spec.starting_deadline_seconds,
             nxt.occurrence_at if nxt else None,
             now,
+            spec.catch_up.value,
         )
         assert updated is not None  # the row is locked above
         version, state = updated["spec_version"], updated["state"]
         if nxt is not None and state == JobState.ACTIVE:
-            await insert_execution(
-                conn,
-                job_id=job_id,
-                tenant=row["tenant"],
-                task=spec.task,
-                shard=row["shard"],
-                due_at=nxt.due_at,
-                occurrence_at=nxt.occurrence_at,
-                attempt=1,
-                job_version=version,
-                now=now,
-            )
+            await schedule_occurrence(
+                conn, job_id, spec, nxt, tenant=row["tenant"], shard=row["shard"],
+                job_version=version, now=now,
+            )  # fmt: skip
         return int(version)
 
 
-async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime) -> None:
-    """Pause (cancel pending executions) or resume (schedule the next occurrence from now)."""
+async def pause_job(
+    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+) -> None:
+    """Pause: pending executions are cancelled (reason: paused). Pausing twice is a no-op."""
     async with conn.transaction():
-        row = await conn.fetchrow(Q["get_job_for_update"], job_id)
-        if row is None:
-            raise NotFound(f"job {job_id} not found")
+        row = await _locked(conn, job_id, tenant)
         state = JobState(row["state"])
-        if paused and state == JobState.ACTIVE:
-            await conn.execute(Q["cancel_pending"], job_id, now, "paused", "job paused")
-            await conn.execute(Q["set_job_state"], job_id, JobState.PAUSED.value, None, now)
-        elif not paused and state == JobState.PAUSED:
-            spec = spec_from_row(row)
-            nxt = next_occurrence(job_id, spec, now)
-            if nxt is None and spec.run_at is not None:
-                nxt = Occurrence(spec.run_at, spec.run_at)
-            await conn.execute(
-                Q["set_job_state"],
-                job_id,
-                JobState.ACTIVE.value,
-                nxt.occurrence_at if nxt else None,
-                now,
-            )
-            if nxt is not None:
-                await insert_execution(
-                    conn,
-                    job_id=job_id,
-                    tenant=row["tenant"],
-                    task=spec.task,
-                    shard=row["shard"],
-                    due_at=max(nxt.due_at, now),
-                    occurrence_at=nxt.occurrence_at,
-                    attempt=1,
-                    job_version=row["spec_version"],
-                    now=now,
-                )
+        if state == JobState.PAUSED:
+            return
+        if state != JobState.ACTIVE:
+            raise Conflict(f"job {job_id} is {state.value}: only an active job can be paused")
+        await conn.execute(Q["cancel_pending"], job_id, now, "paused", "job paused")
+        await conn.execute(Q["set_job_state"], job_id, JobState.PAUSED.value, None, now)
 
 
-async def cancel_job(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> bool:
-    """Cancel a job: pending executions cancelled, history kept. False if already gone."""
+async def resume_job(
+    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+) -> None:
+    """Resume from now. Missed occurrences are recorded `skipped` (reason: paused), except
+    that catch-up `Latest` runs the most recent one now. A one-off that was missed runs now.
+    """
     async with conn.transaction():
-        row = await conn.fetchrow(Q["get_job_for_update"], job_id)
-        if row is None or row["state"] == JobState.CANCELLED:
+        row = await _locked(conn, job_id, tenant)
+        state = JobState(row["state"])
+        if state == JobState.ACTIVE:
+            return
+        if state != JobState.PAUSED:
+            raise Conflict(f"job {job_id} is {state.value}: only a paused job can be resumed")
+        spec = spec_from_row(row)
+        version = row["spec_version"]
+        common = {"job_id": job_id, "tenant": row["tenant"], "task": spec.task,
+                  "shard": row["shard"], "job_version": version, "now": now}  # fmt: skip
+        nxt: Occurrence | None
+        if spec.run_at is not None:
+            nxt = Occurrence(spec.run_at, max(spec.run_at, now))
+        else:
+            assert spec.cron is not None
+            since = row["paused_at"] or row["updated_at"]
+            missed: list[datetime] = []
+            for fire in cron_times(spec.cron, spec.time_zone, since):
+                if fire > now:
+                    break
+                missed = [*missed[-MAX_SKIPPED_ON_RESUME:], fire]
+            run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
+            for fire in missed[-MAX_SKIPPED_ON_RESUME:]:
+                await conn.execute(
+                    Q["insert_skipped"], uuid.uuid4(), job_id, row["tenant"], spec.task,
+                    row["shard"], fire, version, now, "paused", "job was paused at this time",
+                )  # fmt: skip
+            if run_now is not None:
+                await insert_execution(conn, due_at=now, occurrence_at=run_now, attempt=1, **common)
+            nxt = next_occurrence(job_id, spec, now)
+        await conn.execute(
+            Q["set_job_state"],
+            job_id,
+            JobState.ACTIVE.value,
+            nxt.occurrence_at if nxt else None,
+            now,
+        )
+        if nxt is not None:
+            await schedule_occurrence(
+                conn, job_id, spec, nxt, tenant=row["tenant"], shard=row["shard"],
+                job_version=version, now=now,
+            )  # fmt: skip
+
+
+async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime) -> None:
+    """Pause or resume (used by the operator for `spec.suspend`)."""
+    if paused:
+        await pause_job(conn, job_id, now=now)
+    else:
+        await resume_job(conn, job_id, now=now)
+
+
+async def trigger_job(
+    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+) -> uuid.UUID:
+    """One extra occurrence now, outside the schedule. Returns the execution id."""
+    async with conn.transaction():
+        row = await _locked(conn, job_id, tenant)
+        if row["state"] != JobState.ACTIVE:
+            raise Conflict(f"job {job_id} is {row['state']}: only an active job can be triggered")
+        execution_id = await insert_execution(
+            conn,
+            job_id=job_id,
+            tenant=row["tenant"],
+            task=row["task"],
+            shard=row["shard"],
+            due_at=now,
+            occurrence_at=now,
+            attempt=1,
+            job_version=row["spec_version"],
+            now=now,
+        )
+        if execution_id is None:
+            raise Conflict(f"job {job_id} already has an occurrence at {now.isoformat()}")
+        return execution_id
+
+
+async def cancel_job(
+    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+) -> bool:
+    """Cancel a job: pending executions cancelled, history kept. False if already cancelled."""
+    async with conn.transaction():
+        try:
+            row = await _locked(conn, job_id, tenant)
+        except NotFound:
+            return False
+        if row["state"] == JobState.CANCELLED:
             return False
         await conn.execute(Q["cancel_pending"], job_id, now, "cancelled", "job cancelled")
         await conn.execute(Q["set_job_state"], job_id, JobState.CANCELLED.value, None, now)
@@ -253,6 +407,25 @@ async def find_job(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(Q["get_job"], job_id, None)
 
 
+async def list_jobs(
+    conn: Conn,
+    tenant: str,
+    *,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+    state: JobState | None = None,
+) -> list[asyncpg.Record]:
+    """A tenant's jobs in creation order, after the cursor `after` (created_at, id)."""
+    created, last_id = after if after else (None, None)
+    return list(await conn.fetch(Q["list_jobs"], tenant, state, created, last_id, limit))
+
+
+async def find_live_crd_job(conn: Conn, tenant: str, name: str) -> uuid.UUID | None:
+    """The live job of the ScheduledJob NAMESPACE/NAME, if any."""
+    job_id: uuid.UUID | None = await conn.fetchval(Q["live_crd_job"], tenant, name)
+    return job_id
+
+
 async def cancel_crd_namesake(
     conn: Conn, tenant: str, name: str, *, keep: uuid.UUID, now: datetime
 ) -> None:
@@ -262,7 +435,11 @@ async def cancel_crd_namesake(
         await cancel_job(conn, old, now=now)
 
 
-async def find_live_crd_job(conn: Conn, tenant: str, name: str) -> uuid.UUID | None:
-    """The live job of the ScheduledJob NAMESPACE/NAME, if any."""
-    job_id: uuid.UUID | None = await conn.fetchval(Q["live_crd_job"], tenant, name)
-    return job_id
+async def set_tenant_limit(conn: Conn, tenant: str, max_running: int | None) -> asyncpg.Record:
+    row: asyncpg.Record | None = await conn.fetchrow(Q["upsert_tenant"], tenant, max_running)
+    assert row is not None
+    return row
+
+
+async def list_tenants(conn: Conn) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(Q["list_tenants"])]

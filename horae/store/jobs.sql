@@ -1,10 +1,18 @@
--- name: insert_job
--- Insert a new job; the caller inserts its first execution in the same transaction.
+-- name: insert_jobs
+-- Insert many jobs at once (one row per array element); their executions follow in the same transaction.
 INSERT INTO jobs (id, tenant, name, source, task, payload, run_at, cron, time_zone,
                   jitter_seconds, retry_policy, timeout_seconds, concurrency_policy,
-                  starting_deadline_seconds, state, shard, next_run_at,
-                  idempotency_key, request_hash, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)
+                  starting_deadline_seconds, catch_up, state, shard, next_run_at,
+                  idempotency_key, request_hash, created_at, updated_at, paused_at)
+SELECT u.*, $21::timestamptz, $21::timestamptz,
+       CASE WHEN u.state = 'paused' THEN $21::timestamptz END
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
+            $7::timestamptz[], $8::text[], $9::text[], $10::int[], $11::jsonb[], $12::int[],
+            $13::text[], $14::int[], $15::text[], $16::job_state[], $17::smallint[],
+            $18::timestamptz[], $19::text[], $20::text[])
+     AS u(id, tenant, name, source, task, payload, run_at, cron, time_zone, jitter_seconds,
+          retry_policy, timeout_seconds, concurrency_policy, starting_deadline_seconds,
+          catch_up, state, shard, next_run_at, idempotency_key, request_hash)
 
 -- name: get_job
 -- One job by id within a tenant (NULL tenant: any tenant).
@@ -19,14 +27,42 @@ SELECT * FROM jobs WHERE id = $1 FOR UPDATE
 UPDATE jobs SET task = $2, payload = $3, run_at = $4, cron = $5, time_zone = $6,
        jitter_seconds = $7, retry_policy = $8, timeout_seconds = $9,
        concurrency_policy = $10, starting_deadline_seconds = $11,
-       spec_version = spec_version + 1, next_run_at = $12, updated_at = $13,
+       spec_version = spec_version + 1, next_run_at = $12, updated_at = $13, catch_up = $14,
        state = CASE WHEN state = 'completed' THEN 'active'::job_state ELSE state END
 WHERE id = $1
 RETURNING spec_version, state
 
 -- name: set_job_state
--- Move a job to a new state and record its next run.
-UPDATE jobs SET state = $2, next_run_at = $3, updated_at = $4 WHERE id = $1
+-- Move a job to a new state and record its next run (and when it was paused).
+UPDATE jobs SET state = $2::job_state, next_run_at = $3, updated_at = $4::timestamptz,
+       paused_at = CASE WHEN $2::job_state = 'paused' THEN $4::timestamptz END
+WHERE id = $1
+
+-- name: set_next_run
+-- Record a job's next nominal fire time.
+UPDATE jobs SET next_run_at = $2, updated_at = $3 WHERE id = $1
+
+-- name: list_jobs
+-- A tenant's jobs in creation order, after a cursor (created_at, id), optionally of one state.
+SELECT * FROM jobs
+WHERE tenant = $1 AND ($2::job_state IS NULL OR state = $2)
+  AND ($3::timestamptz IS NULL OR (created_at, id) > ($3, $4::uuid))
+ORDER BY created_at, id
+LIMIT $5
+
+-- name: job_by_idempotency_key
+-- The job a tenant created with an Idempotency-Key, and the hash of that request.
+SELECT id, request_hash FROM jobs WHERE tenant = $1 AND idempotency_key = $2
+
+-- name: upsert_tenant
+-- Create a tenant or change its limit of concurrently running executions.
+INSERT INTO tenants (name, max_running) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET max_running = $2
+RETURNING name, max_running, running
+
+-- name: list_tenants
+-- Every tenant with its limit and current running count.
+SELECT name, max_running, running FROM tenants ORDER BY name
 
 -- name: notify_shard
 -- Tell the scheduler owning a shard that a near-term execution was inserted.

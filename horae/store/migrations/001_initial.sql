@@ -31,7 +31,9 @@ CREATE TABLE jobs (
     concurrency_policy         text NOT NULL DEFAULT 'Allow'
                                CHECK (concurrency_policy IN ('Allow', 'Forbid', 'Replace')),
     starting_deadline_seconds  integer CHECK (starting_deadline_seconds IS NULL OR starting_deadline_seconds >= 1),
+    catch_up                   text NOT NULL DEFAULT 'Skip' CHECK (catch_up IN ('Skip', 'Latest')),
     state                      job_state NOT NULL DEFAULT 'active',
+    paused_at                  timestamptz,
     spec_version               integer NOT NULL DEFAULT 1 CHECK (spec_version >= 1),
     shard                      smallint NOT NULL CHECK (shard >= 0),
     next_run_at                timestamptz,

@@ -1,0 +1,136 @@
+"""The FastAPI application: lifespan (pool), body limits, error translation, probes, metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import make_asgi_app
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from horae.api import problems
+from horae.api.auth import Authenticator, Chain, KubernetesAuth, StaticTokens
+from horae.api.problems import Problem, problem_response
+from horae.api.routes import build_router
+from horae.config import Settings
+from horae.kube import Reviews, load_api_client
+from horae.store.db import connect_pool
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Largest request body (a full batch); single payloads are limited to 256 KiB on their own."""
+
+
+class BodyLimit:
+    """Refuse bodies over the limit with 413 before they are read into memory."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            length = dict(scope["headers"]).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.limit:
+                response = problem_response(
+                    problems.invalid("body", f"request body over {self.limit} bytes", 413)
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+@dataclass
+class State:
+    pool: asyncpg.Pool[asyncpg.Record] | None = None
+
+
+def create_app(
+    *, dsn: str, auth: Authenticator, shards: int = 64, pool_size: int = 10, max_batch: int = 1000
+) -> FastAPI:
+    state = State()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.pool = await connect_pool(dsn, size=pool_size)
+        try:
+            yield
+        finally:
+            await state.pool.close()
+
+    def pool() -> asyncpg.Pool[asyncpg.Record]:
+        if state.pool is None:
+            raise Problem(503, "Unavailable", "not connected to the database yet")
+        return state.pool
+
+    app = FastAPI(
+        title="Horae job API",
+        version="v1",
+        description="Register and manage timed jobs; inspect their executions. Errors are "
+        "application/problem+json naming the offending field.",
+        lifespan=lifespan,
+    )
+    problems.install(app)
+
+    @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(asyncpg.ConnectionDoesNotExistError)
+    @app.exception_handler(asyncpg.AdminShutdownError)
+    @app.exception_handler(ConnectionError)
+    @app.exception_handler(OSError)
+    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return problem_response(
+            Problem(503, "Unavailable", "the job store is unavailable; nothing was written",
+                    headers={"Retry-After": "1"})
+        )  # fmt: skip
+
+    app.include_router(build_router(pool=pool, auth=auth, shards=shards, max_batch=max_batch))
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        try:
+            await pool().fetchval("SELECT 1")
+        except Exception:
+            return JSONResponse({"status": "unready"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    app.mount("/metrics", make_asgi_app())
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    return app
+
+
+def authenticator(settings: Settings, tokens_file: str | None) -> Authenticator:
+    chain: list[Any] = []
+    if tokens_file:
+        log.warning("static API tokens from %s: for local development only", tokens_file)
+        chain.append(StaticTokens(Path(tokens_file)))
+    if os.environ.get("HORAE_API_KUBERNETES_AUTH", "true").lower() != "false":
+        chain.append(KubernetesAuth(Reviews(load_api_client(settings.kube.kubeconfig))))
+    return Chain(*chain)
+
+
+def app_from_env() -> FastAPI:
+    """The uvicorn factory: settings from HORAE_* at the entry point."""
+    from horae import logs
+
+    logs.setup(os.environ.get("HORAE_LOG_LEVEL", "INFO"))
+    settings = Settings.from_env()
+    return create_app(
+        dsn=settings.database.url,
+        auth=authenticator(settings, os.environ.get("HORAE_API_TOKENS_FILE")),
+        shards=settings.scheduler.shards,
+        pool_size=settings.database.pool_size,
+    )

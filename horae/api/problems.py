@@ -1,0 +1,97 @@
+"""RFC 9457 problem details: every error the API returns is `application/problem+json`
+with a field-level reason where one applies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from horae.errors import Conflict, NotFound, ValidationError
+
+PROBLEM = "application/problem+json"
+
+
+class Problem(Exception):
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        errors: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.errors = errors or []
+        self.headers = headers
+
+
+def invalid(field: str, message: str, status: int = 422) -> Problem:
+    return Problem(
+        status, "Invalid request", f"{field}: {message}",
+        errors=[{"field": field, "message": message}],
+    )  # fmt: skip
+
+
+def _slug(title: str) -> str:
+    return title.lower().replace(" ", "-")
+
+
+def problem_response(p: Problem) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": f"https://horae.dev/problems/{_slug(p.title)}",
+        "title": p.title,
+        "status": p.status,
+        "detail": p.detail,
+    }
+    if p.errors:
+        body["errors"] = p.errors
+    return JSONResponse(body, status_code=p.status, media_type=PROBLEM, headers=p.headers)
+
+
+def field_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
+    parts = [str(x) for x in loc if x not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, exc: Problem) -> JSONResponse:
+        return problem_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            msg = str(e.get("msg", "invalid"))
+            if e.get("type") == "extra_forbidden":
+                msg = "unknown field"
+            errors.append({"field": field_path(e.get("loc", ())), "message": msg})
+        first = errors[0] if errors else {"field": "body", "message": "invalid"}
+        return problem_response(
+            Problem(422, "Invalid request", f"{first['field']}: {first['message']}", errors=errors)
+        )
+
+    @app.exception_handler(ValidationError)
+    async def _domain_validation(_: Request, exc: ValidationError) -> JSONResponse:
+        return problem_response(invalid(exc.field, exc.message))
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return problem_response(Problem(404, "Not found", str(exc)))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return problem_response(Problem(409, "Conflict", str(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
+        return problem_response(Problem(exc.status_code, title, str(exc.detail)))

@@ -1,0 +1,180 @@
+"""Request and response bodies of the job API (the OpenAPI document is built from these)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from horae.api.problems import invalid
+from horae.models import (
+    CatchUpPolicy,
+    ConcurrencyPolicy,
+    ExecutionStatus,
+    JobSource,
+    JobSpec,
+    JobState,
+    RetryPolicy,
+)
+
+
+class JobCreate(JobSpec):
+    """A job to create: a task, a payload, and either `run_at` or `cron`."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=253)
+
+    def spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.model_dump(exclude={"name"}))
+
+
+class JobPatch(BaseModel):
+    """Fields to change (JSON merge patch: `null` clears `run_at`/`cron`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str | None = None
+    payload: dict[str, Any] | None = None
+    run_at: datetime | None = None
+    cron: str | None = None
+    time_zone: str | None = None
+    jitter_seconds: int | None = None
+    retry: RetryPolicy | None = None
+    timeout_seconds: int | None = None
+    concurrency_policy: ConcurrencyPolicy | None = None
+    starting_deadline_seconds: int | None = None
+    catch_up: CatchUpPolicy | None = None
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobCreate] = Field(min_length=1)
+
+
+class Created(BaseModel):
+    id: uuid.UUID
+
+
+class BatchCreated(BaseModel):
+    ids: list[uuid.UUID]
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    tenant: str
+    name: str | None
+    source: JobSource
+    state: JobState
+    spec_version: int
+    task: str
+    payload: dict[str, Any]
+    run_at: datetime | None
+    cron: str | None
+    time_zone: str
+    jitter_seconds: int
+    retry: RetryPolicy
+    timeout_seconds: int | None
+    concurrency_policy: ConcurrencyPolicy
+    starting_deadline_seconds: int | None
+    catch_up: CatchUpPolicy
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_status: ExecutionStatus | None
+    created_at: datetime
+    updated_at: datetime
+    next_runs: list[datetime] | None = Field(
+        default=None, description="The next 5 nominal fire times (UTC); only on GET /jobs/{id}."
+    )
+
+    @classmethod
+    def from_row(cls, row: Any, next_runs: list[datetime] | None = None) -> JobOut:
+        data = dict(row)
+        data["retry"] = data.pop("retry_policy")
+        return cls.model_validate({**data, "next_runs": next_runs})
+
+
+class ExecutionError(BaseModel):
+    kind: str | None
+    message: str | None
+
+
+class ExecutionOut(BaseModel):
+    id: uuid.UUID
+    job_id: uuid.UUID
+    tenant: str
+    task: str
+    status: ExecutionStatus
+    attempt: int
+    due_at: datetime
+    occurrence_at: datetime
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: ExecutionError | None
+    result: Any = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ExecutionOut:
+        data = dict(row)
+        kind, message = data.pop("error_kind"), data.pop("error_message")
+        data["error"] = {"kind": kind, "message": message} if kind or message else None
+        return cls.model_validate(data)
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+class ExecutionPage(BaseModel):
+    items: list[ExecutionOut]
+    next_cursor: str | None
+
+
+class PreviewRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cron: str | None = Field(default=None, min_length=1, max_length=200)
+    run_at: datetime | None = None
+    time_zone: str = "UTC"
+    after: datetime | None = None
+    count: int = Field(default=10, ge=1, le=100)
+
+
+class PreviewOut(BaseModel):
+    fire_times: list[datetime]
+
+
+class TenantLimit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_running: int | None = Field(ge=1, le=1_000_000)
+
+
+class TenantOut(BaseModel):
+    name: str
+    max_running: int | None
+    running: int
+
+
+def encode_cursor(at: datetime, last_id: uuid.UUID) -> str:
+    raw = json.dumps([at.isoformat(), str(last_id)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
+    if cursor is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, last_id = json.loads(raw)
+        parsed = datetime.fromisoformat(at)
+        if parsed.tzinfo is None:
+            raise ValueError("naive")
+        return parsed, uuid.UUID(last_id)
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise invalid("cursor", "malformed cursor: pass next_cursor from a previous page") from None

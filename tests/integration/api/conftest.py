@@ -1,0 +1,77 @@
+"""The job API in-process (ASGI) on a real PostgreSQL, authenticating callers with
+TokenReview/SubjectAccessReview against the real kube-apiserver."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from horae.api.app import create_app
+from horae.api.auth import KubernetesAuth
+from horae.kube import Reviews, load_api_client
+from tests.support.kube import ControlPlane
+
+ROLE = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}, namespace: {ns}}}
+rules:
+- apiGroups: [horae.dev]
+  resources: [jobs, tenants]
+  verbs: [{verbs}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects:
+- {{kind: ServiceAccount, name: {name}, namespace: {ns}}}
+"""
+
+
+@dataclass(frozen=True)
+class Tenants:
+    a: str
+    b: str
+    alice: str  # full access in a
+    bob: str  # full access in b
+    reader: str  # get/list only in a
+
+
+def _account(plane: ControlPlane, ns: str, name: str, verbs: str) -> str:
+    plane.kubectl("create", "serviceaccount", name, "-n", ns)
+    plane.kubectl("apply", "-f", "-", input=ROLE.format(name=name, ns=ns, verbs=verbs))
+    return plane.kubectl("create", "token", name, "-n", ns, "--duration=1h").stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def tenants(control_plane: ControlPlane) -> Tenants:
+    suffix = uuid.uuid4().hex[:6]
+    a, b = f"team-a-{suffix}", f"team-b-{suffix}"
+    for ns in (a, b):
+        control_plane.kubectl("create", "namespace", ns)
+    full = "create, get, list, update, delete"
+    return Tenants(
+        a=a, b=b, alice=_account(control_plane, a, "alice", full),
+        bob=_account(control_plane, b, "bob", full),
+        reader=_account(control_plane, a, "reader", "get, list"),
+    )  # fmt: skip
+
+
+@pytest_asyncio.fixture
+async def api(db_url: str, control_plane: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
+    auth = KubernetesAuth(Reviews(load_api_client(str(control_plane.kubeconfig))))
+    app = create_app(dsn=db_url, auth=auth, shards=64, pool_size=4, max_batch=1000)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://horae") as client:
+            yield client
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

@@ -1,0 +1,143 @@
+"""The job lifecycle through the HTTP API, on real Postgres and a real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import httpx
+
+from tests.integration.api.conftest import Tenants, bearer
+
+CRON = {"task": "report", "cron": "*/5 * * * *", "payload": {"to": "ops"}}
+
+
+async def test_create_answers_201_with_the_id_and_stores_job_and_execution(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    r = await api.post("/jobs", json=CRON, headers=bearer(tenants.alice))
+    assert r.status_code == 201, r.text
+    job_id = uuid.UUID(r.json()["id"])
+    job = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    assert job["tenant"] == tenants.a and job["source"] == "api" and job["cron"] == "*/5 * * * *"
+    statuses = await pool.fetch("SELECT status FROM executions WHERE job_id = $1", job_id)
+    assert [s["status"] for s in statuses] == ["scheduled"]
+
+    got = (await api.get(f"/jobs/{job_id}", headers=bearer(tenants.alice))).json()
+    assert got["task"] == "report" and got["state"] == "active" and got["spec_version"] == 1
+    runs = [datetime.fromisoformat(t) for t in got["next_runs"]]
+    assert len(runs) == 5 and all(t.minute % 5 == 0 and t.second == 0 for t in runs)
+    assert all(b - a == timedelta(minutes=5) for a, b in zip(runs, runs[1:], strict=False))
+
+
+async def test_idempotency_key_same_body_same_id_other_body_conflict(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    headers = {**bearer(tenants.alice), "Idempotency-Key": "order-42"}
+    first = await api.post("/jobs", json=CRON, headers=headers)
+    again = await api.post("/jobs", json=CRON, headers=headers)
+    assert first.status_code == 201 and again.status_code == 200
+    assert first.json()["id"] == again.json()["id"]
+    other = await api.post("/jobs", json={**CRON, "payload": {"to": "dev"}}, headers=headers)
+    assert other.status_code == 409
+    assert other.headers["content-type"] == "application/problem+json"
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_concurrent_creates_with_one_key_make_one_job(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    headers = {**bearer(tenants.alice), "Idempotency-Key": "race"}
+    results = await asyncio.gather(*(api.post("/jobs", json=CRON, headers=headers)
+                                     for _ in range(8)))  # fmt: skip
+    assert {r.status_code for r in results} <= {200, 201}
+    assert len({r.json()["id"] for r in results}) == 1
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_batch_creates_all_in_one_transaction(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    jobs = [{"task": "t", "run_at": (datetime.now(UTC) + timedelta(hours=i + 1)).isoformat()}
+            for i in range(50)]  # fmt: skip
+    r = await api.post("/jobs:batch", json={"jobs": jobs}, headers=bearer(tenants.alice))
+    assert r.status_code == 201, r.text
+    assert len(r.json()["ids"]) == 50
+    assert await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'scheduled'") == 50
+
+
+async def test_lifecycle_pause_resume_trigger_patch_delete(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    h = bearer(tenants.alice)
+    job_id = (await api.post("/jobs", json=CRON, headers=h)).json()["id"]
+
+    assert (await api.post(f"/jobs/{job_id}:pause", headers=h)).status_code == 204
+    assert (await api.get(f"/jobs/{job_id}", headers=h)).json()["state"] == "paused"
+    assert (await api.post(f"/jobs/{job_id}:trigger", headers=h)).status_code == 409
+    assert (await api.post(f"/jobs/{job_id}:resume", headers=h)).status_code == 204
+
+    triggered = await api.post(f"/jobs/{job_id}:trigger", headers=h)
+    assert triggered.status_code == 201
+    execution = (await api.get(f"/executions/{triggered.json()['id']}", headers=h)).json()
+    assert execution["status"] == "scheduled" and execution["job_id"] == job_id
+    due = datetime.fromisoformat(execution["due_at"])
+    assert abs(datetime.now(UTC) - due) < timedelta(seconds=5)
+
+    patched = await api.patch(f"/jobs/{job_id}", json={"cron": "0 3 * * *", "time_zone":
+                              "Europe/London"}, headers=h)  # fmt: skip
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["spec_version"] == 2 and patched.json()["cron"] == "0 3 * * *"
+
+    page = (await api.get(f"/jobs/{job_id}/executions?status=cancelled", headers=h)).json()
+    reasons = sorted(e["error"]["kind"] for e in page["items"])
+    # the pending occurrence and the triggered run were both superseded by the edit
+    assert reasons == ["paused", "superseded", "superseded"]
+
+    assert (await api.delete(f"/jobs/{job_id}", headers=h)).status_code == 204
+    assert (await api.get(f"/jobs/{job_id}", headers=h)).json()["state"] == "cancelled"
+    live = await pool.fetchval(
+        "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'scheduled'",
+        uuid.UUID(job_id),
+    )
+    assert live == 0
+    history = (await api.get(f"/jobs/{job_id}/executions", headers=h)).json()["items"]
+    assert len(history) == 4, "cancel keeps the history"
+
+
+async def test_lists_page_with_cursors(api: httpx.AsyncClient, tenants: Tenants) -> None:
+    h = bearer(tenants.alice)
+    created = [(await api.post("/jobs", json=CRON, headers=h)).json()["id"] for _ in range(5)]
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await api.get("/jobs", params=params, headers=h)).json()
+        seen += [j["id"] for j in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == created
+
+
+async def test_schedule_preview_creates_nothing(api: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
+    r = await api.post("/schedules:preview", json={
+        "cron": "30 1 * * *", "time_zone": "America/New_York",
+        "after": "2026-10-31T12:00:00Z", "count": 2,
+    })  # fmt: skip
+    assert r.status_code == 200
+    assert r.json()["fire_times"] == ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_tenant_limit_is_set_through_the_api(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    r = await api.put(f"/tenants/{tenants.a}", json={"max_running": 5},
+                      headers=bearer(tenants.alice))  # fmt: skip
+    assert r.status_code == 200 and r.json() == {"name": tenants.a, "max_running": 5, "running": 0}
+    assert await pool.fetchval("SELECT max_running FROM tenants WHERE name = $1", tenants.a) == 5
+    other = await api.put(f"/tenants/{tenants.b}", json={"max_running": 5},
+                          headers=bearer(tenants.alice))  # fmt: skip
+    assert other.status_code == 403
