@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -29,7 +30,7 @@ async def test_create_answers_201_with_the_id_and_stores_job_and_execution(
     assert got["task"] == "report" and got["state"] == "active" and got["spec_version"] == 1
     runs = [datetime.fromisoformat(t) for t in got["next_runs"]]
     assert len(runs) == 5 and all(t.minute % 5 == 0 and t.second == 0 for t in runs)
-    assert all(b - a == timedelta(minutes=5) for a, b in zip(runs, runs[1:], strict=False))
+    assert all(b - a == timedelta(minutes=5) for a, b in itertools.pairwise(runs))
 
 
 async def test_idempotency_key_same_body_same_id_other_body_conflict(

@@ -1,0 +1,119 @@
+"""Every rejection names the field, is application/problem+json, and writes nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.integration.api.conftest import Tenants, bearer
+
+SOON = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+
+
+async def assert_problem(r: httpx.Response, status: int, field: str | None) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["status"] == status and body["title"] and body["detail"]
+    if field is not None:
+        assert field in [e["field"] for e in body["errors"]], body
+        assert body["detail"].startswith(field), body
+    return body
+
+
+BAD_JOBS = [
+    ({"task": "t", "cron": "61 * * * *"}, "cron"),
+    ({"task": "t", "cron": "* * *"}, "cron"),
+    ({"task": "t", "cron": "0 9 * * *", "time_zone": "Mars/Base"}, "time_zone"),
+    ({"task": "t", "run_at": "2030-01-01T09:00:00"}, "run_at"),
+    ({"task": "t", "run_at": SOON, "cron": "* * * * *"}, "body"),
+    ({"task": "t"}, "body"),
+    ({"task": "t", "run_at": "2020-01-01T00:00:00Z"}, "run_at"),
+    ({"task": "t", "cron": "* * * * *", "payload": [1, 2]}, "payload"),
+    ({"task": "t", "cron": "* * * * *", "payload": "text"}, "payload"),
+    ({"task": "t", "cron": "* * * * *", "retry": {"max_attempts": 0}}, "retry.max_attempts"),
+    ({"task": "t", "cron": "* * * * *", "retry": {"initial_interval_seconds": -1}},
+     "retry.initial_interval_seconds"),
+    ({"task": "t", "cron": "* * * * *", "colour": "blue"}, "colour"),
+    ({"task": "Bad Name", "cron": "* * * * *"}, "task"),
+    ({"task": "t", "cron": "* * * * *", "jitter_seconds": 99999}, "jitter_seconds"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_JOBS, ids=[f for _, f in BAD_JOBS])
+async def test_invalid_jobs_are_refused_naming_the_field(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool, body: dict[str, Any], field: str
+) -> None:
+    r = await api.post("/jobs", json=body, headers=bearer(tenants.alice))
+    await assert_problem(r, 422, field)
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    assert await pool.fetchval("SELECT count(*) FROM executions") == 0
+
+
+async def test_run_at_slightly_past_fires_now(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    past = (datetime.now(UTC) - timedelta(minutes=2)).isoformat()
+    r = await api.post("/jobs", json={"task": "t", "run_at": past}, headers=bearer(tenants.alice))
+    assert r.status_code == 201
+    due = await pool.fetchval("SELECT due_at FROM executions")
+    assert due < datetime.now(UTC)
+
+
+async def test_oversized_payload_is_413(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    body = {"task": "t", "cron": "* * * * *", "payload": {"blob": "x" * (256 * 1024)}}
+    r = await api.post("/jobs", json=body, headers=bearer(tenants.alice))
+    await assert_problem(r, 413, "payload")
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_batch_over_the_limit_or_with_one_bad_job_writes_nothing(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    good = {"task": "t", "run_at": SOON}
+    r = await api.post("/jobs:batch", json={"jobs": [good] * 1001}, headers=bearer(tenants.alice))
+    await assert_problem(r, 413, "jobs")
+    bad = {"task": "t", "cron": "nope"}
+    r = await api.post("/jobs:batch", json={"jobs": [good, good, bad]},
+                       headers=bearer(tenants.alice))  # fmt: skip
+    await assert_problem(r, 422, "jobs.2.cron")
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_malformed_and_unknown_ids(api: httpx.AsyncClient, tenants: Tenants) -> None:
+    h = bearer(tenants.alice)
+    await assert_problem(await api.get("/jobs/not-a-uuid", headers=h), 422, "job_id")
+    await assert_problem(await api.post("/jobs/nope:pause", headers=h), 422, "job_id")
+    unknown = "00000000-0000-4000-8000-000000000000"
+    await assert_problem(await api.get(f"/jobs/{unknown}", headers=h), 404, None)
+    await assert_problem(await api.delete(f"/jobs/{unknown}", headers=h), 404, None)
+    await assert_problem(await api.get(f"/executions/{unknown}", headers=h), 404, None)
+    await assert_problem(await api.get("/jobs", params={"cursor": "garbage!"}, headers=h),
+                         422, "cursor")  # fmt: skip
+
+
+async def test_patch_with_bad_values_changes_nothing(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    h = bearer(tenants.alice)
+    job_id = (await api.post("/jobs", json={"task": "t", "cron": "0 * * * *"}, headers=h)).json()[
+        "id"
+    ]
+    await assert_problem(await api.patch(f"/jobs/{job_id}", json={"cron": "bad"}, headers=h),
+                         422, "cron")  # fmt: skip
+    await assert_problem(await api.patch(f"/jobs/{job_id}", json={"run_at": SOON}, headers=h),
+                         422, "body")  # fmt: skip
+    assert await pool.fetchval("SELECT spec_version FROM jobs") == 1
+
+
+async def test_preview_rejections(api: httpx.AsyncClient) -> None:
+    await assert_problem(await api.post("/schedules:preview", json={"cron": "x"}), 422, "cron")
+    await assert_problem(
+        await api.post("/schedules:preview", json={"cron": "* * * * *", "count": 101}), 422, "count"
+    )
