@@ -5,7 +5,6 @@ No `from __future__ import annotations` here: FastAPI must evaluate the
 `Annotated[..., Depends(access(...))]` parameters, whose factory is local.
 """
 
-
 import hashlib
 import json
 import uuid
