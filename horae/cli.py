@@ -102,6 +102,101 @@ def api(
     )  # fmt: skip
 
 
+schedule_app = typer.Typer(no_args_is_help=True, help="Inspect schedules.")
+app.add_typer(schedule_app, name="schedule")
+tenants_app = typer.Typer(no_args_is_help=True, help="Tenants and their limits.")
+app.add_typer(tenants_app, name="tenants")
+
+
+def _bad_input(message: str) -> typer.Exit:
+    typer.echo(f"horae: {message}", err=True)
+    return typer.Exit(2)
+
+
+@schedule_app.command("preview")
+def schedule_preview(
+    cron: Annotated[str, typer.Argument(help="Cron expression (5 fields, 6 with seconds first).")],
+    tz: Annotated[str, typer.Option("--tz", help="IANA time zone.")] = "UTC",
+    count: Annotated[int, typer.Option("-n", "--count", help="How many fire times.")] = 10,
+    after: Annotated[str | None, typer.Option(help="Start after this ISO 8601 instant.")] = None,
+) -> None:
+    """Print the next fire times of a cron expression (UTC and local), creating nothing."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    import pydantic
+
+    from horae.models import JobSpec
+    from horae.schedule import next_fire_times
+
+    if not 1 <= count <= 100:
+        raise _bad_input(f"--count must be between 1 and 100, got {count}")
+    try:
+        JobSpec(task="preview", cron=cron, time_zone=tz)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = {"cron": "CRON", "time_zone": "--tz"}.get(str(first["loc"][0]), "CRON")
+        raise _bad_input(f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
+    start = datetime.now(UTC)
+    if after is not None:
+        try:
+            start = datetime.fromisoformat(after)
+        except ValueError:
+            raise _bad_input(f"--after: not an ISO 8601 instant: {after!r}") from None
+        if start.tzinfo is None:
+            raise _bad_input("--after: needs a UTC offset, e.g. 2030-01-01T00:00:00Z")
+    zone = ZoneInfo(tz)
+    for fire in next_fire_times(run_at=None, cron=cron, time_zone=tz, after=start, count=count):
+        local = fire.astimezone(zone)
+        typer.echo(f"{fire.strftime('%Y-%m-%dT%H:%M:%SZ')}  {local.isoformat()}")
+
+
+@tenants_app.command("set")
+def tenants_set(
+    tenant: Annotated[str, typer.Argument(help="Tenant (namespace) name.")],
+    max_running: Annotated[
+        int | None, typer.Option(help="Concurrently running executions; omit for no limit.")
+    ] = None,
+) -> None:
+    """Set a tenant's limit of concurrently running executions."""
+    from horae.store import jobs as jobs_store
+    from horae.store.db import connect
+
+    if max_running is not None and max_running < 1:
+        raise _bad_input(f"--max-running must be >= 1, got {max_running}")
+    settings = _settings()
+
+    async def go() -> None:
+        conn = await connect(settings.database.url)
+        try:
+            row = await jobs_store.set_tenant_limit(conn, tenant, max_running)
+            typer.echo(f"{row['name']}: max_running={row['max_running']} running={row['running']}")
+        finally:
+            await conn.close()
+
+    _run(go())
+
+
+@tenants_app.command("ls")
+def tenants_ls() -> None:
+    """List tenants with their limits and running counts."""
+    from horae.store import jobs as jobs_store
+    from horae.store.db import connect
+
+    settings = _settings()
+
+    async def go() -> None:
+        conn = await connect(settings.database.url)
+        try:
+            for row in await jobs_store.list_tenants(conn):
+                limit = row["max_running"] if row["max_running"] is not None else "-"
+                typer.echo(f"{row['name']}\tmax_running={limit}\trunning={row['running']}")
+        finally:
+            await conn.close()
+
+    _run(go())
+
+
 def _resolve_job_ref(ref: str) -> tuple[uuid.UUID | None, str | None, str | None]:
     try:
         return uuid.UUID(ref), None, None
@@ -110,8 +205,7 @@ def _resolve_job_ref(ref: str) -> tuple[uuid.UUID | None, str | None, str | None
     if ref.count("/") == 1 and all(ref.split("/")):
         namespace, name = ref.split("/")
         return None, namespace, name
-    typer.echo(f"horae: JOB must be a job id or NAMESPACE/NAME, got {ref!r}", err=True)
-    raise typer.Exit(2)
+    raise _bad_input(f"JOB must be a job id or NAMESPACE/NAME, got {ref!r}")
 
 
 @app.command()

@@ -28,7 +28,9 @@ class JobCreate(JobSpec):
     name: str | None = Field(default=None, min_length=1, max_length=253)
 
     def spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.model_dump(exclude={"name"}))
+        """The validated spec without `name` (no second validation: this one passed)."""
+        fields = {k: getattr(self, k) for k in JobSpec.model_fields}
+        return JobSpec.model_construct(**fields)
 
 
 class JobPatch(BaseModel):

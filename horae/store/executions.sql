@@ -7,15 +7,6 @@ ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status 
 DO NOTHING
 RETURNING id
 
--- name: insert_first_executions
--- Schedule the first execution of many new jobs at once.
-INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
-                        job_version, status, created_at)
-SELECT u.*, 1, 1, 'scheduled', $8::timestamptz
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::smallint[],
-            $6::timestamptz[], $7::timestamptz[])
-     AS u(id, job_id, tenant, task, shard, due_at, occurrence_at)
-
 -- name: insert_skipped
 -- Record a nominal occurrence that did not run, with why, unless it already has a row.
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,

@@ -144,57 +144,45 @@ def _first_occurrence(job: NewJob, now: datetime) -> Occurrence | None:
 
 
 async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
-    """Insert jobs and their first executions: one transaction, two statements."""
+    """Insert jobs and their first executions: one statement, so one atomic round trip."""
     firsts = [_first_occurrence(j, now) for j in jobs]
     shard_of_job = [shard_of(j.job_id, shards) for j in jobs]
     runnable = [
         (j, f, s) for j, f, s in zip(jobs, firsts, shard_of_job, strict=True) if f and not j.paused
     ]
     exec_ids = [uuid.uuid4() for _ in runnable]
-    async with conn.transaction():
-        await conn.execute(
-            Q["insert_jobs"],
-            [j.job_id for j in jobs],
-            [j.tenant for j in jobs],
-            [j.name for j in jobs],
-            [j.source.value for j in jobs],
-            [j.spec.task for j in jobs],
-            [j.spec.payload for j in jobs],
-            [j.spec.run_at for j in jobs],
-            [j.spec.cron for j in jobs],
-            [j.spec.time_zone for j in jobs],
-            [j.spec.jitter_seconds for j in jobs],
-            [j.spec.retry.model_dump() for j in jobs],
-            [j.spec.timeout_seconds for j in jobs],
-            [j.spec.concurrency_policy.value for j in jobs],
-            [j.spec.starting_deadline_seconds for j in jobs],
-            [j.spec.catch_up.value for j in jobs],
-            [JobState.PAUSED.value if j.paused else JobState.ACTIVE.value for j in jobs],
-            shard_of_job,
-            [f.occurrence_at if f else None for f in firsts],
-            [j.idempotency_key for j in jobs],
-            [j.request_hash for j in jobs],
-            now,
-        )
-        if runnable:
-            await conn.execute(
-                Q["insert_first_executions"],
-                exec_ids,
-                [j.job_id for j, _, _ in runnable],
-                [j.tenant for j, _, _ in runnable],
-                [j.spec.task for j, _, _ in runnable],
-                [s for _, _, s in runnable],
-                [f.due_at for _, f, _ in runnable],
-                [f.occurrence_at for _, f, _ in runnable],
-                now,
-            )
-        soon = {
-            s: exec_id
-            for exec_id, (_, f, s) in zip(exec_ids, runnable, strict=True)
-            if f.due_at - now < NOTIFY_WITHIN
-        }
-        for shard, exec_id in soon.items():
-            await conn.execute(Q["notify_shard"], shard, str(exec_id))
+    await conn.execute(
+        Q["insert_jobs"],
+        [j.job_id for j in jobs],
+        [j.tenant for j in jobs],
+        [j.name for j in jobs],
+        [j.source.value for j in jobs],
+        [j.spec.task for j in jobs],
+        [j.spec.payload for j in jobs],
+        [j.spec.run_at for j in jobs],
+        [j.spec.cron for j in jobs],
+        [j.spec.time_zone for j in jobs],
+        [j.spec.jitter_seconds for j in jobs],
+        [j.spec.retry.model_dump() for j in jobs],
+        [j.spec.timeout_seconds for j in jobs],
+        [j.spec.concurrency_policy.value for j in jobs],
+        [j.spec.starting_deadline_seconds for j in jobs],
+        [j.spec.catch_up.value for j in jobs],
+        [JobState.PAUSED.value if j.paused else JobState.ACTIVE.value for j in jobs],
+        shard_of_job,
+        [f.occurrence_at if f else None for f in firsts],
+        [j.idempotency_key for j in jobs],
+        [j.request_hash for j in jobs],
+        now,
+        exec_ids,
+        [j.job_id for j, _, _ in runnable],
+        [j.tenant for j, _, _ in runnable],
+        [j.spec.task for j, _, _ in runnable],
+        [s for _, _, s in runnable],
+        [f.due_at for _, f, _ in runnable],
+        [f.occurrence_at for _, f, _ in runnable],
+        now + NOTIFY_WITHIN,
+    )
 
 
 async def create_job(

@@ -1,18 +1,36 @@
 -- name: insert_jobs
--- Insert many jobs at once (one row per array element); their executions follow in the same transaction.
-INSERT INTO jobs (id, tenant, name, source, task, payload, run_at, cron, time_zone,
-                  jitter_seconds, retry_policy, timeout_seconds, concurrency_policy,
-                  starting_deadline_seconds, catch_up, state, shard, next_run_at,
-                  idempotency_key, request_hash, created_at, updated_at, paused_at)
-SELECT u.*, $21::timestamptz, $21::timestamptz,
-       CASE WHEN u.state = 'paused' THEN $21::timestamptz END
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
-            $7::timestamptz[], $8::text[], $9::text[], $10::int[], $11::jsonb[], $12::int[],
-            $13::text[], $14::int[], $15::text[], $16::job_state[], $17::smallint[],
-            $18::timestamptz[], $19::text[], $20::text[])
-     AS u(id, tenant, name, source, task, payload, run_at, cron, time_zone, jitter_seconds,
-          retry_policy, timeout_seconds, concurrency_policy, starting_deadline_seconds,
-          catch_up, state, shard, next_run_at, idempotency_key, request_hash)
+-- One statement (atomic, one round trip): insert jobs, their first executions, and tell
+-- the shards of executions due before $29 (NOTIFY is delivered at COMMIT).
+WITH new_jobs AS (
+    INSERT INTO jobs (id, tenant, name, source, task, payload, run_at, cron, time_zone,
+                      jitter_seconds, retry_policy, timeout_seconds, concurrency_policy,
+                      starting_deadline_seconds, catch_up, state, shard, next_run_at,
+                      idempotency_key, request_hash, created_at, updated_at, paused_at)
+    SELECT u.*, $21::timestamptz, $21::timestamptz,
+           CASE WHEN u.state = 'paused' THEN $21::timestamptz END
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
+                $7::timestamptz[], $8::text[], $9::text[], $10::int[], $11::jsonb[], $12::int[],
+                $13::text[], $14::int[], $15::text[], $16::job_state[], $17::smallint[],
+                $18::timestamptz[], $19::text[], $20::text[])
+         AS u(id, tenant, name, source, task, payload, run_at, cron, time_zone, jitter_seconds,
+              retry_policy, timeout_seconds, concurrency_policy, starting_deadline_seconds,
+              catch_up, state, shard, next_run_at, idempotency_key, request_hash)
+    RETURNING id
+), new_executions AS (
+    INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+                            job_version, status, created_at)
+    SELECT e.*, 1, 1, 'scheduled', $21::timestamptz
+    FROM unnest($22::uuid[], $23::uuid[], $24::text[], $25::text[], $26::smallint[],
+                $27::timestamptz[], $28::timestamptz[])
+         AS e(id, job_id, tenant, task, shard, due_at, occurrence_at)
+    RETURNING id, shard, due_at
+), notified AS (
+    SELECT pg_notify('horae_shard_' || s.shard::text, s.id::text)
+    FROM (SELECT DISTINCT ON (shard) shard, id FROM new_executions WHERE due_at < $29) s
+)
+SELECT (SELECT count(*) FROM new_jobs) AS jobs,
+       (SELECT count(*) FROM new_executions) AS executions,
+       (SELECT count(*) FROM notified) AS notified
 
 -- name: get_job
 -- One job by id within a tenant (NULL tenant: any tenant).

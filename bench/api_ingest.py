@@ -1,0 +1,131 @@
+"""API ingest benchmark: creates/s through `POST /jobs` and jobs/s through `POST /jobs:batch`.
+
+Starts `horae api` (static dev token, no Kubernetes calls) against a fresh database on
+the local PostgreSQL, drives it from this process with aiohttp (httpx's client tops out
+well below the server here), prints the figures.
+
+    .venv/bin/python -m bench.api_ingest [--seconds 10] [--workers 2] [--concurrency 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+
+from horae.store.migrate import migrate
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
+TOKEN = "bench-token"
+
+
+def _db(name: str) -> str:
+    return urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
+
+
+def _job(i: int) -> dict[str, object]:
+    at = datetime.now(UTC) + timedelta(minutes=10, seconds=i % 3600)
+    return {"task": "bench.noop", "run_at": at.isoformat(), "payload": {"n": i}}
+
+
+async def _drive(url: str, seconds: float, concurrency: int, batch: int | None) -> tuple[int, int]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    done = 0
+    errors = 0
+    deadline = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(url, headers=headers, connector=connector) as session:
+
+        async def loop() -> None:
+            nonlocal done, errors
+            i = 0
+            while time.monotonic() < deadline:
+                i += 1
+                if batch is None:
+                    path, body, n = "/jobs", _job(i), 1
+                else:
+                    path, n = "/jobs:batch", batch
+                    body = {"jobs": [_job(i * batch + k) for k in range(batch)]}
+                async with session.post(path, json=body) as r:
+                    await r.read()
+                    if r.status == 201:
+                        done += n
+                    else:
+                        errors += 1
+
+        await asyncio.gather(*(loop() for _ in range(concurrency)))
+    return done, errors
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--port", type=int, default=18080)
+    args = parser.parse_args()
+
+    name = f"horae_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(BASE_DB)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    tokens = Path(tempfile.mkdtemp()) / "tokens"
+    tokens.write_text(f"{TOKEN},bench\n")
+    proc = None
+    try:
+        await migrate(_db(name))
+        env = {**os.environ, "HORAE_DATABASE_URL": _db(name), "HORAE_API_TOKENS_FILE": str(tokens),
+               "HORAE_API_KUBERNETES_AUTH": "false", "HORAE_LOG_LEVEL": "WARNING",
+               "HORAE_DATABASE_POOL_SIZE": "20"}  # fmt: skip
+        cmd = [str(Path(sys.executable).parent / "horae"), "api", "--port", str(args.port),
+               "--workers", str(args.workers)]  # fmt: skip
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO)
+        url = f"http://127.0.0.1:{args.port}"
+        async with aiohttp.ClientSession() as c:
+            for _ in range(200):
+                try:
+                    async with c.get(f"{url}/readyz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        print(f"api_ingest: {args.workers} API worker(s), PostgreSQL local, {os.cpu_count()} cores")
+        print(f"command: {' '.join(cmd)}")
+        n, err = await _drive(url, args.seconds, args.concurrency, None)
+        print(
+            f"single  POST /jobs       : {n / args.seconds:9.0f} creates/s "
+            f"({n} in {args.seconds:.0f}s, concurrency {args.concurrency}, {err} errors)"
+        )
+        n, err = await _drive(url, args.seconds, 4, args.batch_size)
+        print(
+            f"batch   POST /jobs:batch : {n / args.seconds:9.0f} jobs/s    "
+            f"({n} in {args.seconds:.0f}s, {args.batch_size}/request, 4 in flight, {err} errors)"
+        )
+        conn = await asyncpg.connect(_db(name))
+        jobs = await conn.fetchval("SELECT count(*) FROM jobs")
+        execs = await conn.fetchval("SELECT count(*) FROM executions")
+        await conn.close()
+        print(f"stored: {jobs} jobs, {execs} executions")
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
