@@ -91,7 +91,7 @@ async def main() -> None:
                "HORAE_DATABASE_POOL_SIZE": "20"}  # fmt: skip
         cmd = [str(Path(sys.executable).parent / "horae"), "api", "--port", str(args.port),
                "--workers", str(args.workers)]  # fmt: skip
-        proc = subprocess.Popen(cmd, env=env, cwd=REPO)
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO)  # noqa: ASYNC220 (started once, not awaited)
         url = f"http://127.0.0.1:{args.port}"
         async with aiohttp.ClientSession() as c:
             for _ in range(200):

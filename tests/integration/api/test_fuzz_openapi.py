@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from schemathesis import checks
 from hypothesis import HealthCheck, given, settings
+from schemathesis import checks
 
 from tests.support.kube import free_port
 from tests.support.processes import HORAE, REPO
