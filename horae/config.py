@@ -114,6 +114,8 @@ class Settings:
     kube: KubeSettings = field(default_factory=KubeSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    metrics_port: int = 0
+    """HORAE_METRICS_PORT: serve Prometheus /metrics on this port (0: off)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -150,6 +152,7 @@ class Settings:
                 redelivery_timeout=_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
                 identity=identity or sched_defaults.identity,
             ),
+            metrics_port=_int(env, "HORAE_METRICS_PORT", 0, minimum=0),
             worker=WorkerSettings(
                 pool=env.get("HORAE_POOL", worker_defaults.pool),
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),

@@ -1,9 +1,16 @@
 """Preload owned shards' windows into a timer heap and publish each execution at its due moment.
 
-Order of writes per batch: publish with confirms, then the fenced UPDATE to
-`queued`. A crash between the two leaves the rows `scheduled`, so they are
-published again (a duplicate message the worker's claim drops), never lost.
-A fenced-out UPDATE means another replica took the shard: it is dropped at once.
+Order of writes per batch: publish with confirms, then one fenced transaction
+that marks the batch `queued`, records skipped occurrences and schedules cron
+jobs' next occurrences. A crash between the two leaves the rows `scheduled`, so
+they are published again (a duplicate message the worker's claim drops), never
+lost. A fenced-out transaction means another replica took the shard: it is
+dropped at once.
+
+Preload reads through the partial index with a cursor: each refresh reads only
+rows beyond the last one seen; rows inserted behind the cursor (near-term
+creates, retries) are announced by NOTIFY for their shard, which re-reads that
+shard's window; a full re-read every `FULL_REFRESH_EVERY` is the safety net.
 """
 
 from __future__ import annotations
@@ -14,25 +21,34 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
 
+from horae import metrics
 from horae.broker import Publisher
 from horae.models import ExecutionMessage
 from horae.store import executions as store
-from horae.store.executions import Due
+from horae.store.executions import MIN_CURSOR, Due, Skip
 
 log = logging.getLogger(__name__)
 
-PRELOAD_LIMIT = 50_000
+PRELOAD_PAGE = 20_000
 BATCH_LIMIT = 2_000
+FULL_REFRESH_EVERY = 30.0
+"""Seconds between full re-reads of the window (the safety net under the cursor)."""
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def message(d: Due) -> ExecutionMessage:
+    return ExecutionMessage(
+        execution_id=d.id, job_id=d.job_id, task=d.task, tenant=d.tenant, due_at=d.due_at,
+        occurrence_at=d.occurrence_at, attempt=d.attempt,
+    )  # fmt: skip
 
 
 class Dispatcher:
@@ -47,7 +63,7 @@ class Dispatcher:
         window: timedelta,
         refresh_period: timedelta,
         lease_valid: Callable[[int], bool],
-        on_fenced: Callable[[int], Any],
+        on_fenced: Callable[[int], Awaitable[None]],
     ) -> None:
         self._pool = pool
         self._publisher = publisher
@@ -59,6 +75,10 @@ class Dispatcher:
         self.epochs: dict[int, int] = {}
         self._heap: list[tuple[datetime, uuid.UUID, Due]] = []
         self._known: set[uuid.UUID] = set()
+        self._cursor = MIN_CURSOR
+        self._last_full = 0.0
+        self._full_needed = True
+        self._notified: set[int] = set()
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
         self.dispatched = 0
@@ -67,32 +87,65 @@ class Dispatcher:
     async def gain(self, shard: int) -> None:
         async with self._pool.acquire() as conn:
             self.epochs[shard] = await store.take_shard(conn, shard, self._identity, _now())
+        self._notified.add(shard)
         self._refresh_now.set()
+        metrics.owned_shards.set(len(self.epochs))
 
     async def lose(self, shard: int) -> None:
         self.epochs.pop(shard, None)
+        metrics.owned_shards.set(len(self.epochs))
 
-    def notified(self, *_: object) -> None:
-        """A near-term execution was inserted for one of our shards: re-read now."""
+    def notified(self, _conn: object, _pid: int, channel: str, _payload: object) -> None:
+        """A near-term execution was inserted for one of our shards: re-read it now."""
+        try:
+            self._notified.add(int(channel.rsplit("_", 1)[1]))
+        except ValueError:
+            self._full_needed = True
         self._refresh_now.set()
 
     # -- preload -------------------------------------------------------------
-    async def refresh(self) -> int:
-        shards = sorted(self.epochs)
-        if not shards:
-            return 0
-        until = _now() + self._window
-        async with self._pool.acquire() as conn:
-            rows = await store.preload(conn, shards, until, PRELOAD_LIMIT)
+    def _add(self, rows: Sequence[Due]) -> int:
         added = 0
         for due in rows:
-            if due.id not in self._known:
+            if due.id not in self._known and due.shard in self.epochs:
                 self._known.add(due.id)
                 heapq.heappush(self._heap, (due.due_at, due.id, due))
                 added += 1
         if added:
             self._wake.set()
+        metrics.preload_size.set(len(self._heap))
         return added
+
+    async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, uuid.UUID]
+                    ) -> tuple[int, tuple[datetime, uuid.UUID]]:  # fmt: skip
+        total = 0
+        async with self._pool.acquire() as conn:
+            while True:
+                rows = await store.preload(conn, shards, until, PRELOAD_PAGE, after)
+                total += self._add(rows)
+                if rows:
+                    after = (rows[-1].due_at, rows[-1].id)
+                if len(rows) < PRELOAD_PAGE:
+                    return total, after
+
+    async def refresh(self) -> int:
+        shards = sorted(self.epochs)
+        if not shards:
+            return 0
+        until = _now() + self._window
+        added = 0
+        if self._full_needed or time.monotonic() - self._last_full > FULL_REFRESH_EVERY:
+            self._full_needed = False
+            self._notified.clear()
+            self._last_full = time.monotonic()
+            added, self._cursor = await self._read(shards, until, MIN_CURSOR)
+            return added
+        behind = sorted(self._notified & set(shards))
+        self._notified.clear()
+        if behind:
+            added += (await self._read(behind, until, MIN_CURSOR))[0]
+        more, self._cursor = await self._read(shards, until, self._cursor)
+        return added + more
 
     async def run_refresh(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -101,10 +154,13 @@ class Dispatcher:
                 await self.refresh()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 log.exception("preload failed; retrying")
+                self._full_needed = True
+                await asyncio.sleep(0.5)
             try:
                 await asyncio.wait_for(self._refresh_now.wait(), timeout=self._refresh_period)
             except TimeoutError:
                 pass
+            await asyncio.sleep(0.02)  # coalesce bursts of NOTIFY
 
     # -- dispatch ------------------------------------------------------------
     async def run_dispatch(self, stop: asyncio.Event) -> None:
@@ -115,13 +171,58 @@ class Dispatcher:
             while self._heap and self._heap[0][0] <= now and len(batch) < BATCH_LIMIT:
                 batch.append(heapq.heappop(self._heap)[2])
             if batch:
-                await self._dispatch(batch)
+                try:
+                    await self._dispatch(batch)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    log.exception("dispatch failed; the batch stays scheduled and is re-read")
+                    self._forget(batch)
+                    self._full_needed = True
+                    await asyncio.sleep(0.5)
+                metrics.preload_size.set(len(self._heap))
                 continue
             delay = (self._heap[0][0] - now).total_seconds() if self._heap else 1.0
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=min(max(delay, 0.0), 1.0))
             except TimeoutError:
                 pass
+
+    def _forget(self, dues: Sequence[Due]) -> None:
+        for d in dues:
+            self._known.discard(d.id)
+
+    async def _decide(
+        self, conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record], dues: list[Due],
+        now: datetime,
+    ) -> tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]:  # fmt: skip
+        """Split a shard's batch into (publish, skip, cancel predecessors)."""
+        skips: list[Skip] = []
+        keep: list[Due] = []
+        for d in dues:
+            deadline = d.starting_deadline_seconds
+            if deadline is not None and (now - d.due_at).total_seconds() > deadline:
+                late = (now - d.due_at).total_seconds()
+                skips.append(Skip(d, "deadline", f"not started within startingDeadlineSeconds="
+                                  f"{deadline} ({late:.1f}s late)"))  # fmt: skip
+            else:
+                keep.append(d)
+        guarded = [d for d in keep if d.concurrency_policy != "Allow" and d.attempt == 1]
+        cancel: list[tuple[uuid.UUID, datetime]] = []
+        if guarded:
+            live = await store.live_of_jobs(conn, [d.job_id for d in guarded])
+            by_job: dict[uuid.UUID, list[asyncpg.Record]] = defaultdict(list)
+            for row in live:
+                by_job[row["job_id"]].append(row)
+            for d in guarded:
+                running = [r for r in by_job.get(d.job_id, []) if r["id"] != d.id]
+                if not running:
+                    continue
+                if d.concurrency_policy == "Forbid":
+                    keep.remove(d)
+                    skips.append(Skip(d, "forbid", "concurrencyPolicy=Forbid: the previous "
+                                      "occurrence is still running"))  # fmt: skip
+                else:
+                    cancel += [(r["id"], r["due_at"]) for r in running]
+        return keep, skips, cancel
 
     async def _dispatch(self, batch: list[Due]) -> None:
         by_shard: dict[int, list[Due]] = defaultdict(list)
@@ -132,44 +233,42 @@ class Dispatcher:
                 self._known.discard(due.id)  # not ours (any more): forget it
         if not by_shard:
             return
-        messages = [
-            ExecutionMessage(
-                execution_id=d.id,
-                job_id=d.job_id,
-                task=d.task,
-                tenant=d.tenant,
-                due_at=d.due_at,
-                occurrence_at=d.occurrence_at,
-                attempt=d.attempt,
-            )
-            for dues in by_shard.values()
-            for d in dues
-        ]
-        started = time.monotonic()
-        try:
-            await self._publisher.publish_batch(messages)
-        except Exception:
-            log.exception("publish failed; the batch stays scheduled and is re-read")
-            for dues in by_shard.values():
-                for d in dues:
-                    self._known.discard(d.id)
-            await asyncio.sleep(0.5)
-            return
         now = _now()
+        plans = {}
         async with self._pool.acquire() as conn:
             for shard, dues in by_shard.items():
+                plans[shard] = await self._decide(conn, dues, now)
+        to_publish = [d for keep, _, _ in plans.values() for d in keep]
+        if to_publish:
+            try:
+                await self._publisher.publish_batch([message(d) for d in to_publish])
+            except Exception:
+                log.exception("publish failed; the batch stays scheduled and is re-read")
+                self._forget(batch)
+                self._full_needed = True
+                await asyncio.sleep(0.5)
+                return
+        published = _now()
+        for d in to_publish:
+            metrics.dispatch_lag.observe((published - d.due_at).total_seconds())
+        async with self._pool.acquire() as conn:
+            for shard, (keep, skips, cancel) in plans.items():
                 epoch = self.epochs.get(shard)
                 moved = None
                 if epoch is not None:
-                    moved = await store.mark_queued(conn, shard, epoch, dues, now)
-                for d in dues:
-                    self._known.discard(d.id)
+                    moved = await store.mark_queued(
+                        conn, shard, epoch, keep, published, skipped=skips, cancel=cancel
+                    )
+                self._forget(by_shard[shard])
                 if moved is None:
                     log.warning(
                         "fenced out of shard %d; dropping it", shard, extra={"shard": shard}
                     )
+                    metrics.fenced_writes.inc()
                     self.epochs.pop(shard, None)
                     await self._on_fenced(shard)
                     continue
                 self.dispatched += moved
-        log.debug("dispatched %d in %.3fs", len(messages), time.monotonic() - started)
+                metrics.dispatched.inc(len(keep))
+                for s in skips:
+                    metrics.skipped.labels(s.kind).inc()

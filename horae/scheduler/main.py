@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from datetime import timedelta
 
-from horae import broker
+from horae import broker, metrics
 from horae.config import Settings
 from horae.kube import Leases, load_api_client
 from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.leases import ShardLeases
+from horae.scheduler.maintenance import Maintenance
+from horae.scheduler.reaper import Reaper
 from horae.store.db import connect, connect_pool
 
 log = logging.getLogger(__name__)
@@ -33,10 +36,12 @@ async def run(settings: Settings) -> None:
     shard_leases: ShardLeases
 
     async def lost(shard: int) -> None:
+        metrics.lease_transitions.labels("lost").inc()
         await dispatcher.lose(shard)
         await listener.remove_listener(f"horae_shard_{shard}", dispatcher.notified)
 
     async def gained(shard: int) -> None:
+        metrics.lease_transitions.labels("gained").inc()
         await dispatcher.gain(shard)
         await listener.add_listener(f"horae_shard_{shard}", dispatcher.notified)
 
@@ -61,11 +66,25 @@ async def run(settings: Settings) -> None:
         on_gained=gained,
         on_lost=lost,
     )
+    reaper = Reaper(
+        pool, publisher, epochs=lambda: dispatcher.epochs, redelivery_timeout=cfg.redelivery_timeout
+    )
+    maintenance = Maintenance(
+        pool,
+        Leases(api, settings.kube.namespace),
+        identity=cfg.identity,
+        lease_duration=timedelta(seconds=30),
+        ahead_days=settings.database.partitions_ahead_days,
+        retention_days=settings.database.retention_days,
+    )
+    metrics.serve(settings.metrics_port)
     log.info("scheduler %s starting with %d shards", cfg.identity, cfg.shards)
     tasks = [
         asyncio.create_task(shard_leases.run(stop), name="leases"),
         asyncio.create_task(dispatcher.run_refresh(stop), name="refresh"),
         asyncio.create_task(dispatcher.run_dispatch(stop), name="dispatch"),
+        asyncio.create_task(reaper.run(stop), name="reaper"),
+        asyncio.create_task(maintenance.run(stop, period=10.0), name="maintenance"),
     ]
     await stop.wait()
     log.info("scheduler %s stopping: releasing %d shards", cfg.identity, len(shard_leases.held))
@@ -73,6 +92,7 @@ async def run(settings: Settings) -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await shard_leases.release_all()
+    await maintenance.release()
     await listener.close()
     await connection.close()
     await pool.close()

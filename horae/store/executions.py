@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -32,10 +32,22 @@ class Due:
     due_at: datetime
     occurrence_at: datetime
     attempt: int
+    starting_deadline_seconds: int | None = None
+    concurrency_policy: str = "Allow"
 
 
-async def preload(conn: Conn, shards: Sequence[int], until: datetime, limit: int) -> list[Due]:
-    rows = await conn.fetch(Q["preload_due"], list(shards), until, limit)
+MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
+
+
+async def preload(
+    conn: Conn,
+    shards: Sequence[int],
+    until: datetime,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] = MIN_CURSOR,
+) -> list[Due]:
+    """Pending executions of `shards` due before `until`, after the cursor `after`."""
+    rows = await conn.fetch(Q["preload_due"], list(shards), until, after[0], after[1], limit)
     return [Due(**dict(r)) for r in rows]
 
 
@@ -44,10 +56,30 @@ async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
     return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
 
 
+async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
+    """Queued or running executions of these jobs."""
+    return list(await conn.fetch(Q["live_executions_of_jobs"], list(job_ids)))
+
+
+@dataclass(frozen=True)
+class Skip:
+    due: Due
+    kind: str
+    message: str
+
+
 async def mark_queued(
-    conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
+    conn: Conn,
+    shard: int,
+    epoch: int,
+    batch: Sequence[Due],
+    now: datetime,
+    *,
+    skipped: Sequence[Skip] = (),
+    cancel: Sequence[tuple[uuid.UUID, datetime]] = (),
 ) -> int | None:
-    """Fenced: mark a published batch queued and schedule cron jobs' next occurrences.
+    """Fenced, one transaction: mark a published batch queued, record skipped occurrences,
+    request cancellation of replaced predecessors, and schedule cron jobs' next occurrences.
 
     The epoch row is share-locked for the whole transaction, so a replica taking
     the shard (which bumps the epoch) waits for this to commit, and this finds
@@ -61,10 +93,62 @@ async def mark_queued(
         status = await conn.execute(
             Q["mark_queued"], shard, epoch, [d.id for d in batch], [d.due_at for d in batch], now
         )
-        for due in batch:
+        for kind in {s.kind for s in skipped}:
+            group = [s for s in skipped if s.kind == kind]
+            await conn.execute(
+                Q["skip_executions"], shard, epoch, [s.due.id for s in group],
+                [s.due.due_at for s in group], now, kind, group[0].message,
+            )  # fmt: skip
+        if cancel:
+            await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
+        for due in [*batch, *(s.due for s in skipped)]:
             if due.attempt == 1:
                 await _schedule_next(conn, due.job_id, due.occurrence_at, now)
         return int(status.split()[-1])
+
+
+async def stale_queued(
+    conn: Conn, shards: Sequence[int], before: datetime, limit: int
+) -> list[Due]:
+    rows = await conn.fetch(Q["stale_queued"], list(shards), before, limit)
+    return [Due(**dict(r)) for r in rows]
+
+
+async def touch_queued(
+    conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
+) -> None:
+    await conn.execute(
+        Q["touch_queued"], shard, epoch, [d.id for d in batch], [d.due_at for d in batch], now
+    )
+
+
+async def expired_running(
+    conn: Conn, shards: Sequence[int], now: datetime, limit: int
+) -> list[asyncpg.Record]:
+    return list(await conn.fetch(Q["expired_running"], list(shards), now, limit))
+
+
+async def lose_lease(
+    conn: Conn, row: asyncpg.Record, *, epoch: int, now: datetime, retry_at: datetime | None
+) -> bool:
+    """Fenced: the expired running execution `row` becomes failed (with a retry at
+    `retry_at`) or dead (retry_at None). False when it is no longer expired or not ours."""
+    status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
+    async with conn.transaction():
+        job_id = await conn.fetchval(
+            Q["lose_lease"], row["id"], row["due_at"], row["shard"], epoch, now, status.value
+        )
+        if job_id is None:
+            return False
+        if retry_at is not None:
+            await insert_execution(
+                conn, job_id=row["job_id"], tenant=row["tenant"], task=row["task"],
+                shard=row["shard"], due_at=retry_at, occurrence_at=row["occurrence_at"],
+                attempt=row["attempt"] + 1, job_version=row["job_version"], now=now,
+            )  # fmt: skip
+        await conn.execute(Q["record_job_run"], row["job_id"], now, status.value, retry_at is None)
+        await conn.execute(Q["notify_job"], str(row["job_id"]))
+        return True
 
 
 async def _schedule_next(

@@ -22,12 +22,14 @@ UPDATE executions SET status = 'cancelled', finished_at = $2, error_kind = $3,
 WHERE job_id = $1 AND status = 'scheduled'
 
 -- name: preload_due
--- Pending executions of the given shards due before a time, in due order (hot path).
-SELECT id, job_id, tenant, task, shard, due_at, occurrence_at, attempt
-FROM executions
-WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
-ORDER BY due_at, id
-LIMIT $3
+-- Pending executions of the given shards due before $2, after the cursor ($3, $4), in due order (hot path).
+SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
+       j.starting_deadline_seconds, j.concurrency_policy
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard = ANY($1::smallint[]) AND e.status = 'scheduled' AND e.due_at < $2
+  AND (e.due_at, e.id) > ($3::timestamptz, $4::uuid)
+ORDER BY e.due_at, e.id
+LIMIT $5
 
 -- name: take_shard
 -- Bump a shard's fencing epoch as a new owner takes it; returns the new epoch.
@@ -40,14 +42,75 @@ RETURNING epoch
 SELECT epoch FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
 
 -- name: mark_queued
--- Fenced: mark published executions queued only while the shard's epoch is ours.
+-- Fenced: mark published executions queued (with the epoch) only while the shard's epoch is ours.
 WITH fence AS (
-    SELECT shard FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+    SELECT shard, epoch FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
 )
-UPDATE executions e SET status = 'queued', enqueued_at = $5
+UPDATE executions e SET status = 'queued', enqueued_at = $5, dispatch_epoch = fence.epoch
 FROM fence
 WHERE e.shard = fence.shard AND e.status = 'scheduled'
   AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+
+-- name: skip_executions
+-- Fenced: record occurrences that will not run (deadline missed, Forbid overlap) with why.
+WITH fence AS (
+    SELECT shard FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+)
+UPDATE executions e SET status = 'skipped', finished_at = $5, error_kind = $6, error_message = $7
+FROM fence
+WHERE e.shard = fence.shard AND e.status = 'scheduled'
+  AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+
+-- name: live_executions_of_jobs
+-- Queued or running executions of these jobs (concurrency policies).
+SELECT id, job_id, due_at, status FROM executions
+WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'running')
+
+-- name: request_cancel
+-- Ask the worker running these executions to cancel them (Replace policy, job cancelled).
+UPDATE executions SET cancel_requested = true
+WHERE (id, due_at) IN (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]))
+  AND status IN ('queued', 'running')
+
+-- name: stale_queued
+-- Queued executions of these shards published before $2 and never claimed (reaper).
+SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt
+FROM executions e
+WHERE e.shard = ANY($1::smallint[]) AND e.status = 'queued' AND e.enqueued_at < $2
+ORDER BY e.enqueued_at
+LIMIT $3
+
+-- name: touch_queued
+-- Fenced: note that queued executions were published again.
+WITH fence AS (
+    SELECT shard FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+)
+UPDATE executions e SET enqueued_at = $5
+FROM fence
+WHERE e.shard = fence.shard AND e.status = 'queued'
+  AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+
+-- name: expired_running
+-- Running executions of these shards whose lease ran out before $2 (reaper), with their policy.
+SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
+       e.job_version, e.lease_owner, j.retry_policy
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard = ANY($1::smallint[]) AND e.status = 'running' AND e.lease_until < $2
+ORDER BY e.lease_until
+LIMIT $3
+
+-- name: lose_lease
+-- Fenced: a running execution whose lease is still expired becomes a failed (or dead) attempt.
+WITH fence AS (
+    SELECT shard FROM shard_epochs WHERE shard = $3 AND epoch = $4 FOR SHARE
+)
+UPDATE executions e SET status = $6, finished_at = $5, error_kind = 'lease_lost',
+       error_message = 'worker ' || coalesce(e.lease_owner, '?') || ' stopped heartbeating',
+       lease_until = NULL
+FROM fence
+WHERE e.id = $1 AND e.due_at = $2 AND e.shard = fence.shard AND e.status = 'running'
+  AND e.lease_until < $5
+RETURNING e.job_id
 
 -- name: claim_execution
 -- Claim a dispatched execution for one worker: running, leased, job fresh. No row: stale or duplicate.

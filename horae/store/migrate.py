@@ -13,10 +13,14 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import asyncpg
 
 from horae.store.queries import Q
+
+if TYPE_CHECKING:
+    from horae.store.db import Conn
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +73,7 @@ async def apply_migrations(conn: asyncpg.Connection[asyncpg.Record]) -> list[str
 
 
 async def maintain_partitions(
-    conn: asyncpg.Connection[asyncpg.Record], *, today: date, ahead_days: int, retention_days: int
+    conn: Conn, *, today: date, ahead_days: int, retention_days: int
 ) -> tuple[list[date], int]:
     """Create daily partitions from yesterday to today + ahead; drop those past retention."""
     created = []

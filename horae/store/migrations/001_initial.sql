@@ -69,6 +69,7 @@ CREATE TABLE executions (
     lease_owner       text,
     lease_until       timestamptz,
     enqueued_at       timestamptz,
+    dispatch_epoch    bigint,
     started_at        timestamptz,
     finished_at       timestamptz,
     error_kind        text,
@@ -93,8 +94,12 @@ CREATE INDEX executions_pending ON executions (shard, due_at, id) WHERE status =
 CREATE UNIQUE INDEX executions_occurrence ON executions (job_id, occurrence_at, due_at, shard)
     WHERE attempt = 1 AND status <> 'cancelled';
 CREATE INDEX executions_job ON executions (job_id, due_at DESC);
-CREATE INDEX executions_active ON executions (lease_until)
-    WHERE status IN ('queued', 'running');
+-- The reaper's paths: queued rows not claimed in time, running rows whose lease ran out.
+CREATE INDEX executions_queued ON executions (shard, enqueued_at) WHERE status = 'queued';
+CREATE INDEX executions_running ON executions (shard, lease_until) WHERE status = 'running';
+-- Concurrency policies and heartbeats look at a job's (or a worker's) live executions.
+CREATE INDEX executions_job_live ON executions (job_id) WHERE status IN ('queued', 'running');
+CREATE INDEX executions_owner_running ON executions (lease_owner) WHERE status = 'running';
 
 -- Rows whose day has no partition yet (far-future one-offs) wait here; creating
 -- that day's partition moves them over.

@@ -1,0 +1,38 @@
+"""Prometheus metrics of every Horae process, defined once; `serve(port)` exposes them.
+
+Lags are seconds after the due moment: dispatch lag (publish - due) on the
+scheduler, start lag (handler start - due) on the worker.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
+
+dispatch_lag = Histogram(
+    "horae_dispatch_lag_seconds", "Publish time minus due time.", buckets=LAG_BUCKETS
+)
+start_lag = Histogram(
+    "horae_start_lag_seconds", "Handler start minus due time.", buckets=LAG_BUCKETS
+)
+run_duration = Histogram("horae_run_duration_seconds", "Handler run time.")
+owned_shards = Gauge("horae_owned_shards", "Shards this scheduler replica holds.")
+lease_transitions = Counter(
+    "horae_lease_transitions_total", "Shard Leases gained or lost.", ["change"]
+)
+fenced_writes = Counter("horae_fenced_writes_total", "Dispatch writes refused by fencing.")
+preload_size = Gauge("horae_preload_size", "Executions held in the preload window.")
+dispatched = Counter("horae_dispatched_total", "Executions published to the queue.")
+skipped = Counter("horae_skipped_total", "Occurrences skipped at dispatch.", ["reason"])
+reaped = Counter("horae_reaped_total", "Executions recovered by the reaper.", ["kind"])
+outcomes = Counter("horae_outcomes_total", "Execution outcomes recorded.", ["status"])
+retries = Counter("horae_retries_total", "Retry executions scheduled.")
+dead_letters = Counter("horae_dead_letters_total", "Executions dead-lettered.")
+in_flight = Gauge("horae_in_flight", "Handlers running in this worker.")
+
+
+def serve(port: int) -> None:
+    """Expose /metrics on `port` (0: don't)."""
+    if port:
+        start_http_server(port)

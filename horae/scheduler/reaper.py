@@ -1,0 +1,98 @@
+"""The reaper: recover executions that a crash or a lost message left behind, per owned shard.
+
+- `queued` but not claimed within the redelivery timeout: published again.
+- `running` with an expired lease (the worker stopped heartbeating): a failed
+  attempt ("lease lost") with a retry per the job's policy, or `dead` (and a
+  copy on the dead-letter queue) when it was the last attempt.
+Every write is fenced with the shard's epoch, like dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from horae import metrics
+from horae.broker import Publisher
+from horae.models import RetryPolicy
+from horae.scheduler.dispatcher import message
+from horae.store import executions as store
+from horae.store.executions import Due
+
+log = logging.getLogger(__name__)
+
+BATCH = 1_000
+
+
+class Reaper:
+    def __init__(
+        self,
+        pool: asyncpg.Pool[asyncpg.Record],
+        publisher: Publisher,
+        *,
+        epochs: Callable[[], dict[int, int]],
+        redelivery_timeout: timedelta,
+        period: timedelta = timedelta(seconds=5),
+    ) -> None:
+        self._pool = pool
+        self._publisher = publisher
+        self._epochs = epochs
+        self._redelivery = redelivery_timeout
+        self._period = period.total_seconds()
+
+    async def sweep(self) -> tuple[int, int]:
+        """One pass; returns (republished, leases lost)."""
+        epochs = dict(self._epochs())
+        if not epochs:
+            return 0, 0
+        now = datetime.now(UTC)
+        shards = sorted(epochs)
+        async with self._pool.acquire() as conn:
+            stale = await store.stale_queued(conn, shards, now - self._redelivery, BATCH)
+            if stale:
+                await self._publisher.publish_batch([message(d) for d in stale])
+                by_shard: dict[int, list[Due]] = defaultdict(list)
+                for d in stale:
+                    by_shard[d.shard].append(d)
+                for shard, dues in by_shard.items():
+                    await store.touch_queued(conn, shard, epochs[shard], dues, now)
+                metrics.reaped.labels("redelivered").inc(len(stale))
+                log.info("republished %d unclaimed queued executions", len(stale))
+            lost = 0
+            for row in await store.expired_running(conn, shards, now, BATCH):
+                policy = RetryPolicy.model_validate(row["retry_policy"])
+                last = row["attempt"] >= policy.max_attempts
+                retry_at = None if last else now + policy.delay(row["attempt"])
+                if await store.lose_lease(
+                    conn, row, epoch=epochs[row["shard"]], now=now, retry_at=retry_at
+                ):
+                    lost += 1
+                    if last:
+                        body = message(Due(**{k: row[k] for k in (
+                            "id", "job_id", "tenant", "task", "shard", "due_at",
+                            "occurrence_at", "attempt")})).model_dump_json().encode()  # fmt: skip
+                        await self._publisher.dead_letter(body, str(row["id"]),
+                                                          {"reason": "lease lost"})  # fmt: skip
+                        metrics.dead_letters.inc()
+            if lost:
+                metrics.reaped.labels("lease_lost").inc(lost)
+                log.info("%d running executions lost their lease", lost)
+        return len(stale), lost
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.sweep()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                log.exception("reaper pass failed")
+            except Exception:
+                log.exception("reaper pass failed")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self._period)
+            except TimeoutError:
+                pass
