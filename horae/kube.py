@@ -8,6 +8,8 @@ API errors are translated at this boundary: 409 -> `LeaseConflict`.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -227,3 +229,33 @@ class Reviews:
             self._authz.create_subject_access_review, body, _request_timeout=10
         )
         return bool(result.status and result.status.allowed)
+
+
+def watch_leases(
+    api: client.ApiClient,
+    namespace: str,
+    selector: str,
+    on_change: Callable[[str, Lease], None],
+    stop: threading.Event,
+) -> None:
+    """Blocking: stream Lease changes to `on_change(event_type, lease)` until `stop` is set.
+
+    Run it in a thread; it re-opens the watch when the server ends it.
+    """
+    from kubernetes import watch
+
+    coordination = client.CoordinationV1Api(api)
+    while not stop.is_set():
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                coordination.list_namespaced_lease, namespace, label_selector=selector,
+                timeout_seconds=30, _request_timeout=40,
+            ):  # fmt: skip
+                on_change(event["type"], _lease(event["object"]))
+                if stop.is_set():
+                    break
+        except Exception:
+            stop.wait(1.0)
+        finally:
+            w.stop()

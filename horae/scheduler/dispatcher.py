@@ -95,6 +95,11 @@ class Dispatcher:
         self.epochs.pop(shard, None)
         metrics.owned_shards.set(len(self.epochs))
 
+    def reload(self) -> None:
+        """Re-read the whole window (after the LISTEN connection came back)."""
+        self._full_needed = True
+        self._refresh_now.set()
+
     def notified(self, _conn: object, _pid: int, channel: str, _payload: object) -> None:
         """A near-term execution was inserted for one of our shards: re-read it now."""
         try:

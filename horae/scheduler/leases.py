@@ -67,6 +67,8 @@ class ShardLeases:
         self._renewed: dict[int, float] = {}
         self.live_members = 1
         self.ticks = 0
+        self.wake = asyncio.Event()
+        """Set to run the next tick at once (a Lease was released or a member left)."""
 
     def valid(self, shard: int) -> bool:
         """Held and renewed within the lease duration by our own clock (safe to dispatch)."""
@@ -188,15 +190,21 @@ class ShardLeases:
         except Exception:
             log.exception("could not delete member lease")
 
+    def observe(self, event: str, lease: Lease) -> None:
+        """From the Lease watch (any thread's loop call): wake up when shards free up."""
+        if event == "DELETED" or lease.holder is None:
+            self.wake.set()
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
+            self.wake.clear()
             try:
                 await self.tick()
             except Exception:
                 log.exception("lease tick failed")
             delay = max(0.0, self._renew - (time.monotonic() - started))
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()

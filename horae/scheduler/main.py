@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from datetime import timedelta
 
 from horae import broker, metrics
 from horae.config import Settings
-from horae.kube import Leases, load_api_client
+from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.leases import ShardLeases
+from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
-from horae.store.db import connect, connect_pool
+from horae.store.db import connect_pool
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,6 @@ async def run(settings: Settings) -> None:
     publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
     await publisher.start()
     api = load_api_client(settings.kube.kubeconfig)
-    listener = await connect(settings.database.url)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -38,12 +39,12 @@ async def run(settings: Settings) -> None:
     async def lost(shard: int) -> None:
         metrics.lease_transitions.labels("lost").inc()
         await dispatcher.lose(shard)
-        await listener.remove_listener(f"horae_shard_{shard}", dispatcher.notified)
+        await listener.remove(shard)
 
     async def gained(shard: int) -> None:
         metrics.lease_transitions.labels("gained").inc()
         await dispatcher.gain(shard)
-        await listener.add_listener(f"horae_shard_{shard}", dispatcher.notified)
+        await listener.add(shard)
 
     async def fenced(shard: int) -> None:
         await shard_leases.release(shard)
@@ -57,6 +58,7 @@ async def run(settings: Settings) -> None:
         lease_valid=lambda s: shard_leases.valid(s),
         on_fenced=fenced,
     )
+    listener = ShardListener(settings.database.url, dispatcher.notified, dispatcher.reload)
     shard_leases = ShardLeases(
         Leases(api, settings.kube.namespace),
         identity=cfg.identity,
@@ -78,8 +80,29 @@ async def run(settings: Settings) -> None:
         retention_days=settings.database.retention_days,
     )
     metrics.serve(settings.metrics_port)
+    watch_stop = threading.Event()
+
+    def on_lease_change(event: str, lease: Lease) -> None:
+        loop.call_soon_threadsafe(shard_leases.observe, event, lease)
+
+    watcher = threading.Thread(
+        target=watch_leases,
+        args=(api, settings.kube.namespace, "horae.dev/shard-lease", on_lease_change, watch_stop),
+        daemon=True,
+        name="lease-watch",
+    )
+    member_watcher = threading.Thread(
+        target=watch_leases,
+        args=(api, settings.kube.namespace, "horae.dev/scheduler-member", on_lease_change,
+              watch_stop),
+        daemon=True,
+        name="member-watch",
+    )  # fmt: skip
+    watcher.start()
+    member_watcher.start()
     log.info("scheduler %s starting with %d shards", cfg.identity, cfg.shards)
     tasks = [
+        asyncio.create_task(listener.run(stop), name="listener"),
         asyncio.create_task(shard_leases.run(stop), name="leases"),
         asyncio.create_task(dispatcher.run_refresh(stop), name="refresh"),
         asyncio.create_task(dispatcher.run_dispatch(stop), name="dispatch"),
@@ -91,9 +114,9 @@ async def run(settings: Settings) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    watch_stop.set()
     await shard_leases.release_all()
     await maintenance.release()
-    await listener.close()
     await connection.close()
     await pool.close()
     api.close()

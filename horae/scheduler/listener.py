@@ -1,0 +1,73 @@
+"""LISTEN on the owned shards' channels over one connection that survives database restarts.
+
+After a reconnect the dispatcher is told to re-read its whole window, since
+notifications sent while disconnected are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from horae.store.db import connect
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[Any, int, str, object], None]
+
+
+def channel(shard: int) -> str:
+    return f"horae_shard_{shard}"
+
+
+class ShardListener:
+    def __init__(self, dsn: str, callback: Callback, on_reconnect: Callable[[], None]) -> None:
+        self._dsn = dsn
+        self._callback = callback
+        self._on_reconnect = on_reconnect
+        self._shards: set[int] = set()
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+
+    async def add(self, shard: int) -> None:
+        self._shards.add(shard)
+        await self._apply(shard, listen=True)
+
+    async def remove(self, shard: int) -> None:
+        self._shards.discard(shard)
+        await self._apply(shard, listen=False)
+
+    async def _apply(self, shard: int, *, listen: bool) -> None:
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return  # the run loop re-listens everything on reconnect
+        try:
+            if listen:
+                await conn.add_listener(channel(shard), self._callback)
+            else:
+                await conn.remove_listener(channel(shard), self._callback)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            log.warning("listener connection lost while (un)listening shard %d", shard)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                self._conn = await connect(self._dsn)
+                for shard in sorted(self._shards):
+                    await self._conn.add_listener(channel(shard), self._callback)
+                self._on_reconnect()
+                while not stop.is_set() and not self._conn.is_closed():
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=1.0)
+                    except TimeoutError:
+                        await self._conn.execute("SELECT 1")  # notice a dead connection
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                log.warning("listener connection lost; reconnecting")
+                await asyncio.sleep(0.5)
+            finally:
+                if self._conn is not None and not self._conn.is_closed():
+                    await self._conn.close()
+                self._conn = None
