@@ -27,12 +27,18 @@ class LeaseConflict(HoraeError):
     """Someone else changed or created the Lease first."""
 
 
-def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from a kubeconfig path, else from the in-cluster service account."""
+def load_api_client(kubeconfig: str | None, *, connections: int = 32) -> client.ApiClient:
+    """An API client from a kubeconfig path, else from the in-cluster service account.
+
+    `connections` sizes the HTTP connection pool: Lease renewals run concurrently.
+    """
+    configuration = client.Configuration()
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
 
 
 @dataclass(frozen=True)

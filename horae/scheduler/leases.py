@@ -96,12 +96,15 @@ class ShardLeases:
         fair = math.ceil(self.shards / self.live_members)
 
         current = {lease.name: lease for lease in await self._leases.list(SHARD_LABEL)}
-        # Renew what we hold; whatever changed hands under us is lost.
-        for shard, mine in list(self.held.items()):
+        for lease in current.values():
+            self._expired(lease, now)  # start every Lease's expiry clock, not just candidates'
+
+        # Renew what we hold (concurrently); whatever changed hands under us is lost.
+        async def renew(shard: int, mine: Lease) -> None:
             lease = current.get(mine.name)
             if lease is None or lease.holder != self.identity:
                 await self._lose(shard)
-                continue
+                return
             try:
                 self.held[shard] = await self._leases.write(
                     lease, self.identity, self._duration_s, acquire=False
@@ -110,20 +113,23 @@ class ShardLeases:
             except LeaseConflict:
                 await self._lose(shard)
 
-        # Shed extras so newcomers get their share.
-        while len(self.held) > fair:
-            shard = max(self.held)
-            await self.release(shard)
+        await asyncio.gather(*(renew(s, m) for s, m in list(self.held.items())))
 
-        # Take free or expired shards up to the fair share.
-        if len(self.held) < fair:
-            candidates = [s for s in range(self.shards) if s not in self.held]
-            random.shuffle(candidates)
-            for shard in candidates:
-                if len(self.held) >= fair:
-                    break
-                lease = current.get(shard_lease_name(shard))
-                await self._try_take(shard, lease, now)
+        # Shed extras so newcomers get their share.
+        extras = sorted(self.held)[fair:]
+        await asyncio.gather(*(self.release(s) for s in extras))
+
+        # Take free or expired shards up to the fair share (concurrently, in rounds).
+        free = [
+            s for s in range(self.shards)
+            if s not in self.held and self._takeable(current.get(shard_lease_name(s)), now)
+        ]  # fmt: skip
+        random.shuffle(free)
+        while free and len(self.held) < fair:
+            round_, free = free[: fair - len(self.held)], free[fair - len(self.held) :]
+            await asyncio.gather(
+                *(self._try_take(s, current.get(shard_lease_name(s)), now) for s in round_)
+            )
         self.ticks += 1
 
     async def _renew_member(self, members: list[Lease]) -> str:
@@ -139,6 +145,14 @@ class ShardLeases:
         except LeaseConflict:
             pass  # raced with ourselves after a restart; next tick renews
         return name
+
+    def _takeable(self, lease: Lease | None, now: float) -> bool:
+        return (
+            lease is None
+            or lease.holder is None
+            or lease.holder == self.identity
+            or self._expired(lease, now)
+        )
 
     async def _try_take(self, shard: int, lease: Lease | None, now: float) -> None:
         try:
@@ -183,12 +197,27 @@ class ShardLeases:
             pass
 
     async def release_all(self) -> None:
-        """On shutdown: hand every shard back at once and leave the membership."""
-        await asyncio.gather(*(self.release(s) for s in list(self.held)), return_exceptions=True)
+        """On shutdown: leave the membership first (so the others' fair share grows at
+        once), then hand every shard back."""
         try:
             await self._leases.delete(member_lease_name(self.identity))
         except Exception:
             log.exception("could not delete member lease")
+        shards = list(self.held)
+        for shard in shards:
+            self.held.pop(shard, None)
+            await self._on_lost(shard)
+        # A renewal cancelled mid-flight may have moved a Lease's version: release what the
+        # API server says we hold, at its current version.
+        try:
+            mine = [x for x in await self._leases.list(SHARD_LABEL) if x.holder == self.identity]
+        except Exception:
+            log.exception("could not list shard leases to release them")
+            return
+        await asyncio.gather(
+            *(self._leases.write(x, None, self._duration_s, acquire=False) for x in mine),
+            return_exceptions=True,
+        )
 
     def observe(self, event: str, lease: Lease) -> None:
         """From the Lease watch (any thread's loop call): wake up when shards free up."""

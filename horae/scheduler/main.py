@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from horae import broker, metrics
@@ -31,6 +32,8 @@ async def run(settings: Settings) -> None:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Kubernetes calls run in threads; Lease renewals and takes go out concurrently.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube"))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 

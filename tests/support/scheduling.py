@@ -1,0 +1,63 @@
+"""Helpers for scheduler tests: shard holders, executions falling due, messages on the queue."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+
+import aio_pika
+import asyncpg
+
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
+from tests.support.kube import ControlPlane
+
+
+def holders(plane: ControlPlane, namespace: str) -> dict[str, set[int]]:
+    """Who holds which shard Lease right now (holder '' = free)."""
+    leases = plane.get_json("leases", "-n", namespace, "-l", "horae.dev/shard-lease")["items"]
+    held: dict[str, set[int]] = defaultdict(set)
+    for lease in leases:
+        shard = int(lease["metadata"]["name"].rsplit("-", 1)[1])
+        held[lease["spec"].get("holderIdentity") or ""].add(shard)
+    return dict(held)
+
+
+async def falling_due(
+    pool: asyncpg.Pool, count: int, *, start: timedelta, spread: timedelta, tenant: str = "t"
+) -> list[uuid.UUID]:
+    """Create `count` one-off jobs due evenly over [now + start, now + start + spread]."""
+    now = datetime.now(UTC)
+    new = [
+        jobs.NewJob(
+            spec=JobSpec(task="e2e.echo", run_at=now + start + spread * (i / max(count - 1, 1))),
+            tenant=tenant, source=JobSource.API,
+        )
+        for i in range(count)
+    ]  # fmt: skip
+    async with pool.acquire() as conn:
+        for i in range(0, count, 1000):
+            await jobs.create_jobs(conn, new[i : i + 1000], shards=64, now=now)
+    return [j.job_id for j in new]
+
+
+async def pending(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'scheduled'"))
+
+
+async def drain(broker_url: str, queue: str) -> Counter[str]:
+    """Take every message off `queue`; count them by message id (the execution id)."""
+    seen: Counter[str] = Counter()
+    connection = await aio_pika.connect(broker_url)
+    try:
+        channel = await connection.channel()
+        q = await channel.declare_queue(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        while True:
+            msg = await q.get(no_ack=True, fail=False)
+            if msg is None:
+                break
+            seen[str(msg.message_id)] += 1
+    finally:
+        await connection.close()
+    return seen
