@@ -54,9 +54,13 @@ async def template_db() -> AsyncIterator[str]:
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
         await migrate(_with_path(BASE_DB, name))
-        yield name
     finally:
+        await admin.close()
+    yield name
+    admin = await asyncpg.connect(BASE_DB, timeout=10)  # fresh: tests may restart the server
+    try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
         await admin.close()
 
 
@@ -67,7 +71,11 @@ async def db_url(template_db: str) -> AsyncIterator[str]:
     admin = await asyncpg.connect(BASE_DB, timeout=10)
     try:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-        yield _with_path(BASE_DB, name)
+    finally:
+        await admin.close()
+    yield _with_path(BASE_DB, name)
+    admin = await asyncpg.connect(BASE_DB, timeout=10)  # fresh: the test may restart the server
+    try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()

@@ -31,6 +31,7 @@ class ShardListener:
         self._on_reconnect = on_reconnect
         self._shards: set[int] = set()
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+        self._lock = asyncio.Lock()  # one operation at a time on the connection
 
     async def add(self, shard: int) -> None:
         self._shards.add(shard)
@@ -45,25 +46,28 @@ class ShardListener:
         if conn is None or conn.is_closed():
             return  # the run loop re-listens everything on reconnect
         try:
-            if listen:
-                await conn.add_listener(channel(shard), self._callback)
-            else:
-                await conn.remove_listener(channel(shard), self._callback)
+            async with self._lock:
+                if listen:
+                    await conn.add_listener(channel(shard), self._callback)
+                else:
+                    await conn.remove_listener(channel(shard), self._callback)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             log.warning("listener connection lost while (un)listening shard %d", shard)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                self._conn = await connect(self._dsn)
-                for shard in sorted(self._shards):
-                    await self._conn.add_listener(channel(shard), self._callback)
+                async with self._lock:
+                    self._conn = await connect(self._dsn)
+                    for shard in sorted(self._shards):
+                        await self._conn.add_listener(channel(shard), self._callback)
                 self._on_reconnect()
                 while not stop.is_set() and not self._conn.is_closed():
                     try:
                         await asyncio.wait_for(stop.wait(), timeout=1.0)
                     except TimeoutError:
-                        await self._conn.execute("SELECT 1")  # notice a dead connection
+                        async with self._lock:  # notice a dead connection
+                            await self._conn.execute("SELECT 1")
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 log.warning("listener connection lost; reconnecting")
                 await asyncio.sleep(0.5)

@@ -1,0 +1,99 @@
+"""The scheduler rides out broker and database restarts and replica crashes without
+losing an occurrence."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
+from horae.store.db import connect_pool
+from tests.e2e.test_scheduler import all_held_by, balanced
+from tests.support.kube import ControlPlane
+from tests.support.processes import Processes
+from tests.support.scheduling import drain, falling_due, holders, pending
+from tests.support.wait import until
+
+
+def restart_rabbitmq() -> None:
+    for action in ("stop_app", "start_app"):
+        subprocess.run(["rabbitmqctl", "-q", action], check=True, timeout=120)
+
+
+def restart_postgres() -> None:
+    clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True,
+                              check=True).stdout.split()  # fmt: skip
+    version, cluster = clusters[0], clusters[1]
+    subprocess.run(["pg_ctlcluster", version, cluster, "restart"], check=True, timeout=120)
+
+
+async def test_broker_then_database_restart_loses_nothing(
+    control_plane: ControlPlane, namespace: str, processes: Processes, db_url: str,
+    broker_url: str, broker_prefix: str,
+) -> None:  # fmt: skip
+    scheduler = processes.start("scheduler", "scheduler")
+    await balanced(control_plane, namespace, ["scheduler-0"])
+    pool = await connect_pool(db_url, size=2)
+    try:
+        job_ids = await falling_due(pool, 300, start=timedelta(seconds=1),
+                                    spread=timedelta(seconds=20))  # fmt: skip
+    finally:
+        await pool.close()
+    await asyncio.sleep(3)
+    await asyncio.to_thread(restart_rabbitmq)
+    await asyncio.sleep(3)
+    await asyncio.to_thread(restart_postgres)
+
+    pool = await connect_pool(db_url, size=2)
+    try:
+
+        async def none_pending() -> bool:
+            try:
+                return await pending(pool) == 0
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return False
+
+        await until(none_pending, timeout=90, interval=0.5, what="every execution dispatched")
+        ids = {str(r["id"]) for r in await pool.fetch("SELECT id FROM executions")}
+    finally:
+        await pool.close()
+    assert len(ids) == len(job_ids)
+    messages = await drain(broker_url, f"{broker_prefix}.pool.default")
+    assert ids <= set(messages), f"{len(ids - set(messages))} executions never reached the queue"
+    assert scheduler.alive(), "the scheduler reconnected by itself"
+
+
+async def test_cron_fires_every_second_once_across_a_replica_kill(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+) -> None:
+    replicas = [processes.start("scheduler", "scheduler") for _ in range(3)]
+    names = [f"scheduler-{i}" for i in range(3)]
+    await balanced(control_plane, namespace, names)
+    now = datetime.now(UTC)
+    async with pool.acquire() as conn:
+        every_second = JobSpec(task="e2e.echo", cron="* * * * * *")
+        job_id = await jobs.create_job(
+            conn, every_second, tenant="t", source=JobSource.API, shards=64, now=now
+        )
+    owner = next(n for n, shards in holders(control_plane, namespace).items()
+                 if job_id.int % 64 in shards)  # fmt: skip
+    await asyncio.sleep(4)
+    replicas[names.index(owner)].kill()
+    await all_held_by(control_plane, namespace, set(names) - {owner})
+    await asyncio.sleep(4)
+    async with pool.acquire() as conn:
+        await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
+    rows = await pool.fetch(
+        "SELECT occurrence_at, status FROM executions WHERE job_id = $1 AND attempt = 1 "
+        "AND status <> 'cancelled' ORDER BY occurrence_at", job_id)  # fmt: skip
+    times = [r["occurrence_at"] for r in rows]
+    assert len(times) == len(set(times)), "an occurrence was scheduled twice"
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    assert gaps and set(gaps) == {1.0}, f"gap in occurrences: {gaps}"
+    assert len(times) >= 8
+    assert {r["status"] for r in rows} == {"queued"}, "every occurrence was dispatched"
