@@ -38,6 +38,11 @@ PRELOAD_PAGE = 20_000
 BATCH_LIMIT = 2_000
 FULL_REFRESH_EVERY = 30.0
 """Seconds between full re-reads of the window (the safety net under the cursor)."""
+FULL_LOOKBACK = timedelta(days=1)
+"""A full re-read starts this far back, so the partitions of older days are pruned..."""
+DEEP_REFRESH_EVERY = 600.0
+"""...except every this many seconds (and after gaining a shard), when it reads all history
+for executions overdue since longer ago (e.g. after a long outage)."""
 
 
 def _now() -> datetime:
@@ -77,6 +82,7 @@ class Dispatcher:
         self._known: set[uuid.UUID] = set()
         self._cursor = MIN_CURSOR
         self._last_full = 0.0
+        self._last_deep = 0.0
         self._full_needed = True
         self._notified: set[int] = set()
         self._wake = asyncio.Event()
@@ -87,7 +93,10 @@ class Dispatcher:
     async def gain(self, shard: int) -> None:
         async with self._pool.acquire() as conn:
             self.epochs[shard] = await store.take_shard(conn, shard, self._identity, _now())
-        self._notified.add(shard)
+            # Whatever this shard has overdue, however old, goes first.
+            added = self._add(await store.preload(conn, [shard], _now(), PRELOAD_PAGE))
+        if added:
+            self._wake.set()
         self._refresh_now.set()
         metrics.owned_shards.set(len(self.epochs))
 
@@ -143,12 +152,17 @@ class Dispatcher:
             self._full_needed = False
             self._notified.clear()
             self._last_full = time.monotonic()
-            added, self._cursor = await self._read(shards, until, MIN_CURSOR)
+            start = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
+            if time.monotonic() - self._last_deep > DEEP_REFRESH_EVERY:
+                self._last_deep = time.monotonic()
+                start = MIN_CURSOR
+            added, self._cursor = await self._read(shards, until, start)
             return added
         behind = sorted(self._notified & set(shards))
         self._notified.clear()
         if behind:
-            added += (await self._read(behind, until, MIN_CURSOR))[0]
+            lookback = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
+            added += (await self._read(behind, until, lookback))[0]
         more, self._cursor = await self._read(shards, until, self._cursor)
         return added + more
 

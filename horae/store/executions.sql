@@ -1,8 +1,12 @@
 -- name: insert_execution
--- Schedule one execution; a nominal occurrence already scheduled is left alone.
+-- Schedule one execution (deadline and policy copied from its job); a nominal occurrence
+-- already scheduled is left alone.
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
-                        job_version, status, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'scheduled', $10)
+                        job_version, status, created_at, starting_deadline_seconds,
+                        concurrency_policy)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, 'scheduled', $10, j.starting_deadline_seconds,
+       j.concurrency_policy
+FROM jobs j WHERE j.id = $2
 ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status <> 'cancelled'
 DO NOTHING
 RETURNING id
@@ -23,12 +27,13 @@ WHERE job_id = $1 AND status = 'scheduled'
 
 -- name: preload_due
 -- Pending executions of the given shards due before $2, after the cursor ($3, $4), in due order (hot path).
-SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
-       j.starting_deadline_seconds, j.concurrency_policy
-FROM executions e JOIN jobs j ON j.id = e.job_id
-WHERE e.shard = ANY($1::smallint[]) AND e.status = 'scheduled' AND e.due_at < $2
-  AND (e.due_at, e.id) > ($3::timestamptz, $4::uuid)
-ORDER BY e.due_at, e.id
+SELECT id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+       starting_deadline_seconds, concurrency_policy
+FROM executions
+WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
+  AND due_at >= $3::timestamptz  -- redundant with the next line, but lets partitions be pruned
+  AND (due_at, id) > ($3::timestamptz, $4::uuid)
+ORDER BY due_at, id
 LIMIT $5
 
 -- name: take_shard

@@ -182,6 +182,8 @@ async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: d
         [f.due_at for _, f, _ in runnable],
         [f.occurrence_at for _, f, _ in runnable],
         now + NOTIFY_WITHIN,
+        [j.spec.starting_deadline_seconds for j, _, _ in runnable],
+        [j.spec.concurrency_policy.value for j, _, _ in runnable],
     )
 
 

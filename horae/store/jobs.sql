@@ -17,12 +17,14 @@ WITH new_jobs AS (
               catch_up, state, shard, next_run_at, idempotency_key, request_hash)
     RETURNING id
 ), new_executions AS (
-    INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+    INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,
+                            starting_deadline_seconds, concurrency_policy, attempt,
                             job_version, status, created_at)
     SELECT e.*, 1, 1, 'scheduled', $21::timestamptz
     FROM unnest($22::uuid[], $23::uuid[], $24::text[], $25::text[], $26::smallint[],
-                $27::timestamptz[], $28::timestamptz[])
-         AS e(id, job_id, tenant, task, shard, due_at, occurrence_at)
+                $27::timestamptz[], $28::timestamptz[], $30::int[], $31::text[])
+         AS e(id, job_id, tenant, task, shard, due_at, occurrence_at,
+              starting_deadline_seconds, concurrency_policy)
     RETURNING id, shard, due_at
 ), notified AS (
     SELECT pg_notify('horae_shard_' || s.shard::text, s.id::text)

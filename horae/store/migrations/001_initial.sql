@@ -66,6 +66,10 @@ CREATE TABLE executions (
     job_version       integer NOT NULL,
     status            execution_status NOT NULL DEFAULT 'scheduled',
     cancel_requested  boolean NOT NULL DEFAULT false,
+    -- Copied from the job (an edit replaces pending executions), so that the
+    -- preload hot path reads executions alone, without a join.
+    starting_deadline_seconds  integer,
+    concurrency_policy         text NOT NULL DEFAULT 'Allow',
     lease_owner       text,
     lease_until       timestamptz,
     enqueued_at       timestamptz,
