@@ -101,9 +101,7 @@ async def mark_queued(
             )  # fmt: skip
         if cancel:
             await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
-        for due in [*batch, *(s.due for s in skipped)]:
-            if due.attempt == 1:
-                await _schedule_next(conn, due.job_id, due.occurrence_at, now)
+        await _schedule_next(conn, [*batch, *(s.due for s in skipped)], now)
         return int(status.split()[-1])
 
 
@@ -151,30 +149,34 @@ async def lose_lease(
         return True
 
 
-async def _schedule_next(
-    conn: Conn, job_id: uuid.UUID, occurrence_at: datetime, now: datetime
-) -> None:
+async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None:
+    """Insert the next occurrence of each active cron job among `dues` (first attempts).
+
+    One query finds which jobs recur, so a spike of one-offs costs one statement here.
+    """
     from horae.store.jobs import spec_from_row
 
-    job = await conn.fetchrow(Q["get_job"], job_id, None)
-    if job is None or job["cron"] is None or job["state"] != "active":
+    firsts = {d.job_id: d for d in dues if d.attempt == 1}
+    if not firsts:
         return
-    nxt = next_occurrence(job_id, spec_from_row(job), occurrence_at)
-    if nxt is None:
-        return
-    await insert_execution(
-        conn,
-        job_id=job_id,
-        tenant=job["tenant"],
-        task=job["task"],
-        shard=job["shard"],
-        due_at=nxt.due_at,
-        occurrence_at=nxt.occurrence_at,
-        attempt=1,
-        job_version=job["spec_version"],
-        now=now,
-    )
-    await conn.execute(Q["set_next_run"], job_id, nxt.occurrence_at, now)
+    for job in await conn.fetch(Q["recurring_jobs"], list(firsts)):
+        due = firsts[job["id"]]
+        nxt = next_occurrence(job["id"], spec_from_row(job), due.occurrence_at)
+        if nxt is None:
+            continue
+        await insert_execution(
+            conn,
+            job_id=job["id"],
+            tenant=job["tenant"],
+            task=job["task"],
+            shard=job["shard"],
+            due_at=nxt.due_at,
+            occurrence_at=nxt.occurrence_at,
+            attempt=1,
+            job_version=job["spec_version"],
+            now=now,
+        )
+        await conn.execute(Q["set_next_run"], job["id"], nxt.occurrence_at, now)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,10 @@ SELECT (SELECT count(*) FROM new_jobs) AS jobs,
 -- One job by id within a tenant (NULL tenant: any tenant).
 SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)
 
+-- name: recurring_jobs
+-- Which of these jobs are active cron jobs (their rows, to schedule their next occurrence).
+SELECT * FROM jobs WHERE id = ANY($1::uuid[]) AND cron IS NOT NULL AND state = 'active'
+
 -- name: get_job_for_update
 -- One job by id, locked for the rest of the transaction.
 SELECT * FROM jobs WHERE id = $1 FOR UPDATE
