@@ -60,7 +60,8 @@ async def main() -> None:
         await migrate(_db(name))
         env = {**os.environ, **plane.env, "HORAE_DATABASE_URL": _db(name),
                "HORAE_BROKER_URL": BROKER, "HORAE_BROKER_PREFIX": f"spike{uuid.uuid4().hex[:6]}",
-               "HORAE_NAMESPACE": "default", "HORAE_LOG_LEVEL": "WARNING"}  # fmt: skip
+               "HORAE_NAMESPACE": "default",
+               "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING")}  # fmt: skip
         horae = str(Path(sys.executable).parent / "horae")
         for i in range(args.replicas):
             procs.append(

@@ -93,8 +93,12 @@ class Dispatcher:
     async def gain(self, shard: int) -> None:
         async with self._pool.acquire() as conn:
             self.epochs[shard] = await store.take_shard(conn, shard, self._identity, _now())
-            # Whatever this shard has overdue, however old, goes first.
-            added = self._add(await store.preload(conn, [shard], _now(), PRELOAD_PAGE))
+            # Its whole window, overdue rows of any age included: the shared cursor has
+            # already moved past rows of shards we did not own when it was read.
+            rows = await store.preload(conn, [shard], _now() + self._window, PRELOAD_PAGE)
+            added = self._add(rows)
+            if len(rows) == PRELOAD_PAGE:
+                self._full_needed = True
         if added:
             self._wake.set()
         self._refresh_now.set()
@@ -164,6 +168,7 @@ class Dispatcher:
             lookback = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
             added += (await self._read(behind, until, lookback))[0]
         more, self._cursor = await self._read(shards, until, self._cursor)
+        log.debug("refresh: %d shards re-read on NOTIFY, %d new", len(behind), added + more)
         return added + more
 
     async def run_refresh(self, stop: asyncio.Event) -> None:
@@ -258,6 +263,7 @@ class Dispatcher:
             for shard, dues in by_shard.items():
                 plans[shard] = await self._decide(conn, dues, now)
         to_publish = [d for keep, _, _ in plans.values() for d in keep]
+        started = time.monotonic()
         if to_publish:
             try:
                 await self._publisher.publish_batch([message(d) for d in to_publish])
@@ -268,6 +274,7 @@ class Dispatcher:
                 await asyncio.sleep(0.5)
                 return
         published = _now()
+        publish_took = time.monotonic() - started
         for d in to_publish:
             metrics.dispatch_lag.observe((published - d.due_at).total_seconds())
         async with self._pool.acquire() as conn:
@@ -291,3 +298,7 @@ class Dispatcher:
                 metrics.dispatched.inc(len(keep))
                 for s in skips:
                     metrics.skipped.labels(s.kind).inc()
+        log.debug(
+            "dispatched %d: publish %.3fs, record %.3fs",
+            len(to_publish), publish_took, time.monotonic() - started - publish_took,
+        )  # fmt: skip
