@@ -89,6 +89,10 @@ class Dispatcher:
         self._refresh_now = asyncio.Event()
         self.dispatched = 0
 
+    def held(self) -> list[Due]:
+        """The executions waiting in the timer heap, soonest first."""
+        return [entry[2] for entry in sorted(self._heap)]
+
     # -- ownership -----------------------------------------------------------
     async def gain(self, shard: int) -> None:
         async with self._pool.acquire() as conn:
