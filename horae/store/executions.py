@@ -284,3 +284,10 @@ async def for_job(
 
 async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> asyncpg.Record | None:
     return await conn.fetchrow(Q["get_execution"], execution_id, tenant)
+
+
+async def heartbeat(conn: Conn, *, owner: str, now: datetime, lease: timedelta) -> list[uuid.UUID]:
+    """Extend the leases of all of `owner`'s running executions in one statement; return
+    those marked for cancellation (job cancelled, or replaced under `Replace`)."""
+    rows = await conn.fetch(Q["heartbeat"], owner, now, lease)
+    return [r["id"] for r in rows if r["cancel_requested"]]

@@ -381,6 +381,7 @@ async def cancel_job(
         if row["state"] == JobState.CANCELLED:
             return False
         await conn.execute(Q["cancel_pending"], job_id, now, "cancelled", "job cancelled")
+        await conn.execute(Q["cancel_running"], job_id)
         await conn.execute(Q["set_job_state"], job_id, JobState.CANCELLED.value, None, now)
         await conn.execute(Q["notify_job"], str(job_id))
         return True

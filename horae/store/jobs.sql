@@ -42,6 +42,11 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)
 -- Which of these jobs are active cron jobs (their rows, to schedule their next occurrence).
 SELECT * FROM jobs WHERE id = ANY($1::uuid[]) AND cron IS NOT NULL AND state = 'active'
 
+-- name: cancel_running
+-- Ask workers to stop this job's queued or running executions (the job was cancelled).
+UPDATE executions SET cancel_requested = true
+WHERE job_id = $1 AND status IN ('queued', 'running')
+
 -- name: get_job_for_update
 -- One job by id, locked for the rest of the transaction.
 SELECT * FROM jobs WHERE id = $1 FOR UPDATE

@@ -16,6 +16,8 @@ import inspect
 import logging
 import signal
 import sys
+import time
+import uuid
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,13 +26,12 @@ from typing import Any
 import asyncpg
 import pydantic
 
-from horae import broker
+from horae import broker, metrics
 from horae.config import Settings
 from horae.errors import PermanentError
-from horae.models import ExecutionMessage, RetryPolicy
+from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
 from horae.store.executions import Claimed
-from horae.store.queries import Q
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
 
@@ -62,7 +63,8 @@ class Worker:
         self._cfg = settings.worker
         self._pool = pool
         self._publisher = publisher
-        self._running: dict[Any, asyncio.Task[None]] = {}
+        self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._cancel_requested: set[uuid.UUID] = set()
 
     async def handle(self, message: broker.IncomingMessage) -> None:
         try:
@@ -87,7 +89,14 @@ class Worker:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
             await message.ack()
             return
-        outcome = await self._run(claimed)
+        metrics.start_lag.observe((_now() - claimed.due_at).total_seconds())
+        metrics.in_flight.inc()
+        started = time.monotonic()
+        try:
+            outcome = await self._run(claimed)
+        finally:
+            metrics.in_flight.dec()
+            metrics.run_duration.observe(time.monotonic() - started)
         async with self._pool.acquire() as conn:
             recorded = await store.finish(
                 conn,
@@ -103,6 +112,11 @@ class Worker:
                 await self._publisher.dead_letter(
                     message.body, str(claimed.id), {"reason": outcome.error_message or ""}
                 )
+                metrics.dead_letters.inc()
+        if recorded:
+            metrics.outcomes.labels(outcome.status.value).inc()
+            if outcome.retry_at is not None:
+                metrics.retries.inc()
         await message.ack()
 
     async def _run(self, claimed: Claimed) -> Outcome:
@@ -135,13 +149,27 @@ class Worker:
                     coro = definition.handler(ctx, claimed.payload)
                 else:  # plain functions run in the default thread pool (context copied)
                     coro = asyncio.to_thread(definition.handler, ctx, claimed.payload)
-                await asyncio.wait_for(coro, timeout.total_seconds() if timeout else None)
+                handler = asyncio.ensure_future(
+                    asyncio.wait_for(coro, timeout.total_seconds() if timeout else None)
+                )
+                self._handlers[claimed.id] = handler
+                await handler
             except asyncio.CancelledError:
-                raise
+                if claimed.id not in self._cancel_requested:
+                    raise  # the worker itself is being cancelled
+                error = None
             except Exception as exc:
                 error = exc
             finally:
                 _current.reset(token)
+                self._handlers.pop(claimed.id, None)
+        if claimed.id in self._cancel_requested:
+            self._cancel_requested.discard(claimed.id)
+            ctx.logger.info("attempt %d cancelled on request", claimed.attempt)
+            return Outcome(
+                ExecutionStatus.CANCELLED, "cancel_requested",
+                "cancelled while running: the job was cancelled or replaced",
+            )  # fmt: skip
         outcome = classify(error, attempt=claimed.attempt, policy=policy, now=_now())
         ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
         return outcome
@@ -151,7 +179,14 @@ class Worker:
         while not stop.is_set():
             try:
                 async with self._pool.acquire() as conn:
-                    await conn.execute(Q["heartbeat"], self._cfg.identity, _now(), self._cfg.lease)
+                    cancel = await store.heartbeat(
+                        conn, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease
+                    )
+                for execution_id in cancel:
+                    handler = self._handlers.get(execution_id)
+                    if handler is not None and not handler.done():
+                        self._cancel_requested.add(execution_id)
+                        handler.cancel()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 log.exception("heartbeat failed")
             try:
@@ -172,6 +207,7 @@ async def run(settings: Settings, tasks_module: str) -> None:
     await channel.set_qos(prefetch_count=cfg.concurrency)
     queue = await broker.bind_tasks(channel, names, cfg.pool, sorted(REGISTRY))
     worker = Worker(settings, pool, publisher)
+    metrics.serve(settings.metrics_port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

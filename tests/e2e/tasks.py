@@ -1,12 +1,53 @@
-"""Task handlers the end-to-end tests run in real `horae worker` processes."""
+"""Task handlers the end-to-end tests run in real `horae worker` processes.
+
+Every invocation is appended to the JSON-lines file named by HORAE_TEST_LOG (when set),
+so tests can check what ran, where, and how often.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import time
 from typing import Any
 
-from horae import TaskContext, task
+from horae import PermanentError, RetryableError, TaskContext, task
+
+
+def record(ctx: TaskContext, event: str) -> None:
+    path = os.environ.get("HORAE_TEST_LOG")
+    if not path:
+        return
+    entry = {
+        "event": event, "execution_id": str(ctx.execution_id), "job_id": str(ctx.job_id),
+        "attempt": ctx.attempt, "idempotency_key": ctx.idempotency_key,
+        "worker": os.environ.get("HORAE_IDENTITY"), "at": time.time(),
+    }  # fmt: skip
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 @task("e2e.echo")
 async def echo(ctx: TaskContext, payload: dict[str, Any]) -> None:
-    ctx.logger.info("echo attempt %d", ctx.attempt)
+    record(ctx, "start")
+
+
+@task("e2e.flaky")
+async def flaky(ctx: TaskContext, payload: dict[str, Any]) -> None:
+    record(ctx, "start")
+    if ctx.attempt <= int(payload.get("fail_times", 3)):
+        raise RetryableError(f"attempt {ctx.attempt} failed on purpose")
+
+
+@task("e2e.broken")
+async def broken(ctx: TaskContext, payload: dict[str, Any]) -> None:
+    record(ctx, "start")
+    raise PermanentError("this payload can never work")
+
+
+@task("e2e.slow")
+async def slow(ctx: TaskContext, payload: dict[str, Any]) -> None:
+    record(ctx, "start")
+    await asyncio.sleep(float(payload.get("seconds", 5)))
+    record(ctx, "end")

@@ -21,6 +21,7 @@ class Component:
     args: list[str]
     log_path: Path
     popen: subprocess.Popen[bytes]
+    identity: str = ""
     _log: object = field(repr=False, default=None)
 
     @property
@@ -62,17 +63,18 @@ class Processes:
         self.started: list[Component] = []
 
     def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Component:
-        log_path = self.log_dir / f"{name}-{len(self.started)}.log"
+        identity = f"{name}-{len(self.started)}"
+        log_path = self.log_dir / f"{identity}.log"
         log = log_path.open("wb")
         popen = subprocess.Popen(
             [HORAE, *args],
-            env={**self.env, **(env or {}), "HORAE_IDENTITY": f"{name}-{len(self.started)}"},
+            env={**self.env, **(env or {}), "HORAE_IDENTITY": identity},
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
             start_new_session=True,
         )
-        component = Component(name, list(args), log_path, popen, log)
+        component = Component(name, list(args), log_path, popen, identity, log)
         self.started.append(component)
         return component
 

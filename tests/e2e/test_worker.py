@@ -1,0 +1,187 @@
+"""Workers as real processes: duplicates, retries, permanent failures, dead letters,
+cancellation, graceful and ungraceful stops."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+
+from horae import broker
+from horae.models import ExecutionMessage, JobSource, JobSpec, RetryPolicy
+from horae.store import jobs
+from tests.support.invocations import invocations
+from tests.support.processes import Processes
+from tests.support.scheduling import drain
+from tests.support.wait import until
+
+TASKS = "tests/e2e/tasks.py"
+
+
+async def create(pool: asyncpg.Pool, spec: JobSpec, *, due_in: float = 1.0) -> asyncpg.Record:
+    now = datetime.now(UTC)
+    spec = spec.model_copy(update={"run_at": now + timedelta(seconds=due_in)})
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(conn, spec, tenant="t", source=JobSource.API, shards=64,
+                                       now=now)  # fmt: skip
+    return await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+
+
+async def terminal(pool: asyncpg.Pool, job_id: object, count: int, timeout: float = 40) -> list:
+    async def done() -> list | None:
+        rows = await pool.fetch(
+            "SELECT * FROM executions WHERE job_id = $1 ORDER BY attempt", job_id
+        )
+        finished = [r for r in rows if r["finished_at"] is not None]
+        return rows if len(finished) >= count and all(r["finished_at"] for r in rows) else None
+
+    return await until(done, timeout=timeout, interval=0.2, what=f"{count} finished attempts")
+
+
+async def test_the_same_message_twice_runs_the_handler_once(
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
+    job = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=0)
+    row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    msg = ExecutionMessage(
+        execution_id=row["id"], job_id=job["id"], task="e2e.echo", tenant="t",
+        due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
+    )  # fmt: skip
+    connection = await broker.connect(broker_url)
+    try:
+        publisher = broker.Publisher(connection, broker.Names(broker_prefix))
+        await publisher.start()
+        await publisher.publish_batch([msg, msg])
+    finally:
+        await connection.close()
+    [done] = await terminal(pool, job["id"], 1)
+    assert done["status"] == "succeeded"
+
+    async def queue_empty() -> bool:
+        return not await drain(broker_url, f"{broker_prefix}.pool.default")
+
+    await until(queue_empty, timeout=10, what="both messages acked")
+    assert len(invocations(log)) == 1
+
+
+async def test_retryable_three_times_then_succeeds_with_one_idempotency_key(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
+    policy = RetryPolicy(max_attempts=5, initial_interval_seconds=0.5, max_interval_seconds=1)
+    job = await create(pool, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC), retry=policy,
+                                     payload={"fail_times": 3}), due_in=3)  # fmt: skip
+    rows = await terminal(pool, job["id"], 4)
+    assert [(r["attempt"], r["status"]) for r in rows] == [
+        (1, "failed"), (2, "failed"), (3, "failed"), (4, "succeeded")]  # fmt: skip
+    assert len({r["occurrence_at"] for r in rows}) == 1
+    for previous, retry in itertools.pairwise(rows):
+        delay = (retry["due_at"] - previous["finished_at"]).total_seconds()
+        cap = policy.backoff_cap(previous["attempt"]).total_seconds()
+        assert 0 <= delay <= cap + 0.05, (previous["attempt"], delay, cap)
+    calls = invocations(log)
+    assert [c["attempt"] for c in calls] == [1, 2, 3, 4]
+    assert len({c["idempotency_key"] for c in calls}) == 1
+    assert len({c["execution_id"] for c in calls}) == 4
+
+
+async def test_permanent_error_fails_at_once_and_exhausted_retries_are_dead_lettered(
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str
+) -> None:
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", TASKS)
+    broken = await create(pool, JobSpec(task="e2e.broken", run_at=datetime.now(UTC)), due_in=3)
+    policy = RetryPolicy(max_attempts=2, initial_interval_seconds=0.2, max_interval_seconds=0.5)
+    doomed = await create(pool, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC), retry=policy,
+                                        payload={"fail_times": 99}), due_in=3)  # fmt: skip
+    [failed] = await terminal(pool, broken["id"], 1)
+    assert failed["status"] == "failed" and failed["error_kind"] == "PermanentError"
+    rows = await terminal(pool, doomed["id"], 2)
+    assert [r["status"] for r in rows] == ["failed", "dead"]
+    letters = await drain(broker_url, f"{broker_prefix}.dead-letter")
+    assert set(letters) == {str(rows[-1]["id"])}
+
+
+async def test_cancelling_a_job_stops_its_running_handler(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    processes.start("scheduler", "scheduler")
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
+    processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+                                     payload={"seconds": 60}), due_in=2)  # fmt: skip
+
+    async def started() -> bool:
+        return bool(invocations(log))
+
+    await until(started, timeout=20, what="the slow handler to start")
+    async with pool.acquire() as conn:
+        await jobs.cancel_job(conn, job["id"], now=datetime.now(UTC))
+    [row] = await terminal(pool, job["id"], 1, timeout=10)
+    assert row["status"] == "cancelled" and row["error_kind"] == "cancel_requested"
+    assert invocations(log, "end") == []
+
+
+async def test_sigterm_lets_running_handlers_finish_and_exits_zero(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    processes.start("scheduler", "scheduler")
+    worker = processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
+    job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+                                     payload={"seconds": 3}), due_in=2)  # fmt: skip
+
+    async def started() -> bool:
+        return bool(invocations(log))
+
+    await until(started, timeout=20, what="the slow handler to start")
+    worker.signal(signal.SIGTERM)
+    assert await asyncio.to_thread(worker.popen.wait, 30) == 0
+    [row] = await terminal(pool, job["id"], 1, timeout=5)
+    assert row["status"] == "succeeded"
+    assert len(invocations(log, "end")) == 1
+
+
+async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
+    processes.start("scheduler", "scheduler")
+    victim = processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "100", env=env)
+    now = datetime.now(UTC)
+    quick = RetryPolicy(max_attempts=3, initial_interval_seconds=0.2, max_interval_seconds=0.5)
+    new = [jobs.NewJob(spec=JobSpec(task="e2e.slow", run_at=now + timedelta(seconds=3),
+                                    payload={"seconds": 4}, retry=quick),
+                       tenant="t", source=JobSource.API) for _ in range(100)]  # fmt: skip
+    async with pool.acquire() as conn:
+        await jobs.create_jobs(conn, new, shards=64, now=now)
+
+    async def all_started() -> bool:
+        return len(invocations(log)) >= 100
+
+    await until(all_started, timeout=30, what="100 slow handlers running")
+    victim.kill()
+    heir = processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "100", env=env)
+
+    async def all_done() -> bool:
+        done = await pool.fetchval(
+            "SELECT count(DISTINCT job_id) FROM executions WHERE status = 'succeeded'"
+        )
+        return done == 100
+
+    await until(all_done, timeout=60, interval=0.5, what="all 100 occurrences succeeded")
+    lost = await pool.fetch("SELECT * FROM executions WHERE status <> 'succeeded'")
+    assert len(lost) == 100 and {r["error_kind"] for r in lost} == {"lease_lost"}
+    assert {r["attempt"] for r in lost} == {1}
+    finishers = {c["worker"] for c in invocations(log, "end")}
+    assert finishers == {heir.identity}
