@@ -30,6 +30,7 @@ outcomes = Counter("horae_outcomes_total", "Execution outcomes recorded.", ["sta
 retries = Counter("horae_retries_total", "Retry executions scheduled.")
 dead_letters = Counter("horae_dead_letters_total", "Executions dead-lettered.")
 in_flight = Gauge("horae_in_flight", "Handlers running in this worker.")
+throttled = Counter("horae_tenant_throttled_total", "Claims deferred by a tenant limit.")
 
 
 def serve(port: int) -> None:

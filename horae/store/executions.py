@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -200,6 +201,13 @@ class Claimed:
     name: str | None
 
 
+@dataclass(frozen=True)
+class Throttled:
+    """The tenant had no free slot: the execution is due again at `due_at`."""
+
+    due_at: datetime
+
+
 async def claim(
     conn: Conn,
     execution_id: uuid.UUID,
@@ -208,9 +216,28 @@ async def claim(
     owner: str,
     now: datetime,
     lease: timedelta,
-) -> Claimed | None:
-    """Claim for `owner`; None for a duplicate or a stale execution (then cancelled)."""
+    tenant: str | None = None,
+    throttle_delay: timedelta = timedelta(seconds=1),
+) -> Claimed | Throttled | None:
+    """Claim for `owner`, within the tenant's limit, in one transaction.
+
+    None for a duplicate or a stale execution (a stale one is cancelled);
+    `Throttled` when the tenant already runs its `max_running` executions (the
+    execution goes back to `scheduled` a little later, without using an attempt).
+    Limits are counted from the running rows themselves, so a killed worker leaks
+    no slot: its executions stop counting when the reaper ends them.
+    """
     async with conn.transaction():
+        limit = await conn.fetchval(Q["tenant_limit"], tenant) if tenant else None
+        if limit is not None:
+            await conn.execute(Q["lock_tenant"], tenant)
+            if await conn.fetchval(Q["tenant_running"], tenant) >= limit:
+                later = now + throttle_delay * random.uniform(1.0, 1.5)
+                shard = await conn.fetchval(Q["throttle_execution"], execution_id, due_at, later)
+                if shard is None:
+                    return None
+                await conn.execute(Q["notify_shard"], shard, str(execution_id))
+                return Throttled(later)
         row = await conn.fetchrow(Q["claim_execution"], execution_id, due_at, owner, now, lease)
         if row is not None:
             return Claimed(**dict(row))

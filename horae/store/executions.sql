@@ -127,6 +127,25 @@ WHERE e.id = $1 AND e.due_at = $2 AND e.status IN ('queued', 'scheduled')
 RETURNING e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
           e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name
 
+-- name: tenant_limit
+-- A tenant's limit of concurrently running executions (no row or NULL: unlimited).
+SELECT max_running FROM tenants WHERE name = $1
+
+-- name: lock_tenant
+-- Serialise claims of one limited tenant for the rest of the transaction.
+SELECT pg_advisory_xact_lock(hashtext('horae_tenant:' || $1))
+
+-- name: tenant_running
+-- How many executions of a tenant run right now.
+SELECT count(*) FROM executions WHERE tenant = $1 AND status = 'running'
+
+-- name: throttle_execution
+-- No tenant slot: back to `scheduled`, due again a little later (not an attempt).
+UPDATE executions SET status = 'scheduled', due_at = $3, enqueued_at = NULL,
+       dispatch_epoch = NULL
+WHERE id = $1 AND due_at = $2 AND status IN ('queued', 'scheduled')
+RETURNING shard
+
 -- name: cancel_stale
 -- A dispatched execution whose job was paused, cancelled or edited: cancelled, never run.
 UPDATE executions e SET status = 'cancelled', finished_at = $3, error_kind = 'stale',

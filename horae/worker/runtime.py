@@ -84,7 +84,14 @@ class Worker:
                 owner=self._cfg.identity,
                 now=_now(),
                 lease=self._cfg.lease,
+                tenant=body.tenant,
             )
+        if isinstance(claimed, store.Throttled):
+            log.info("execution %s: tenant %s at its limit, due again at %s",
+                     body.execution_id, body.tenant, claimed.due_at)  # fmt: skip
+            metrics.throttled.inc()
+            await message.ack()
+            return
         if claimed is None:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
             await message.ack()

@@ -185,3 +185,46 @@ async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
     assert {r["attempt"] for r in lost} == {1}
     finishers = {c["worker"] for c in invocations(log, "end")}
     assert finishers == {heir.identity}
+
+
+async def test_a_tenant_limit_is_never_exceeded_and_other_tenants_are_unaffected(
+    processes: Processes, pool: asyncpg.Pool
+) -> None:
+    async with pool.acquire() as conn:
+        await jobs.set_tenant_limit(conn, "limited", 5)
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "30")
+    now = datetime.now(UTC)
+    due = now + timedelta(seconds=4)
+    new = [
+        jobs.NewJob(
+            spec=JobSpec(task="e2e.slow", run_at=due, payload={"seconds": 0.5}),
+            tenant="limited",
+            source=JobSource.API,
+        )
+        for _ in range(50)
+    ]
+    new += [jobs.NewJob(spec=JobSpec(task="e2e.echo", run_at=due), tenant="free",
+                        source=JobSource.API) for _ in range(10)]  # fmt: skip
+    async with pool.acquire() as conn:
+        await jobs.create_jobs(conn, new, shards=64, now=now)
+
+    peak = 0
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        running = await pool.fetchval(
+            "SELECT count(*) FROM executions WHERE tenant = 'limited' AND status = 'running'"
+        )
+        peak = max(peak, running)
+        done = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        if done == 60:
+            break
+        await asyncio.sleep(0.05)
+    assert done == 60, "every execution of both tenants completed"
+    assert 1 <= peak <= 5, f"tenant limit 5 exceeded: {peak} running at once"
+    attempts = await pool.fetchval("SELECT max(attempt) FROM executions")
+    assert attempts == 1, "throttling does not use up attempts"
+    free_lag = await pool.fetchval(
+        "SELECT max(started_at - $1::timestamptz) FROM executions WHERE tenant = 'free'", due
+    )
+    assert free_lag < timedelta(seconds=2), f"the other tenant waited {free_lag}"

@@ -104,6 +104,8 @@ CREATE INDEX executions_running ON executions (shard, lease_until) WHERE status 
 -- Concurrency policies and heartbeats look at a job's (or a worker's) live executions.
 CREATE INDEX executions_job_live ON executions (job_id) WHERE status IN ('queued', 'running');
 CREATE INDEX executions_owner_running ON executions (lease_owner) WHERE status = 'running';
+-- Tenant limits count a tenant's running executions at claim time.
+CREATE INDEX executions_tenant_running ON executions (tenant) WHERE status = 'running';
 
 -- Rows whose day has no partition yet (far-future one-offs) wait here; creating
 -- that day's partition moves them over.
