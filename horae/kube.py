@@ -265,3 +265,34 @@ def watch_leases(
             stop.wait(1.0)
         finally:
             w.stop()
+
+
+class Events:
+    """Kubernetes Events on Horae's resources (what `kubectl describe` shows)."""
+
+    def __init__(self, api: client.ApiClient, component: str = "horae-operator") -> None:
+        self._core = client.CoreV1Api(api)
+        self._component = component
+
+    async def emit(
+        self, *, kind: str, namespace: str, name: str, uid: str, reason: str, message: str,
+        warning: bool = True,
+    ) -> None:  # fmt: skip
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
+                               "namespace": namespace, "name": name, "uid": uid},
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self._component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }  # fmt: skip
+        await asyncio.to_thread(
+            self._core.create_namespaced_event, namespace, body, _request_timeout=10
+        )

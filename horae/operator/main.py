@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 
 from horae.config import Settings
-from horae.kube import CustomObjects, load_api_client
+from horae.kube import CustomObjects, Events, load_api_client
 from horae.operator import scheduledjob
 from horae.operator.status import StatusMirror
 from horae.store.db import connect_pool
@@ -41,7 +41,7 @@ def build_registry() -> kopf.OperatorRegistry:
 async def run(settings: Settings) -> None:
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     api = load_api_client(settings.kube.kubeconfig)
-    mirror = StatusMirror(settings.database.url, pool, CustomObjects(api))
+    mirror = StatusMirror(settings.database.url, pool, CustomObjects(api), Events(api))
     memo = kopf.Memo(pool=pool, shards=settings.scheduler.shards)
     mirror_task = asyncio.create_task(mirror.run(), name="status-mirror")
     try:

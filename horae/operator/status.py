@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from horae.kube import CustomObjects
+from horae.kube import CustomObjects, Events
 from horae.operator.scheduledjob import status_of
 from horae.store import jobs as store
 from horae.store.db import connect
@@ -26,11 +26,17 @@ BATCH_INTERVAL = 0.25
 
 class StatusMirror:
     def __init__(
-        self, dsn: str, pool: asyncpg.Pool[asyncpg.Record], objects: CustomObjects
+        self,
+        dsn: str,
+        pool: asyncpg.Pool[asyncpg.Record],
+        objects: CustomObjects,
+        events: Events | None = None,
     ) -> None:
         self._dsn = dsn
         self._pool = pool
         self._objects = objects
+        self._events = events
+        self._dead_seen: dict[uuid.UUID, object] = {}
         self._pending: set[uuid.UUID] = set()
         self._wake = asyncio.Event()
 
@@ -73,3 +79,20 @@ class StatusMirror:
             await self._objects.patch_status(
                 "scheduledjobs", row["tenant"], row["name"], status_of(row)
             )
+            if row["last_status"] == "dead" and self._dead_seen.get(job_id) != row["last_run_at"]:
+                self._dead_seen[job_id] = row["last_run_at"]
+                await self._alert_dead(row)
+
+    async def _alert_dead(self, row: asyncpg.Record) -> None:
+        """A Warning Event on the ScheduledJob: its last attempt failed and was dead-lettered."""
+        if self._events is None:
+            return
+        try:
+            await self._events.emit(
+                kind="ScheduledJob", namespace=row["tenant"], name=row["name"],
+                uid=str(row["id"]), reason="ExecutionDead",
+                message=f"task {row['task']}: the last attempt failed; the execution was "
+                "dead-lettered (see `horae executions " + f"{row['tenant']}/{row['name']}`)",
+            )  # fmt: skip
+        except Exception:
+            log.exception("could not post the ExecutionDead event")
