@@ -101,6 +101,10 @@ class WorkerSettings:
     """HORAE_CONCURRENCY: handlers run at once; also the queue prefetch."""
     lease: timedelta = timedelta(seconds=30)
     """HORAE_EXECUTION_LEASE_SECONDS: a running execution not heartbeated this long is lost."""
+    consumer_timeout: timedelta = timedelta(minutes=30)
+    """HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS: RabbitMQ's consumer_timeout. A handler that may
+    run longer than half of it (or has no timeout) has its message acked once its claim
+    holds a lease; the lease and the reaper protect it from then on."""
     shutdown_grace: timedelta = timedelta(seconds=25)
     """HORAE_SHUTDOWN_GRACE_SECONDS: on SIGTERM, how long running handlers may finish."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -158,6 +162,7 @@ class Settings:
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),
                 lease=_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
                 shutdown_grace=_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
+                consumer_timeout=_seconds(env, "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS", 1800),
                 identity=identity or worker_defaults.identity,
             ),
         )

@@ -64,9 +64,23 @@ class Worker:
         self._pool = pool
         self._publisher = publisher
         self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._slots = asyncio.Semaphore(self._cfg.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
 
+    def _acks_at_claim(self, claimed: Claimed) -> bool:
+        """Long (or unbounded) handlers: ack once the claim holds a lease, so RabbitMQ's
+        consumer timeout never redelivers a message whose handler is still running."""
+        definition = REGISTRY.get(claimed.task)
+        seconds = claimed.timeout_seconds or (
+            definition.timeout.total_seconds() if definition and definition.timeout else None
+        )
+        return seconds is None or seconds > self._cfg.consumer_timeout.total_seconds() / 2
+
     async def handle(self, message: broker.IncomingMessage) -> None:
+        async with self._slots:
+            await self._handle(message)
+
+    async def _handle(self, message: broker.IncomingMessage) -> None:
         try:
             body = ExecutionMessage.model_validate_json(message.body)
         except pydantic.ValidationError as exc:
@@ -96,6 +110,9 @@ class Worker:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
             await message.ack()
             return
+        acked = self._acks_at_claim(claimed)
+        if acked:
+            await message.ack()
         metrics.start_lag.observe((_now() - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
@@ -124,7 +141,8 @@ class Worker:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:
                 metrics.retries.inc()
-        await message.ack()
+        if not acked:
+            await message.ack()
 
     async def _run(self, claimed: Claimed) -> Outcome:
         policy = RetryPolicy.model_validate(claimed.retry_policy)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -228,3 +230,57 @@ async def test_a_tenant_limit_is_never_exceeded_and_other_tenants_are_unaffected
         "SELECT max(started_at - $1::timestamptz) FROM executions WHERE tenant = 'free'", due
     )
     assert free_lag < timedelta(seconds=2), f"the other tenant waited {free_lag}"
+
+
+def unacked(broker_url: str, queue: str) -> int:
+    vhost = urlsplit(broker_url).path.lstrip("/") or "/"
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "messages_unacknowledged"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == queue:
+            return int(parts[1])
+    return 0
+
+
+async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcome(
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    log = tmp_path / "calls.jsonl"
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", TASKS,
+                    env={"HORAE_TEST_LOG": str(log),
+                         "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS": "60"})  # fmt: skip
+    queue = f"{broker_prefix}.pool.default"
+
+    async def running(count: int) -> bool:
+        return len(invocations(log)) >= count
+
+    # (RabbitMQ refreshes these queue statistics every few seconds: sample over a while)
+    # no timeout: may outlive RabbitMQ's consumer timeout, so its message goes at claim
+    await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+                               payload={"seconds": 12}), due_in=2)  # fmt: skip
+    await until(lambda: running(1), timeout=20, what="the long handler to start")
+    samples = []
+    for _ in range(6):
+        samples.append(await asyncio.to_thread(unacked, broker_url, queue))
+        await asyncio.sleep(1)
+    assert samples == [0] * 6, samples
+    # a 20 s timeout is well inside the consumer timeout: acked after its outcome
+    await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC), timeout_seconds=20,
+                               payload={"seconds": 12}), due_in=1)  # fmt: skip
+    await until(lambda: running(2), timeout=20, what="the short handler to start")
+
+    async def one_unacked() -> bool:
+        return await asyncio.to_thread(unacked, broker_url, queue) == 1
+
+    await until(one_unacked, timeout=10, interval=0.5, what="the short handler's message unacked")
+
+    async def both_done() -> bool:
+        n = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        return n == 2
+
+    await until(both_done, timeout=30, what="both handlers to succeed")
