@@ -146,7 +146,6 @@ async def lose_lease(
                 attempt=row["attempt"] + 1, job_version=row["job_version"], now=now,
             )  # fmt: skip
         await conn.execute(Q["record_job_run"], row["job_id"], now, status.value, retry_at is None)
-        await conn.execute(Q["notify_job"], str(row["job_id"]))
         return True
 
 
@@ -292,7 +291,6 @@ async def finish(
                 now=now,
             )
         await conn.execute(Q["record_job_run"], claimed.job_id, now, status.value, final)
-        await conn.execute(Q["notify_job"], str(claimed.job_id))
         return True
 
 

@@ -164,12 +164,17 @@ WHERE id = $1 AND due_at = $2 AND status = 'running' AND lease_owner = $3
 RETURNING job_id
 
 -- name: record_job_run
--- Remember a job's latest outcome; a one-off that ended is completed.
-UPDATE jobs SET last_run_at = $2, last_status = $3, updated_at = $2,
-       state = CASE WHEN run_at IS NOT NULL AND state = 'active' AND $4 THEN 'completed'::job_state
-                    ELSE state END,
-       next_run_at = CASE WHEN run_at IS NOT NULL AND $4 THEN NULL ELSE next_run_at END
-WHERE id = $1
+-- Remember a job's latest outcome (a one-off that ended is completed); tell operators when
+-- the job is a ScheduledJob. Only those notify: NOTIFY serialises committing transactions.
+WITH updated AS (
+    UPDATE jobs SET last_run_at = $2, last_status = $3, updated_at = $2,
+           state = CASE WHEN run_at IS NOT NULL AND state = 'active' AND $4
+                        THEN 'completed'::job_state ELSE state END,
+           next_run_at = CASE WHEN run_at IS NOT NULL AND $4 THEN NULL ELSE next_run_at END
+    WHERE id = $1
+    RETURNING id, source
+)
+SELECT pg_notify('horae_job_events', id::text) FROM updated WHERE source = 'crd'
 
 -- name: job_executions
 -- A job's executions, newest first, optionally of one status, before a cursor (due_at, id).
