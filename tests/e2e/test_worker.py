@@ -284,3 +284,35 @@ async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcom
         return n == 2
 
     await until(both_done, timeout=30, what="both handlers to succeed")
+
+
+async def test_queued_executions_of_paused_or_edited_jobs_never_reach_the_handler(
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    log = tmp_path / "calls.jsonl"
+    scheduler = processes.start("scheduler", "scheduler")
+    paused = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
+    edited = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
+
+    async def both_queued() -> bool:
+        n = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'queued'")
+        return n == 2
+
+    await until(both_queued, timeout=20, what="both executions on the queue")
+    scheduler.stop()
+    now = datetime.now(UTC)
+    async with pool.acquire() as conn:
+        await jobs.pause_job(conn, paused["id"], now=now)
+        await jobs.edit_job(conn, edited["id"], JobSpec(task="e2e.echo", cron="0 0 1 1 *"),
+                            now=now)  # fmt: skip
+    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
+
+    async def drained() -> bool:
+        n = await pool.fetchval(
+            "SELECT count(*) FROM executions WHERE status = 'cancelled' AND error_kind = 'stale'"
+        )
+        return n == 2
+
+    await until(drained, timeout=20, what="both stale executions cancelled at claim")
+    assert invocations(log) == []

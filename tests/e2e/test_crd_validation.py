@@ -1,0 +1,54 @@
+"""The API server itself refuses bad ScheduledJob manifests at `kubectl apply`, naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.kube import ControlPlane
+
+GOOD = {"task": "send-invoice", "schedule": "0 9 * * 1"}
+
+BAD = [
+    ({"task": "t", "schedule": "* * * * *", "runAt": "2030-01-01T00:00:00Z"},
+     "exactly one of spec.runAt and spec.schedule"),
+    ({"task": "t"}, "exactly one of spec.runAt and spec.schedule"),
+    ({"task": "t", "schedule": "every day"}, "spec.schedule"),
+    ({"task": "t", "schedule": "* * * * *", "timeZone": "Not a zone!"}, "spec.timeZone"),
+    ({"task": "t", "runAt": "tomorrow"}, "spec.runAt"),
+    ({"task": "t", "schedule": "* * * * *", "retryPolicy": {"maxAttempts": 0}},
+     "spec.retryPolicy.maxAttempts"),
+    ({"task": "t", "schedule": "* * * * *",
+      "retryPolicy": {"initialIntervalSeconds": 10, "maxIntervalSeconds": 1}},
+     "spec.retryPolicy.maxIntervalSeconds"),
+    ({"task": "t", "schedule": "* * * * *", "payload": [1, 2]}, "spec.payload"),
+    ({"task": "Not A Task", "schedule": "* * * * *"}, "spec.task"),
+    ({"task": "t", "schedule": "* * * * *", "jitterSeconds": 99999}, "spec.jitterSeconds"),
+]  # fmt: skip
+
+
+def manifest(namespace: str, spec: dict[str, object]) -> str:
+    meta = {"name": "j", "namespace": namespace}
+    body = {"apiVersion": "horae.dev/v1alpha1", "kind": "ScheduledJob", "metadata": meta}
+    return json.dumps({**body, "spec": spec})
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD, ids=[f for _, f in BAD])
+def test_bad_manifests_are_refused_naming_the_field(
+    control_plane: ControlPlane, namespace: str, spec: dict[str, object], field: str
+) -> None:
+    result = control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, spec), check=False)
+    assert result.returncode != 0
+    assert field in result.stderr, result.stderr
+    assert control_plane.get_json("scheduledjobs", "-n", namespace)["items"] == []
+
+
+def test_a_good_manifest_is_accepted_with_defaults(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, GOOD))
+    obj = control_plane.get_json("scheduledjob", "j", "-n", namespace)
+    assert obj["spec"]["timeZone"] == "UTC" and obj["spec"]["concurrencyPolicy"] == "Allow"
+    names = control_plane.kubectl("get", "horae", "-n", namespace).stdout
+    assert "scheduledjob.horae.dev/j" in names
