@@ -316,3 +316,15 @@ async def heartbeat(conn: Conn, *, owner: str, now: datetime, lease: timedelta) 
     those marked for cancellation (job cancelled, or replaced under `Replace`)."""
     rows = await conn.fetch(Q["heartbeat"], owner, now, lease)
     return [r["id"] for r in rows if r["cancel_requested"]]
+
+
+async def release_running(
+    conn: Conn, *, owner: str, ids: Sequence[uuid.UUID], now: datetime
+) -> int:
+    """Put `owner`'s unfinished executions back to `scheduled`, due now, and tell their
+    shards' schedulers. Returns how many."""
+    async with conn.transaction():
+        rows = await conn.fetch(Q["release_running"], owner, list(ids), now)
+        for shard in {r["shard"] for r in rows}:
+            await conn.execute(Q["notify_shard"], shard, "released")
+    return len(rows)

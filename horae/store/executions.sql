@@ -188,6 +188,13 @@ LIMIT $5
 -- One execution by id within a tenant (NULL tenant: any tenant).
 SELECT * FROM executions WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)
 
+-- name: release_running
+-- Shutdown: give this worker's unfinished executions back, due now (not an attempt).
+UPDATE executions SET status = 'scheduled', due_at = $3, lease_owner = NULL,
+       lease_until = NULL, started_at = NULL, enqueued_at = NULL, dispatch_epoch = NULL
+WHERE lease_owner = $1 AND status = 'running' AND id = ANY($2::uuid[])
+RETURNING id, shard
+
 -- name: heartbeat
 -- Extend the leases of every execution this worker runs; report those marked for cancellation.
 UPDATE executions SET lease_until = $2::timestamptz + $3::interval

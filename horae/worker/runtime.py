@@ -199,6 +199,18 @@ class Worker:
         ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
         return outcome
 
+    async def hand_back(self) -> None:
+        """Grace period over: stop the handlers still running (nothing is recorded or acked
+        for them) and put their executions back to `scheduled`, due now, for another worker."""
+        ids = list(self._handlers)
+        for handler in list(self._handlers.values()):
+            handler.cancel()
+        await asyncio.sleep(0)
+        async with self._pool.acquire() as conn:
+            released = await store.release_running(conn, owner=self._cfg.identity, ids=ids,
+                                                   now=_now())  # fmt: skip
+        log.warning("handed back %d unfinished executions", released)
+
     async def heartbeat(self, stop: asyncio.Event) -> None:
         period = self._cfg.lease.total_seconds() / 3
         while not stop.is_set():
@@ -250,7 +262,8 @@ async def run(settings: Settings, tasks_module: str) -> None:
         finally:
             inflight.discard(task)
 
-    heartbeat = asyncio.create_task(worker.heartbeat(stop))
+    heartbeat_stop = asyncio.Event()  # heartbeats go on through the grace period
+    heartbeat = asyncio.create_task(worker.heartbeat(heartbeat_stop))
     tag = await queue.consume(on_message)
     log.info("worker %s consuming %s for tasks %s", cfg.identity, queue.name, sorted(REGISTRY))
     await stop.wait()
@@ -258,6 +271,9 @@ async def run(settings: Settings, tasks_module: str) -> None:
     await queue.cancel(tag)
     if inflight:
         await asyncio.wait(set(inflight), timeout=cfg.shutdown_grace.total_seconds())
+    if inflight:
+        await worker.hand_back()
+    heartbeat_stop.set()
     heartbeat.cancel()
     await connection.close()
     await pool.close()
