@@ -7,13 +7,17 @@ Topology (names under the configured prefix, `horae` by default):
     <p>.pool.NAME  durable quorum queue per WorkerPool, bound by task name
     <p>.dead       fanout exchange -> queue <p>.dead-letter
 
-Messages are persistent; the message id is the execution id; the body is an
-`ExecutionMessage` (the payload is read from Postgres at claim time).
+Messages are persistent. A dispatch message's body is an `ExecutionBatch`: up to
+`BATCH_SIZE` executions of one task (the payload is read from Postgres at claim
+time). A dead letter's body is one `ExecutionMessage`; its message id is the
+execution id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +31,10 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 
-from horae.models import ExecutionMessage
+from horae.models import ExecutionBatch, ExecutionMessage
+
+BATCH_SIZE = 100
+"""Executions per dispatch message."""
 
 
 @dataclass(frozen=True)
@@ -111,17 +118,26 @@ class Publisher:
         self._dead = await self._channel.get_exchange(self._names.dead)
 
     async def publish_batch(self, messages: Sequence[ExecutionMessage]) -> None:
-        """Publish all (pipelined) and wait for every confirm; raises if any is refused."""
+        """Publish all, grouped by task into `ExecutionBatch` messages (pipelined), and wait
+        for every confirm; raises if any is refused."""
         assert self._dispatch is not None, "start() first"
         exchange = self._dispatch
+        by_task: dict[str, list[ExecutionMessage]] = defaultdict(list)
+        for m in messages:
+            by_task[m.task].append(m)
+        bodies = [
+            (task, ExecutionBatch(executions=group[i : i + BATCH_SIZE]))
+            for task, group in by_task.items()
+            for i in range(0, len(group), BATCH_SIZE)
+        ]
         await asyncio.gather(
             *(
                 exchange.publish(
-                    _message(m.model_dump_json().encode(), str(m.execution_id)),
-                    routing_key=m.task,
+                    _message(batch.model_dump_json().encode(), str(uuid.uuid4())),
+                    routing_key=task,
                     mandatory=False,
                 )
-                for m in messages
+                for task, batch in bodies
             )
         )
 

@@ -162,6 +162,15 @@ class JobSpec(BaseModel):
         return self
 
 
+class ExecutionBatch(BaseModel):
+    """The body of a dispatch message: executions of one task, published together so that
+    a top-of-the-hour spike is a few hundred messages rather than tens of thousands."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    executions: list[ExecutionMessage] = Field(min_length=1, max_length=1000)
+
+
 class ExecutionMessage(BaseModel):
     """The body of a dispatch message. The payload is read at claim time, not carried."""
 

@@ -1,9 +1,11 @@
 """`horae worker`: consume a pool's queue, claim, run handlers, record outcomes, ack.
 
-Per message: parse -> claim (one UPDATE; no row = duplicate or stale: ack and
-drop) -> run the handler under its timeout -> record the outcome (and any
-retry execution) -> ack. A crash before the record leaves the message unacked,
-so RabbitMQ redelivers it; a crash after the claim leaves a lease the reaper
+A message carries a batch of executions of one task. Per execution: claim (one
+UPDATE; no row = duplicate or stale: drop) -> run the handler under its timeout
+-> record the outcome (and any retry execution); the message is acked once every
+execution in it got that far (a long handler's, once it is claimed). A crash
+before that leaves the message unacked, so RabbitMQ redelivers it (claims already
+made fail and are dropped); a crash after a claim leaves a lease the reaper
 reclaims.
 """
 
@@ -29,7 +31,7 @@ import pydantic
 from horae import broker, metrics
 from horae.config import Settings
 from horae.errors import PermanentError
-from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
+from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
 from horae.store.executions import Claimed
 from horae.worker.outcome import Outcome, classify
@@ -77,12 +79,11 @@ class Worker:
         return seconds is None or seconds > self._cfg.consumer_timeout.total_seconds() / 2
 
     async def handle(self, message: broker.IncomingMessage) -> None:
-        async with self._slots:
-            await self._handle(message)
-
-    async def _handle(self, message: broker.IncomingMessage) -> None:
+        """One dispatch message: each of its executions runs on its own (within the
+        concurrency limit); the message is acked once every execution in it has reached
+        its ack point, and never if one was interrupted (shutdown) before that."""
         try:
-            body = ExecutionMessage.model_validate_json(message.body)
+            batch = ExecutionBatch.model_validate_json(message.body).executions
         except pydantic.ValidationError as exc:
             log.error("malformed message %s dead-lettered: %s", message.message_id, exc)
             await self._publisher.dead_letter(
@@ -90,6 +91,26 @@ class Worker:
             )
             await message.ack()
             return
+        ready = [asyncio.Event() for _ in batch]
+        runs = [
+            asyncio.ensure_future(self._execute(m, r)) for m, r in zip(batch, ready, strict=True)
+        ]
+        for run, point in zip(runs, ready, strict=True):
+            waiter = asyncio.ensure_future(point.wait())
+            await asyncio.wait([run, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        if all(point.is_set() for point in ready):
+            await message.ack()
+        results = await asyncio.gather(*runs, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.error("execution failed outside its handler", exc_info=result)
+
+    async def _execute(self, body: ExecutionMessage, ack_point: asyncio.Event) -> None:
+        async with self._slots:
+            await self._claim_and_run(body, ack_point)
+
+    async def _claim_and_run(self, body: ExecutionMessage, ack_point: asyncio.Event) -> None:
         async with self._pool.acquire() as conn:
             claimed = await store.claim(
                 conn,
@@ -104,15 +125,14 @@ class Worker:
             log.info("execution %s: tenant %s at its limit, due again at %s",
                      body.execution_id, body.tenant, claimed.due_at)  # fmt: skip
             metrics.throttled.inc()
-            await message.ack()
+            ack_point.set()
             return
         if claimed is None:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
-            await message.ack()
+            ack_point.set()
             return
-        acked = self._acks_at_claim(claimed)
-        if acked:
-            await message.ack()
+        if self._acks_at_claim(claimed):
+            ack_point.set()
         metrics.start_lag.observe((_now() - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
@@ -134,15 +154,15 @@ class Worker:
             )
             if recorded and outcome.status == "dead":
                 await self._publisher.dead_letter(
-                    message.body, str(claimed.id), {"reason": outcome.error_message or ""}
-                )
+                    body.model_dump_json().encode(), str(claimed.id),
+                    {"reason": outcome.error_message or ""},
+                )  # fmt: skip
                 metrics.dead_letters.inc()
         if recorded:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:
                 metrics.retries.inc()
-        if not acked:
-            await message.ack()
+        ack_point.set()
 
     async def _run(self, claimed: Claimed) -> Outcome:
         policy = RetryPolicy.model_validate(claimed.retry_policy)

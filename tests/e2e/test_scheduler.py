@@ -101,13 +101,13 @@ async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_sha
     a = processes.start("scheduler", "scheduler")
     processes.start("scheduler", "scheduler")
     await balanced(control_plane, namespace, ["scheduler-0", "scheduler-1"])
-    old = {
-        (r["shard"], r["epoch"])
-        for r in await pool.fetch(
-            "SELECT shard, epoch FROM shard_epochs WHERE owner = 'scheduler-0'"
-        )
-    }
-    assert len(old) == 32
+
+    async def epochs_of_a() -> set[tuple[int, int]] | None:
+        rows = await pool.fetch("SELECT shard, epoch FROM shard_epochs WHERE owner = 'scheduler-0'")
+        found = {(r["shard"], r["epoch"]) for r in rows}
+        return found if len(found) == 32 else None  # takes land just after the Leases
+
+    old = await until(epochs_of_a, timeout=10, what="shard_epochs to show the 32/32 split")
 
     a.signal(signal.SIGSTOP)
     try:

@@ -59,7 +59,8 @@ async def test_the_same_message_twice_runs_the_handler_once(
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
         await publisher.start()
-        await publisher.publish_batch([msg, msg])
+        await publisher.publish_batch([msg])
+        await publisher.publish_batch([msg])  # a second message with the same execution
     finally:
         await connection.close()
     [done] = await terminal(pool, job["id"], 1)

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import aio_pika
 import asyncpg
+import pydantic
 
-from horae.models import JobSource, JobSpec
+from horae.models import ExecutionBatch, ExecutionMessage, JobSource, JobSpec
 from horae.store import jobs
 from tests.support.kube import ControlPlane
 
@@ -47,7 +48,7 @@ async def pending(pool: asyncpg.Pool) -> int:
 
 
 async def drain(broker_url: str, queue: str) -> Counter[str]:
-    """Take every message off `queue`; count them by message id (the execution id)."""
+    """Take every message off `queue`; count the executions they carry, by execution id."""
     seen: Counter[str] = Counter()
     connection = await aio_pika.connect(broker_url)
     try:
@@ -57,7 +58,12 @@ async def drain(broker_url: str, queue: str) -> Counter[str]:
             msg = await q.get(no_ack=True, fail=False)
             if msg is None:
                 break
-            seen[str(msg.message_id)] += 1
+            try:
+                executions = ExecutionBatch.model_validate_json(msg.body).executions
+            except pydantic.ValidationError:
+                executions = [ExecutionMessage.model_validate_json(msg.body)]
+            for execution in executions:
+                seen[str(execution.execution_id)] += 1
     finally:
         await connection.close()
     return seen
