@@ -13,35 +13,13 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
-
+from bench.harness import horae_system, pct
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
 from horae.store.db import connect_pool
-from horae.store.migrate import migrate
-from tests.support.kube import start_control_plane, stop_control_plane
-
-REPO = Path(__file__).resolve().parents[1]
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
-BROKER = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
-
-
-def _db(name: str) -> str:
-    return urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def main() -> None:
@@ -51,25 +29,10 @@ async def main() -> None:
     parser.add_argument("--lead", type=float, default=20.0, help="seconds until the spike")
     args = parser.parse_args()
 
-    name = f"horae_spike_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(BASE_DB)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        await migrate(_db(name))
-        env = {**os.environ, **plane.env, "HORAE_DATABASE_URL": _db(name),
-               "HORAE_BROKER_URL": BROKER, "HORAE_BROKER_PREFIX": f"spike{uuid.uuid4().hex[:6]}",
-               "HORAE_NAMESPACE": "default",
-               "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING")}  # fmt: skip
-        horae = str(Path(sys.executable).parent / "horae")
+    async with horae_system("spike") as system:
         for i in range(args.replicas):
-            procs.append(
-                subprocess.Popen(  # noqa: ASYNC220 (started once, runs beside us)
-                    [horae, "scheduler"], cwd=REPO, env={**env, "HORAE_IDENTITY": f"spike-{i}"}
-                )
-            )
-        pool = await connect_pool(_db(name), size=4)
+            system.start(f"spike-{i}", "scheduler")
+        pool = await connect_pool(system.db_url, size=4)
         due = (datetime.now(UTC) + timedelta(seconds=args.lead)).replace(microsecond=0)
         new = [jobs.NewJob(spec=JobSpec(task="bench.noop", run_at=due), tenant=f"t{i % 10}",
                            source=JobSource.API) for i in range(args.count)]  # fmt: skip
@@ -92,14 +55,6 @@ async def main() -> None:
         print(f"dispatched {len(lags)}/{args.count}; dispatch lag (s): "
               f"p50 {pct(lags, 50):.3f}  p99 {pct(lags, 99):.3f}  max {max(lags):.3f}  "
               f"mean {statistics.fmean(lags):.3f}")  # fmt: skip
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
-        stop_control_plane(plane)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 if __name__ == "__main__":

@@ -10,32 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
-
-from bench.dispatch_spike import pct
+from bench.harness import REPO, horae_system, pct
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
 from horae.store.db import connect_pool
-from horae.store.migrate import migrate
-from tests.support.kube import start_control_plane, stop_control_plane
 
-REPO = Path(__file__).resolve().parents[1]
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
-BROKER = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
 TASKS = REPO / "bench" / "noop_tasks.py"
-
-
-def _db(name: str) -> str:
-    return urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
 
 
 async def main() -> None:
@@ -46,28 +29,12 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
 
-    name = f"horae_tput_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(BASE_DB)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        await migrate(_db(name))
-        env = {**os.environ, **plane.env, "HORAE_DATABASE_URL": _db(name),
-               "HORAE_BROKER_URL": BROKER, "HORAE_BROKER_PREFIX": f"tput{uuid.uuid4().hex[:6]}",
-               "HORAE_NAMESPACE": "default", "HORAE_LOG_LEVEL": "WARNING"}  # fmt: skip
-        horae = str(Path(sys.executable).parent / "horae")
-        commands = [[horae, "scheduler"]] + [
-            [horae, "worker", "--tasks", str(TASKS), "--concurrency", str(args.concurrency)]
-            for _ in range(args.workers)
-        ]
-        for i, cmd in enumerate(commands):
-            procs.append(
-                subprocess.Popen(  # noqa: ASYNC220 (started once, runs beside us)
-                    cmd, cwd=REPO, env={**env, "HORAE_IDENTITY": f"tput-{i}"}
-                )
-            )
-        pool = await connect_pool(_db(name), size=4)
+    async with horae_system("tput") as system:
+        system.start("tput-0", "scheduler")
+        for i in range(args.workers):
+            system.start(f"tput-{i + 1}", "worker", "--tasks", str(TASKS),
+                         "--concurrency", str(args.concurrency))  # fmt: skip
+        pool = await connect_pool(system.db_url, size=4)
         await asyncio.sleep(5)  # shards taken, queues declared
         print(f"throughput: {args.rate}/s due for {args.seconds}s; 1 scheduler, "
               f"{args.workers} workers x {args.concurrency}; {os.cpu_count()} cores")  # fmt: skip
@@ -124,14 +91,6 @@ async def main() -> None:
               f"max {max(lags):.3f}")  # fmt: skip
         if statements is not None:
             print(f"postgres statements recorded: {statements}")
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
-        stop_control_plane(plane)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 if __name__ == "__main__":

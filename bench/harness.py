@@ -1,0 +1,68 @@
+"""What the end-to-end benchmarks share: a fresh database on the local PostgreSQL, a
+control plane of their own (hack/k8s-up.sh), a fresh RabbitMQ prefix, and `horae`
+processes started beside the benchmark and stopped after it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from horae.store.migrate import migrate
+from tests.support.kube import start_control_plane, stop_control_plane
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
+BROKER = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
+HORAE = str(Path(sys.executable).parent / "horae")
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+@dataclass
+class System:
+    db_url: str
+    env: dict[str, str]
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, identity: str, *args: str) -> None:
+        self.processes.append(
+            subprocess.Popen([HORAE, *args], cwd=REPO, env={**self.env, "HORAE_IDENTITY": identity})
+        )
+
+
+@asynccontextmanager
+async def horae_system(name: str) -> AsyncIterator[System]:
+    db = f"horae_{name}_{uuid.uuid4().hex[:8]}"
+    db_url = urlunsplit(urlsplit(BASE_DB)._replace(path="/" + db))
+    admin = await asyncpg.connect(BASE_DB)
+    await admin.execute(f'CREATE DATABASE "{db}"')
+    plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
+    system = System(db_url, {
+        **os.environ, **plane.env, "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": BROKER,
+        "HORAE_BROKER_PREFIX": f"{name}{uuid.uuid4().hex[:6]}", "HORAE_NAMESPACE": "default",
+        "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING"),
+    })  # fmt: skip
+    try:
+        await migrate(db_url)
+        yield system
+    finally:
+        for p in system.processes:
+            p.terminate()
+        for p in system.processes:
+            p.wait(timeout=30)
+        stop_control_plane(plane)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        await admin.close()
