@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import httpx
 
-from tests.support.kube import ControlPlane
+from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
 from tests.support.wait import until
 
@@ -33,8 +34,12 @@ spec:
 async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
     control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
 ) -> None:
-    scheduler = processes.start("scheduler", "scheduler")
-    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
+    scheduler_port, worker_port = free_port(), free_port()
+    scheduler = processes.start(
+        "scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(scheduler_port)}
+    )
+    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py",
+                    env={"HORAE_METRICS_PORT": str(worker_port)})  # fmt: skip
     processes.start("operator", "operator")
 
     async def all_shards_held() -> bool:
@@ -85,3 +90,24 @@ async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
     assert status["lastRunAt"] is not None
     columns = control_plane.kubectl("get", "sj", "hello", "-n", namespace).stdout
     assert "Succeeded" in columns and "e2e.echo" in columns
+
+    scheduler_metrics = scrape(scheduler_port)
+    assert scheduler_metrics["horae_owned_shards"] == 64
+    assert scheduler_metrics['horae_lease_transitions_total{change="gained"}'] >= 64
+    assert scheduler_metrics["horae_dispatch_lag_seconds_count"] >= 1
+    assert scheduler_metrics["horae_dispatched_total"] >= 1
+    worker_metrics = scrape(worker_port)
+    assert worker_metrics["horae_start_lag_seconds_count"] >= 1
+    assert worker_metrics['horae_outcomes_total{status="succeeded"}'] >= 1
+    assert worker_metrics["horae_in_flight"] == 0
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Prometheus text format -> {sample name with labels: value}."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
