@@ -44,6 +44,8 @@ async def test_broker_then_database_restart_loses_nothing(
                                     spread=timedelta(seconds=20))  # fmt: skip
     finally:
         await pool.close()
+    # The fault schedule (not a wait for a reaction): restart the broker 3 s into the
+    # 20 s of executions falling due, then the database 3 s later.
     await asyncio.sleep(3)
     await asyncio.to_thread(restart_rabbitmq)
     await asyncio.sleep(3)
@@ -82,10 +84,10 @@ async def test_cron_fires_every_second_once_across_a_replica_kill(
         )
     owner = next(n for n, shards in holders(control_plane, namespace).items()
                  if job_id.int % 64 in shards)  # fmt: skip
-    await asyncio.sleep(4)
+    await asyncio.sleep(4)  # fault schedule: ~4 occurrences on the owner, then kill it
     replicas[names.index(owner)].kill()
     await all_held_by(control_plane, namespace, set(names) - {owner})
-    await asyncio.sleep(4)
+    await asyncio.sleep(4)  # ~4 more occurrences under the new owner
     async with pool.acquire() as conn:
         await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
     rows = await pool.fetch(
