@@ -2,10 +2,8 @@
 
     HoraeError                    root of everything Horae raises on purpose
     ├── ConfigError               bad or missing HORAE_* setting
-    ├── ValidationError           a job spec or request that cannot be accepted
     ├── NotFound                  a job or execution that does not exist (for this tenant)
     ├── Conflict                  a write that contradicts the current state
-    ├── Fenced                    a scheduler wrote under an epoch it no longer holds
     └── TaskError                 raised by task handlers to steer the outcome
         ├── RetryableError        try again later (optionally after `delay`)
         └── PermanentError        never try again
@@ -28,25 +26,12 @@ class ConfigError(HoraeError):
     """A HORAE_* setting is missing or malformed."""
 
 
-class ValidationError(HoraeError):
-    """Input that cannot be accepted; `field` names the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
 class NotFound(HoraeError):
     """The job or execution does not exist, or belongs to another tenant."""
 
 
 class Conflict(HoraeError):
     """The write contradicts the current state (e.g. an idempotency key reused)."""
-
-
-class Fenced(HoraeError):
-    """A scheduler wrote for a shard whose epoch has moved on: it lost the shard."""
 
 
 class TaskError(HoraeError):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from horae.api.problems import Problem
 from horae.kube import ReviewedUser, Reviews
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 
 TOKEN_CACHE_SECONDS = 30.0
 ACCESS_CACHE_SECONDS = 10.0
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -42,49 +46,61 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class _TtlCache(Generic[K, V]):
+    """A small time-bounded cache; cleared whole when it grows past `size`."""
+
+    def __init__(self, ttl: float, size: int = 10_000) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._items: dict[K, tuple[float, V]] = {}
+
+    async def get(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        now = time.monotonic()
+        hit = self._items.get(key)
+        if hit is not None and now - hit[0] <= self._ttl:
+            return hit[1]
+        value = await load()
+        if len(self._items) >= self._size:
+            self._items.clear()
+        self._items[key] = (now, value)
+        return value
+
+
 class KubernetesAuth:
     """TokenReview + SubjectAccessReview, with short-lived caches (tokens by digest)."""
 
     def __init__(self, reviews: Reviews) -> None:
         self._reviews = reviews
-        self._tokens: dict[str, tuple[float, ReviewedUser | None]] = {}
-        self._access: dict[tuple[str, str, str, str], tuple[float, bool]] = {}
+        self._tokens: _TtlCache[str, ReviewedUser | None] = _TtlCache(TOKEN_CACHE_SECONDS)
+        self._access: _TtlCache[tuple[str, str, str, str], bool] = _TtlCache(ACCESS_CACHE_SECONDS)
 
     async def caller(self, token: str) -> Caller | None:
-        key = _digest(token)
-        now = time.monotonic()
-        hit = self._tokens.get(key)
-        if hit is None or now - hit[0] > TOKEN_CACHE_SECONDS:
+        async def review() -> ReviewedUser | None:
             try:
-                user = await self._reviews.token(token)
+                return await self._reviews.token(token)
             except Exception as exc:
                 log.exception("TokenReview failed")
                 raise Problem(503, "Unavailable", "cannot verify tokens right now") from exc
-            if len(self._tokens) > 10_000:
-                self._tokens.clear()
-            self._tokens[key] = hit = (now, user)
-        user = hit[1]
+
+        user = await self._tokens.get(_digest(token), review)
         if user is None:
             return None
         return Caller(user.username, user.service_account_namespace, user=user)
 
     async def allowed(self, caller: Caller, verb: str, resource: str, tenant: str) -> bool:
-        assert caller.user is not None
-        key = (caller.user.uid or caller.name, verb, resource, tenant)
-        now = time.monotonic()
-        hit = self._access.get(key)
-        if hit is None or now - hit[0] > ACCESS_CACHE_SECONDS:
+        user = caller.user
+        assert user is not None
+
+        async def review() -> bool:
             try:
-                ok = await self._reviews.allowed(
-                    caller.user, verb=verb, resource=resource, namespace=tenant
+                return await self._reviews.allowed(
+                    user, verb=verb, resource=resource, namespace=tenant
                 )
             except Exception as exc:
                 log.exception("SubjectAccessReview failed")
                 raise Problem(503, "Unavailable", "cannot authorize right now") from exc
-            if len(self._access) > 10_000:
-                self._access.clear()
-            self._access[key] = hit = (now, ok)
-        return hit[1]
+
+        return await self._access.get((user.uid or caller.name, verb, resource, tenant), review)
 
 
 class StaticTokens:

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from horae.errors import Conflict, NotFound, ValidationError
+from horae.errors import Conflict, NotFound
 
 PROBLEM = "application/problem+json"
 
@@ -78,10 +78,6 @@ def install(app: FastAPI) -> None:
         return problem_response(
             Problem(422, "Invalid request", f"{first['field']}: {first['message']}", errors=errors)
         )
-
-    @app.exception_handler(ValidationError)
-    async def _domain_validation(_: Request, exc: ValidationError) -> JSONResponse:
-        return problem_response(invalid(exc.field, exc.message))
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:

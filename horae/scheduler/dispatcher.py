@@ -87,7 +87,6 @@ class Dispatcher:
         self._notified: set[int] = set()
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
-        self.dispatched = 0
 
     def held(self) -> list[Due]:
         """The executions waiting in the timer heap, soonest first."""
@@ -298,7 +297,6 @@ class Dispatcher:
                     self.epochs.pop(shard, None)
                     await self._on_fenced(shard)
                     continue
-                self.dispatched += moved
                 metrics.dispatched.inc(len(keep))
                 for s in skips:
                     metrics.skipped.labels(s.kind).inc()

@@ -26,6 +26,11 @@ SHARD_LABEL = "horae.dev/shard-lease"
 MEMBER_LABEL = "horae.dev/scheduler-member"
 
 
+def frees_shards(event: str, lease: Lease) -> bool:
+    """Does this Lease change free a shard, or grow the others' fair share?"""
+    return event == "DELETED" or lease.holder is None
+
+
 def shard_lease_name(shard: int) -> str:
     return f"horae-shard-{shard:02d}"
 
@@ -163,7 +168,7 @@ class ShardLeases:
                     self._duration_s,
                     {SHARD_LABEL: "true"},
                 )
-            elif lease.holder is None or lease.holder == self.identity or self._expired(lease, now):
+            elif self._takeable(lease, now):
                 taken = await self._leases.write(
                     lease, self.identity, self._duration_s, acquire=True
                 )
@@ -218,11 +223,6 @@ class ShardLeases:
             *(self._leases.write(x, None, self._duration_s, acquire=False) for x in mine),
             return_exceptions=True,
         )
-
-    def observe(self, event: str, lease: Lease) -> None:
-        """From the Lease watch (any thread's loop call): wake up when shards free up."""
-        if event == "DELETED" or lease.holder is None:
-            self.wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -13,7 +13,7 @@ from horae import broker, metrics
 from horae.config import Settings
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.scheduler.dispatcher import Dispatcher
-from horae.scheduler.leases import ShardLeases
+from horae.scheduler.leases import MEMBER_LABEL, SHARD_LABEL, ShardLeases, frees_shards
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
@@ -86,23 +86,18 @@ async def run(settings: Settings) -> None:
     watch_stop = threading.Event()
 
     def on_lease_change(event: str, lease: Lease) -> None:
-        loop.call_soon_threadsafe(shard_leases.observe, event, lease)
+        # Only changes that free a shard or a member's share wake the event loop; the
+        # renewals (many a second) are filtered here, in the watch thread.
+        if frees_shards(event, lease):
+            loop.call_soon_threadsafe(shard_leases.wake.set)
 
-    watcher = threading.Thread(
-        target=watch_leases,
-        args=(api, settings.kube.namespace, "horae.dev/shard-lease", on_lease_change, watch_stop),
-        daemon=True,
-        name="lease-watch",
-    )
-    member_watcher = threading.Thread(
-        target=watch_leases,
-        args=(api, settings.kube.namespace, "horae.dev/scheduler-member", on_lease_change,
-              watch_stop),
-        daemon=True,
-        name="member-watch",
-    )  # fmt: skip
-    watcher.start()
-    member_watcher.start()
+    for selector in (SHARD_LABEL, MEMBER_LABEL):
+        threading.Thread(
+            target=watch_leases,
+            args=(api, settings.kube.namespace, selector, on_lease_change, watch_stop),
+            daemon=True,
+            name=f"watch-{selector}",
+        ).start()
     log.info("scheduler %s starting with %d shards", cfg.identity, cfg.shards)
     tasks = [
         asyncio.create_task(listener.run(stop), name="listener"),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from horae.models import ExecutionStatus
-from horae.store.jobs import insert_execution, next_occurrence
+from horae.store.jobs import insert_execution, next_occurrence, spec_from_row
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -154,8 +154,6 @@ async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None
 
     One query finds which jobs recur, so a spike of one-offs costs one statement here.
     """
-    from horae.store.jobs import spec_from_row
-
     firsts = {d.job_id: d for d in dues if d.attempt == 1}
     if not firsts:
         return

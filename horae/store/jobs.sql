@@ -87,11 +87,16 @@ SELECT id, request_hash FROM jobs WHERE tenant = $1 AND idempotency_key = $2
 -- Create a tenant or change its limit of concurrently running executions.
 INSERT INTO tenants (name, max_running) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET max_running = $2
-RETURNING name, max_running, running
+RETURNING name, max_running,
+          (SELECT count(*) FROM executions e WHERE e.tenant = tenants.name
+           AND e.status = 'running')::int AS running
 
 -- name: list_tenants
--- Every tenant with its limit and current running count.
-SELECT name, max_running, running FROM tenants ORDER BY name
+-- Every tenant with its limit and how many of its executions run right now.
+SELECT name, max_running,
+       (SELECT count(*) FROM executions e WHERE e.tenant = t.name
+        AND e.status = 'running')::int AS running
+FROM tenants t ORDER BY name
 
 -- name: notify_shard
 -- Tell the scheduler owning a shard that a near-term execution was inserted.

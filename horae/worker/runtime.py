@@ -33,6 +33,7 @@ from horae.config import Settings
 from horae.errors import PermanentError
 from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
+from horae.store.db import connect_pool
 from horae.store.executions import Claimed
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
@@ -255,7 +256,7 @@ class Worker:
 async def run(settings: Settings, tasks_module: str) -> None:
     load_tasks(tasks_module)
     cfg = settings.worker
-    pool = await connect_pool_for(settings)
+    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     connection = await broker.connect(settings.broker.url)
     names = broker.Names(settings.broker.prefix)
     publisher = broker.Publisher(connection, names)
@@ -297,9 +298,3 @@ async def run(settings: Settings, tasks_module: str) -> None:
     heartbeat.cancel()
     await connection.close()
     await pool.close()
-
-
-async def connect_pool_for(settings: Settings) -> asyncpg.Pool[asyncpg.Record]:
-    from horae.store.db import connect_pool
-
-    return await connect_pool(settings.database.url, size=settings.database.pool_size)

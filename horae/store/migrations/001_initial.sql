@@ -11,7 +11,6 @@ CREATE TYPE job_state AS ENUM ('active', 'paused', 'cancelled', 'completed');
 CREATE TABLE tenants (
     name          text PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 253),
     max_running   integer CHECK (max_running IS NULL OR max_running >= 1),
-    running       integer NOT NULL DEFAULT 0 CHECK (running >= 0),
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 
