@@ -1,7 +1,7 @@
 """DST, calendar and cross-implementation checks for `horae.schedule`.
 
 Expected values come from Debian cron's DST rules and the tz database (zoneinfo),
-never from `cronsim`, which is the engine under test:
+never from `cronsim` (which `horae.schedule` uses to walk wall-clock times):
 
 - a job at a fixed local time that spring-forward skips runs once, right after the jump;
 - a job at a fixed local time that fall-back repeats runs once, at the first occurrence;
@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from horae.schedule import cron_times, next_fire_times, validate_cron
@@ -422,12 +422,6 @@ def test_lord_howe_real_time_expectations_agree_with_a_minute_by_minute_scan(
     assert real_minutes_matching(expression, "Australia/Lord_Howe", after, until) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cronsim steps a whole real hour (restricted hour field) or jumps by wall-clock "
-    "minutes (single-value minute field) in real-time mode, which overshoots by 30 minutes "
-    "across Lord Howe's half-hour transitions and drops fire times",
-)
 @pytest.mark.parametrize(("expression", "after", "until", "expected"), LORD_HOWE_REAL_TIME_CASES)
 def test_real_time_job_fires_on_every_matching_real_minute_across_lord_howe_shifts(
     expression: str, after: datetime, until: datetime, expected: list[datetime]
@@ -512,21 +506,11 @@ def test_seconds_first_job_runs_at_nine_oh_oh_thirty_in_tokyo() -> None:
     assert times[0].astimezone(ZoneInfo("Asia/Tokyo")).time() == time(9, 0, 30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cronsim applies Debian's DST handling only to 5-field expressions: a 6-field "
-    "fixed-time job skipped by spring-forward does not run that day at all",
-)
 def test_seconds_first_fixed_time_in_the_skipped_hour_runs_once_after_the_jump() -> None:
     times = fires("0 30 2 * * *", "America/New_York", utc(2026, 3, 7, 12), 2)
     assert times == [utc(2026, 3, 8, 7), utc(2026, 3, 9, 6, 30)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cronsim applies Debian's DST handling only to 5-field expressions: a 6-field "
-    "fixed-time job in the repeated hour runs twice",
-)
 def test_seconds_first_fixed_time_in_the_repeated_hour_runs_exactly_once() -> None:
     times = fires("0 30 1 * * *", "America/New_York", utc(2026, 10, 31, 12), 2)
     assert times == [utc(2026, 11, 1, 5, 30), utc(2026, 11, 2, 6, 30)]
@@ -621,21 +605,6 @@ def debian_model(
     return sorted(fixed)[:count]
 
 
-def in_known_lord_howe_discrepancy(
-    zone: str, minutes: Sequence[int] | None, hours: Sequence[int] | None
-) -> bool:
-    """Real-time jobs that miss fires around Lord Howe's 30-minute shifts.
-
-    A single-value minute with `*` hour, or `*` minute with a restricted hour: see
-    test_real_time_job_fires_on_every_matching_real_minute_across_lord_howe_shifts.
-    """
-    if zone != "Australia/Lord_Howe":
-        return False
-    if minutes is None:
-        return hours is not None
-    return hours is None and len(minutes) == 1
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     minutes=field_values(59, likely=[0, 15, 29, 30, 45, 59]),
@@ -697,7 +666,6 @@ def test_fire_times_agree_with_a_brute_force_model_of_debian_cron(
     offset_seconds: int,
 ) -> None:
     zone, start = zone_start
-    assume(not in_known_lord_howe_discrepancy(zone, minutes, hours))
     after = start + timedelta(seconds=offset_seconds)
     expression = f"{field_text(minutes)} {field_text(hours)} * * *"
     expected = debian_model(minutes, hours, zone, after, PROPERTY_FIRES)
