@@ -30,7 +30,7 @@ from horae import metrics
 from horae.broker import Publisher
 from horae.models import ExecutionMessage
 from horae.store import executions as store
-from horae.store.executions import MIN_CURSOR, Due, Skip
+from horae.store.executions import MIN_CURSOR, Due, ShardDispatch, Skip
 
 log = logging.getLogger(__name__)
 
@@ -280,27 +280,25 @@ class Dispatcher:
         publish_took = time.monotonic() - started
         for d in to_publish:
             metrics.dispatch_lag.observe((published - d.due_at).total_seconds())
+        rounds = {
+            shard: ShardDispatch(self.epochs[shard], keep, skips, cancel)
+            for shard, (keep, skips, cancel) in plans.items()
+            if shard in self.epochs
+        }
         async with self._pool.acquire() as conn:
-            for shard, (keep, skips, cancel) in plans.items():
-                epoch = self.epochs.get(shard)
-                moved = None
-                if epoch is not None:
-                    moved = await store.mark_queued(
-                        conn, shard, epoch, keep, published, skipped=skips, cancel=cancel
-                    )
-                self._forget(by_shard[shard])
-                if moved is None:
-                    log.warning(
-                        "fenced out of shard %d; dropping it", shard, extra={"shard": shard}
-                    )
-                    metrics.fenced_writes.inc()
-                    self.epochs.pop(shard, None)
-                    await self._on_fenced(shard)
-                    continue
-                metrics.dispatched.inc(len(keep))
-                for s in skips:
+            queued, fenced = await store.record_dispatch(conn, rounds, published)
+        self._forget(batch)
+        for shard in sorted(fenced | (set(plans) - set(rounds))):
+            log.warning("fenced out of shard %d; dropping it", shard, extra={"shard": shard})
+            metrics.fenced_writes.inc()
+            self.epochs.pop(shard, None)
+            await self._on_fenced(shard)
+        for shard, plan in rounds.items():
+            if shard not in fenced:
+                metrics.dispatched.inc(len(plan.queued))
+                for s in plan.skipped:
                     metrics.skipped.labels(s.kind).inc()
         log.debug(
-            "dispatched %d: publish %.3fs, record %.3fs",
-            len(to_publish), publish_took, time.monotonic() - started - publish_took,
+            "dispatched %d (%d queued): publish %.3fs, record %.3fs",
+            len(to_publish), queued, publish_took, time.monotonic() - started - publish_took,
         )  # fmt: skip

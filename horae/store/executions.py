@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from horae.models import ExecutionStatus
-from horae.store.jobs import insert_execution, next_occurrence, spec_from_row
+from horae.store.jobs import (
+    NewExecution,
+    insert_execution,
+    insert_executions,
+    next_occurrence,
+    spec_from_row,
+)
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -69,41 +75,59 @@ class Skip:
     message: str
 
 
-async def mark_queued(
-    conn: Conn,
-    shard: int,
-    epoch: int,
-    batch: Sequence[Due],
-    now: datetime,
-    *,
-    skipped: Sequence[Skip] = (),
-    cancel: Sequence[tuple[uuid.UUID, datetime]] = (),
-) -> int | None:
-    """Fenced, one transaction: mark a published batch queued, record skipped occurrences,
-    request cancellation of replaced predecessors, and schedule cron jobs' next occurrences.
+@dataclass(frozen=True)
+class ShardDispatch:
+    """What one dispatch round did to one shard, under the epoch it holds."""
 
-    The epoch row is share-locked for the whole transaction, so a replica taking
-    the shard (which bumps the epoch) waits for this to commit, and this finds
-    nothing to lock once the epoch has moved. Rows a worker already claimed stay
-    as they are; their next occurrence is still scheduled (idempotently).
-    Returns how many rows became queued, or None when fenced out.
+    epoch: int
+    queued: Sequence[Due] = ()
+    skipped: Sequence[Skip] = ()
+    cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
+
+
+async def record_dispatch(
+    conn: Conn, shards: dict[int, ShardDispatch], now: datetime
+) -> tuple[int, set[int]]:
+    """Fenced, one transaction for every shard of a dispatch round: mark the published
+    executions queued, record skipped occurrences, request cancellation of replaced
+    predecessors, and schedule cron jobs' next occurrences.
+
+    The epoch rows are share-locked for the whole transaction, so a replica taking
+    a shard (which bumps its epoch) waits for this to commit, and a shard whose
+    epoch has moved is left alone. Rows a worker already claimed stay as they are;
+    their next occurrence is still scheduled (idempotently).
+    Returns how many rows became queued, and the shards we were fenced out of.
     """
     async with conn.transaction():
-        if await conn.fetchval(Q["lock_epoch"], shard, epoch) is None:
-            return None
+        order = sorted(shards)
+        held = {r["shard"] for r in await conn.fetch(
+            Q["lock_epochs"], order, [shards[s].epoch for s in order]
+        )}  # fmt: skip
+        ours = [shards[s] for s in order if s in held]
+        queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
         status = await conn.execute(
-            Q["mark_queued"], shard, epoch, [d.id for d in batch], [d.due_at for d in batch], now
-        )
-        for kind in {s.kind for s in skipped}:
-            group = [s for s in skipped if s.kind == kind]
+            Q["mark_queued"], [d.id for d, _ in queued], [d.due_at for d, _ in queued],
+            [epoch for _, epoch in queued], now,
+        )  # fmt: skip
+        skipped = [s for plan in ours for s in plan.skipped]
+        if skipped:
             await conn.execute(
-                Q["skip_executions"], shard, epoch, [s.due.id for s in group],
-                [s.due.due_at for s in group], now, kind, group[0].message,
+                Q["skip_executions"], [s.due.id for s in skipped], [s.due.due_at for s in skipped],
+                [s.kind for s in skipped], [s.message for s in skipped], now,
             )  # fmt: skip
+        cancel = [c for plan in ours for c in plan.cancel]
         if cancel:
             await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
-        await _schedule_next(conn, [*batch, *(s.due for s in skipped)], now)
-        return int(status.split()[-1])
+        await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now)
+        return int(status.split()[-1]), set(shards) - held
+
+
+async def mark_queued(
+    conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
+) -> int | None:
+    """`record_dispatch` for one shard: how many became queued, None when fenced out."""
+    queued, fenced = await record_dispatch(conn, {shard: ShardDispatch(epoch, batch)}, now)
+    return None if fenced else queued
 
 
 async def stale_queued(
@@ -145,36 +169,34 @@ async def lose_lease(
                 shard=row["shard"], due_at=retry_at, occurrence_at=row["occurrence_at"],
                 attempt=row["attempt"] + 1, job_version=row["job_version"], now=now,
             )  # fmt: skip
-        await conn.execute(Q["record_job_run"], row["job_id"], now, status.value, retry_at is None)
+        await conn.execute(
+            Q["record_job_runs"], [row["job_id"]], [now], [status.value], [retry_at is None]
+        )
         return True
 
 
 async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None:
     """Insert the next occurrence of each active cron job among `dues` (first attempts).
 
-    One query finds which jobs recur, so a spike of one-offs costs one statement here.
+    One query finds which jobs recur, one inserts their next occurrences and one records
+    them on the jobs, so a spike costs the same three statements whatever its size.
     """
     firsts = {d.job_id: d for d in dues if d.attempt == 1}
     if not firsts:
         return
-    for job in await conn.fetch(Q["recurring_jobs"], list(firsts)):
-        due = firsts[job["id"]]
-        nxt = next_occurrence(job["id"], spec_from_row(job), due.occurrence_at)
-        if nxt is None:
-            continue
-        await insert_execution(
-            conn,
-            job_id=job["id"],
-            tenant=job["tenant"],
-            task=job["task"],
-            shard=job["shard"],
-            due_at=nxt.due_at,
-            occurrence_at=nxt.occurrence_at,
-            attempt=1,
-            job_version=job["spec_version"],
-            now=now,
+    new: list[NewExecution] = []
+    for job in await conn.fetch(Q["recurring_jobs"], sorted(firsts)):
+        nxt = next_occurrence(job["id"], spec_from_row(job), firsts[job["id"]].occurrence_at)
+        if nxt is not None:
+            new.append(NewExecution(
+                job["id"], job["tenant"], job["task"], job["shard"], nxt.due_at,
+                nxt.occurrence_at, 1, job["spec_version"],
+            ))  # fmt: skip
+    if new:
+        await insert_executions(conn, new, now)
+        await conn.execute(
+            Q["set_next_runs"], [n.job_id for n in new], [n.occurrence_at for n in new], now
         )
-        await conn.execute(Q["set_next_run"], job["id"], nxt.occurrence_at, now)
 
 
 @dataclass(frozen=True)
@@ -205,6 +227,77 @@ class Throttled:
     due_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A dispatched execution a worker wants to run."""
+
+    id: uuid.UUID
+    due_at: datetime
+    tenant: str
+
+
+async def claim_many(
+    conn: Conn,
+    requests: Sequence[ClaimRequest],
+    *,
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    throttle_delay: timedelta = timedelta(seconds=1),
+) -> list[Claimed | Throttled | None]:
+    """Claim for `owner`, within tenants' limits, in one transaction; one answer per request.
+
+    None for a duplicate or a stale execution (a stale one is cancelled);
+    `Throttled` when the tenant already runs its `max_running` executions (the
+    execution goes back to `scheduled` a little later, without using an attempt).
+    Limits are counted from the running rows themselves, so a killed worker leaks
+    no slot: its executions stop counting when the reaper ends them.
+    """
+    answers: dict[uuid.UUID, Claimed | Throttled | None] = {}
+    async with conn.transaction():
+        limits = await conn.fetch(Q["tenant_limits"], sorted({r.tenant for r in requests}))
+        limited = {row["name"]: row["max_running"] for row in limits}
+        claimable = [r for r in requests if r.tenant not in limited]
+        throttled: list[tuple[ClaimRequest, datetime]] = []
+        for tenant, limit in limited.items():  # in name order: advisory locks never deadlock
+            group = [r for r in requests if r.tenant == tenant]
+            await conn.execute(Q["lock_tenant"], tenant)
+            free = max(0, limit - await conn.fetchval(Q["tenant_running"], tenant))
+            claimable += group[:free]
+            throttled += [
+                (r, now + throttle_delay * random.uniform(1.0, 1.5)) for r in group[free:]
+            ]
+        if throttled:
+            rows = await conn.fetch(
+                Q["throttle_executions"], [r.id for r, _ in throttled],
+                [r.due_at for r, _ in throttled], [later for _, later in throttled],
+            )  # fmt: skip
+            moved = {row["id"] for row in rows}
+            answers |= {r.id: Throttled(later) for r, later in throttled if r.id in moved}
+            for shard in sorted({row["shard"] for row in rows}):
+                await conn.execute(Q["notify_shard"], shard, "throttled")
+        claimable.sort(key=lambda r: r.id)  # one lock order across workers
+        rows = await conn.fetch(
+            Q["claim_executions"], [r.id for r in claimable], [r.due_at for r in claimable],
+            owner, now, lease,
+        )  # fmt: skip
+        answers |= {row["id"]: Claimed(**dict(row)) for row in rows}
+        missed = [r for r in claimable if r.id not in answers]
+        if missed:
+            stale = await conn.fetch(
+                Q["cancel_stale"], [r.id for r in missed], [r.due_at for r in missed], now
+            )
+            for job_id in sorted({row["job_id"] for row in stale}):
+                await conn.execute(Q["notify_job"], str(job_id))
+    # The same execution twice in one batch (a redelivered duplicate): only the first runs.
+    given: set[uuid.UUID] = set()
+    results: list[Claimed | Throttled | None] = []
+    for r in requests:
+        results.append(None if r.id in given else answers.get(r.id))
+        given.add(r.id)
+    return results
+
+
 async def claim(
     conn: Conn,
     execution_id: uuid.UUID,
@@ -213,35 +306,58 @@ async def claim(
     owner: str,
     now: datetime,
     lease: timedelta,
-    tenant: str | None = None,
-    throttle_delay: timedelta = timedelta(seconds=1),
+    tenant: str,
 ) -> Claimed | Throttled | None:
-    """Claim for `owner`, within the tenant's limit, in one transaction.
+    """`claim_many` for one execution."""
+    [answer] = await claim_many(
+        conn, [ClaimRequest(execution_id, due_at, tenant)], owner=owner, now=now, lease=lease
+    )
+    return answer
 
-    None for a duplicate or a stale execution (a stale one is cancelled);
-    `Throttled` when the tenant already runs its `max_running` executions (the
-    execution goes back to `scheduled` a little later, without using an attempt).
-    Limits are counted from the running rows themselves, so a killed worker leaks
-    no slot: its executions stop counting when the reaper ends them.
-    """
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A claimed execution's terminal outcome, and its retry (if any) at `retry_at`."""
+
+    claimed: Claimed
+    status: ExecutionStatus
+    error_kind: str | None = None
+    error_message: str | None = None
+    result: Any = None
+    retry_at: datetime | None = None
+
+
+async def finish_many(
+    conn: Conn, outcomes: Sequence[Finish], *, owner: str, now: datetime
+) -> list[bool]:
+    """Record terminal outcomes (and retry executions, and the jobs' latest runs) in one
+    transaction. An answer is False when `owner` no longer held that execution (its lease
+    was lost): nothing is recorded for it."""
+    ordered = sorted(outcomes, key=lambda f: f.claimed.id)  # one lock order across workers
     async with conn.transaction():
-        limit = await conn.fetchval(Q["tenant_limit"], tenant) if tenant else None
-        if limit is not None:
-            await conn.execute(Q["lock_tenant"], tenant)
-            if await conn.fetchval(Q["tenant_running"], tenant) >= limit:
-                later = now + throttle_delay * random.uniform(1.0, 1.5)
-                shard = await conn.fetchval(Q["throttle_execution"], execution_id, due_at, later)
-                if shard is None:
-                    return None
-                await conn.execute(Q["notify_shard"], shard, str(execution_id))
-                return Throttled(later)
-        row = await conn.fetchrow(Q["claim_execution"], execution_id, due_at, owner, now, lease)
-        if row is not None:
-            return Claimed(**dict(row))
-        job_id = await conn.fetchval(Q["cancel_stale"], execution_id, due_at, now)
-        if job_id is not None:
-            await conn.execute(Q["notify_job"], str(job_id))
-        return None
+        rows = await conn.fetch(
+            Q["finish_executions"], [f.claimed.id for f in ordered],
+            [f.claimed.due_at for f in ordered], [f.status.value for f in ordered],
+            [now] * len(ordered), [f.error_kind for f in ordered],
+            [f.error_message for f in ordered], [f.result for f in ordered], owner,
+        )  # fmt: skip
+        recorded = {row["id"] for row in rows}
+        done = [f for f in ordered if f.claimed.id in recorded]
+        await insert_executions(conn, [
+            NewExecution(
+                f.claimed.job_id, f.claimed.tenant, f.claimed.task, f.claimed.shard, f.retry_at,
+                f.claimed.occurrence_at, f.claimed.attempt + 1, f.claimed.job_version,
+            )
+            for f in done if f.retry_at is not None
+        ], now)  # fmt: skip
+        latest = {f.claimed.job_id: f for f in done}  # a job's last outcome in the batch
+        jobs = sorted(latest)
+        if jobs:
+            await conn.execute(
+                Q["record_job_runs"], jobs, [now] * len(jobs),
+                [latest[j].status.value for j in jobs], [latest[j].retry_at is None for j in jobs],
+            )  # fmt: skip
+    return [f.claimed.id in recorded for f in outcomes]
 
 
 async def finish(
@@ -256,40 +372,10 @@ async def finish(
     result: Any = None,
     retry_at: datetime | None = None,
 ) -> bool:
-    """Record the terminal outcome (and a retry execution) in one transaction.
-
-    False when this owner no longer holds the execution (its lease was lost).
-    """
-    async with conn.transaction():
-        job_id = await conn.fetchval(
-            Q["finish_execution"],
-            claimed.id,
-            claimed.due_at,
-            owner,
-            status.value,
-            now,
-            error_kind,
-            error_message,
-            result,
-        )
-        if job_id is None:
-            return False
-        final = retry_at is None
-        if retry_at is not None:
-            await insert_execution(
-                conn,
-                job_id=claimed.job_id,
-                tenant=claimed.tenant,
-                task=claimed.task,
-                shard=claimed.shard,
-                due_at=retry_at,
-                occurrence_at=claimed.occurrence_at,
-                attempt=claimed.attempt + 1,
-                job_version=claimed.job_version,
-                now=now,
-            )
-        await conn.execute(Q["record_job_run"], claimed.job_id, now, status.value, final)
-        return True
+    """`finish_many` for one execution."""
+    outcome = Finish(claimed, status, error_kind, error_message, result, retry_at)
+    [recorded] = await finish_many(conn, [outcome], owner=owner, now=now)
+    return recorded
 
 
 async def for_job(

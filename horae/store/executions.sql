@@ -1,15 +1,24 @@
--- name: insert_execution
--- Schedule one execution (deadline and policy copied from its job); a nominal occurrence
--- already scheduled is left alone.
-INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
-                        job_version, status, created_at, starting_deadline_seconds,
-                        concurrency_policy)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, 'scheduled', $10, j.starting_deadline_seconds,
-       j.concurrency_policy
-FROM jobs j WHERE j.id = $2
-ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status <> 'cancelled'
-DO NOTHING
-RETURNING id
+-- name: insert_executions
+-- Schedule executions (deadline and policy copied from their jobs); a nominal occurrence
+-- already scheduled is left alone. Shards of rows due before $11 are told (at COMMIT).
+WITH inserted AS (
+    INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+                            job_version, status, created_at, starting_deadline_seconds,
+                            concurrency_policy)
+    SELECT u.id, u.job_id, u.tenant, u.task, u.shard, u.due_at, u.occurrence_at, u.attempt,
+           u.job_version, 'scheduled', $10, j.starting_deadline_seconds, j.concurrency_policy
+    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::smallint[],
+                $6::timestamptz[], $7::timestamptz[], $8::int[], $9::int[])
+         AS u(id, job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version)
+    JOIN jobs j ON j.id = u.job_id
+    ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status <> 'cancelled'
+    DO NOTHING
+    RETURNING id, shard, due_at
+), notified AS (
+    SELECT pg_notify('horae_shard_' || s.shard::text, s.id::text)
+    FROM (SELECT DISTINCT ON (shard) shard, id FROM inserted WHERE due_at < $11) s
+)
+SELECT i.id, (SELECT count(*) FROM notified) AS notified FROM inserted i
 
 -- name: insert_skipped
 -- Record a nominal occurrence that did not run, with why, unless it already has a row.
@@ -42,29 +51,39 @@ INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at) VALUES ($1, 1, $2,
 ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3
 RETURNING epoch
 
--- name: lock_epoch
--- Fence: hold our epoch of a shard for the rest of the transaction; no row when it moved on.
-SELECT epoch FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+-- name: lock_epochs
+-- Fence: hold our epochs of these shards for the rest of the transaction; returns the shards
+-- still ours (a shard missing from the answer moved on to another replica).
+SELECT s.shard FROM shard_epochs s
+JOIN unnest($1::smallint[], $2::bigint[]) AS f(shard, epoch)
+  ON s.shard = f.shard AND s.epoch = f.epoch
+ORDER BY s.shard
+FOR SHARE OF s
 
 -- name: mark_queued
--- Fenced: mark published executions queued (with the epoch) only while the shard's epoch is ours.
-WITH fence AS (
-    SELECT shard, epoch FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
+-- Mark published executions queued with the epoch they went out under (the caller holds
+-- those epochs: lock_epochs, in the same transaction). Rows are locked in id order, as
+-- workers' claims lock them, so the two never deadlock.
+WITH target AS (
+    SELECT e.id, e.due_at, u.epoch
+    FROM executions e
+    JOIN unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS u(id, due_at, epoch)
+      ON e.id = u.id AND e.due_at = u.due_at
+    WHERE e.status = 'scheduled'
+    ORDER BY e.id
+    FOR UPDATE OF e
 )
-UPDATE executions e SET status = 'queued', enqueued_at = $5, dispatch_epoch = fence.epoch
-FROM fence
-WHERE e.shard = fence.shard AND e.status = 'scheduled'
-  AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+UPDATE executions e SET status = 'queued', enqueued_at = $4, dispatch_epoch = t.epoch
+FROM target t
+WHERE e.id = t.id AND e.due_at = t.due_at
 
 -- name: skip_executions
--- Fenced: record occurrences that will not run (deadline missed, Forbid overlap) with why.
-WITH fence AS (
-    SELECT shard FROM shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE
-)
-UPDATE executions e SET status = 'skipped', finished_at = $5, error_kind = $6, error_message = $7
-FROM fence
-WHERE e.shard = fence.shard AND e.status = 'scheduled'
-  AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+-- Record occurrences that will not run (deadline missed, Forbid overlap) with why (fenced
+-- by the caller: lock_epochs).
+UPDATE executions e SET status = 'skipped', finished_at = $5, error_kind = u.kind,
+       error_message = u.message
+FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS u(id, due_at, kind, message)
+WHERE e.id = u.id AND e.due_at = u.due_at AND e.status = 'scheduled'
 
 -- name: live_executions_of_jobs
 -- Queued or running executions of these jobs (concurrency policies).
@@ -117,19 +136,29 @@ WHERE e.id = $1 AND e.due_at = $2 AND e.shard = fence.shard AND e.status = 'runn
   AND e.lease_until < $5
 RETURNING e.job_id
 
--- name: claim_execution
--- Claim a dispatched execution for one worker: running, leased, job fresh. No row: stale or duplicate.
+-- name: claim_executions
+-- Claim dispatched executions for one worker: running, leased, job fresh. Rows missing from
+-- the answer were stale or duplicates. Rows are locked in id order (see mark_queued).
+WITH target AS (
+    SELECT e.id, e.due_at
+    FROM executions e JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
+      ON e.id = u.id AND e.due_at = u.due_at
+    WHERE e.status IN ('queued', 'scheduled')
+    ORDER BY e.id
+    FOR UPDATE OF e
+)
 UPDATE executions e SET status = 'running', lease_owner = $3, lease_until = $4::timestamptz + $5::interval,
        started_at = $4
-FROM jobs j
-WHERE e.id = $1 AND e.due_at = $2 AND e.status IN ('queued', 'scheduled')
+FROM target t, jobs j
+WHERE e.id = t.id AND e.due_at = t.due_at
   AND j.id = e.job_id AND j.state = 'active' AND j.spec_version = e.job_version
 RETURNING e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
           e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name
 
--- name: tenant_limit
--- A tenant's limit of concurrently running executions (no row or NULL: unlimited).
-SELECT max_running FROM tenants WHERE name = $1
+-- name: tenant_limits
+-- The limits of those of these tenants that have one (a tenant not answered is unlimited).
+SELECT name, max_running FROM tenants WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
+ORDER BY name
 
 -- name: lock_tenant
 -- Serialise claims of one limited tenant for the rest of the transaction.
@@ -139,40 +168,64 @@ SELECT pg_advisory_xact_lock(hashtext('horae_tenant:' || $1))
 -- How many executions of a tenant run right now.
 SELECT count(*) FROM executions WHERE tenant = $1 AND status = 'running'
 
--- name: throttle_execution
--- No tenant slot: back to `scheduled`, due again a little later (not an attempt).
-UPDATE executions SET status = 'scheduled', due_at = $3, enqueued_at = NULL,
+-- name: throttle_executions
+-- No tenant slot: back to `scheduled`, each due again a little later (not an attempt).
+UPDATE executions e SET status = 'scheduled', due_at = u.later, enqueued_at = NULL,
        dispatch_epoch = NULL
-WHERE id = $1 AND due_at = $2 AND status IN ('queued', 'scheduled')
-RETURNING shard
+FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[]) AS u(id, due_at, later)
+WHERE e.id = u.id AND e.due_at = u.due_at AND e.status IN ('queued', 'scheduled')
+RETURNING e.id, e.shard
 
 -- name: cancel_stale
--- A dispatched execution whose job was paused, cancelled or edited: cancelled, never run.
+-- Dispatched executions whose job was paused, cancelled or edited: cancelled, never run.
 UPDATE executions e SET status = 'cancelled', finished_at = $3, error_kind = 'stale',
        error_message = 'job ' || j.state::text || ' or edited (version ' || j.spec_version::text
                        || ') before this execution started'
-FROM jobs j
-WHERE e.id = $1 AND e.due_at = $2 AND e.status IN ('queued', 'scheduled')
+FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at), jobs j
+WHERE e.id = u.id AND e.due_at = u.due_at AND e.status IN ('queued', 'scheduled')
   AND j.id = e.job_id AND NOT (j.state = 'active' AND j.spec_version = e.job_version)
 RETURNING e.job_id
 
--- name: finish_execution
--- Record a running execution's terminal outcome (only by its lease owner).
-UPDATE executions SET status = $4, finished_at = $5, error_kind = $6, error_message = $7,
-       result = $8, lease_until = NULL
-WHERE id = $1 AND due_at = $2 AND status = 'running' AND lease_owner = $3
-RETURNING job_id
+-- name: finish_executions
+-- Record running executions' terminal outcomes (only those `$8` still holds), locking them
+-- in id order as heartbeats do.
+WITH target AS (
+    SELECT e.id, e.due_at, u.status, u.finished_at, u.error_kind, u.error_message, u.result
+    FROM executions e
+    JOIN unnest($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::timestamptz[],
+                $5::text[], $6::text[], $7::jsonb[])
+         AS u(id, due_at, status, finished_at, error_kind, error_message, result)
+      ON e.id = u.id AND e.due_at = u.due_at
+    WHERE e.status = 'running' AND e.lease_owner = $8
+    ORDER BY e.id
+    FOR UPDATE OF e
+)
+UPDATE executions e SET status = t.status, finished_at = t.finished_at,
+       error_kind = t.error_kind, error_message = t.error_message, result = t.result,
+       lease_until = NULL
+FROM target t
+WHERE e.id = t.id AND e.due_at = t.due_at
+RETURNING e.id
 
--- name: record_job_run
--- Remember a job's latest outcome (a one-off that ended is completed); tell operators when
--- the job is a ScheduledJob. Only those notify: NOTIFY serialises committing transactions.
-WITH updated AS (
-    UPDATE jobs SET last_run_at = $2, last_status = $3, updated_at = $2,
-           state = CASE WHEN run_at IS NOT NULL AND state = 'active' AND $4
-                        THEN 'completed'::job_state ELSE state END,
-           next_run_at = CASE WHEN run_at IS NOT NULL AND $4 THEN NULL ELSE next_run_at END
-    WHERE id = $1
-    RETURNING id, source
+-- name: record_job_runs
+-- Remember jobs' latest outcomes (a one-off that ended is completed), locking the jobs in id
+-- order; tell operators when the job is a ScheduledJob. Only those notify: NOTIFY
+-- serialises committing transactions.
+WITH target AS (
+    SELECT j.id, u.at, u.status, u.final
+    FROM jobs j JOIN unnest($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::bool[])
+         AS u(id, at, status, final) ON j.id = u.id
+    ORDER BY j.id
+    FOR UPDATE OF j
+), updated AS (
+    UPDATE jobs j SET last_run_at = t.at, last_status = t.status, updated_at = t.at,
+           state = CASE WHEN j.run_at IS NOT NULL AND j.state = 'active' AND t.final
+                        THEN 'completed'::job_state ELSE j.state END,
+           next_run_at = CASE WHEN j.run_at IS NOT NULL AND t.final THEN NULL
+                              ELSE j.next_run_at END
+    FROM target t
+    WHERE j.id = t.id
+    RETURNING j.id, j.source
 )
 SELECT pg_notify('horae_job_events', id::text) FROM updated WHERE source = 'crd'
 
@@ -196,7 +249,15 @@ WHERE lease_owner = $1 AND status = 'running' AND id = ANY($2::uuid[])
 RETURNING id, shard
 
 -- name: heartbeat
--- Extend the leases of every execution this worker runs; report those marked for cancellation.
-UPDATE executions SET lease_until = $2::timestamptz + $3::interval
-WHERE lease_owner = $1 AND status = 'running'
-RETURNING id, cancel_requested
+-- Extend the leases of every execution this worker runs (locked in id order, as outcomes
+-- are recorded); report those marked for cancellation.
+WITH target AS (
+    SELECT id, due_at FROM executions
+    WHERE lease_owner = $1 AND status = 'running'
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE executions e SET lease_until = $2::timestamptz + $3::interval
+FROM target t
+WHERE e.id = t.id AND e.due_at = t.due_at
+RETURNING e.id, e.cancel_requested

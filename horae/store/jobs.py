@@ -57,6 +57,36 @@ def spec_from_row(row: asyncpg.Record) -> JobSpec:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NewExecution:
+    """An execution to schedule (a job's next occurrence, or a retry)."""
+
+    job_id: uuid.UUID
+    tenant: str
+    task: str
+    shard: int
+    due_at: datetime
+    occurrence_at: datetime
+    attempt: int
+    job_version: int
+
+
+async def insert_executions(
+    conn: Conn, new: Sequence[NewExecution], now: datetime
+) -> list[uuid.UUID]:
+    """Insert scheduled executions in one statement (an occurrence already scheduled is
+    left alone); those due soon are announced to their shards. Returns the ids inserted."""
+    if not new:
+        return []
+    rows = await conn.fetch(
+        Q["insert_executions"], [uuid.uuid4() for _ in new], [n.job_id for n in new],
+        [n.tenant for n in new], [n.task for n in new], [n.shard for n in new],
+        [n.due_at for n in new], [n.occurrence_at for n in new], [n.attempt for n in new],
+        [n.job_version for n in new], now, now + NOTIFY_WITHIN,
+    )  # fmt: skip
+    return [r["id"] for r in rows]
+
+
 async def insert_execution(
     conn: Conn,
     *,
@@ -70,24 +100,10 @@ async def insert_execution(
     job_version: int,
     now: datetime,
 ) -> uuid.UUID | None:
-    """Insert a scheduled execution; announce it to its shard when due soon."""
-    execution_id = uuid.uuid4()
-    inserted: uuid.UUID | None = await conn.fetchval(
-        Q["insert_execution"],
-        execution_id,
-        job_id,
-        tenant,
-        task,
-        shard,
-        due_at,
-        occurrence_at,
-        attempt,
-        job_version,
-        now,
-    )
-    if inserted is not None and due_at - now < NOTIFY_WITHIN:
-        await conn.execute(Q["notify_shard"], shard, str(execution_id))
-    return inserted
+    """Insert one scheduled execution; announce it to its shard when due soon."""
+    new = NewExecution(job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version)
+    inserted = await insert_executions(conn, [new], now)
+    return inserted[0] if inserted else None
 
 
 async def schedule_occurrence(

@@ -67,9 +67,17 @@ UPDATE jobs SET state = $2::job_state, next_run_at = $3, updated_at = $4::timest
        paused_at = CASE WHEN $2::job_state = 'paused' THEN $4::timestamptz END
 WHERE id = $1
 
--- name: set_next_run
--- Record a job's next nominal fire time.
-UPDATE jobs SET next_run_at = $2, updated_at = $3 WHERE id = $1
+-- name: set_next_runs
+-- Record jobs' next nominal fire times, locking the jobs in id order (see record_job_runs).
+WITH target AS (
+    SELECT j.id, u.next_run_at
+    FROM jobs j JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, next_run_at) ON j.id = u.id
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE jobs j SET next_run_at = t.next_run_at, updated_at = $3
+FROM target t
+WHERE j.id = t.id
 
 -- name: list_jobs
 -- A tenant's jobs in creation order, after a cursor (created_at, id), optionally of one state.

@@ -20,10 +20,10 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import pydantic
@@ -35,10 +35,12 @@ from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, Retr
 from horae.store import executions as store
 from horae.store.db import connect_pool
 from horae.store.executions import Claimed
+from horae.worker.batching import GroupCommit
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def load_tasks(spec: str) -> None:
@@ -59,6 +61,20 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
+    """Run a write transaction again when Postgres chose it as a deadlock victim (rolled
+    back, so safe to repeat): batched writes of two workers can lock rows in crossing
+    orders, e.g. a heartbeat and a batch of outcomes."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await write()
+        except asyncpg.DeadlockDetectedError:
+            if attempt == attempts:
+                raise
+            log.warning("deadlock on a batched write; retrying (%d/%d)", attempt, attempts)
+    raise AssertionError("unreachable")
+
+
 class Worker:
     def __init__(
         self, settings: Settings, pool: asyncpg.Pool[asyncpg.Record], publisher: broker.Publisher
@@ -69,6 +85,22 @@ class Worker:
         self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._slots = asyncio.Semaphore(self._cfg.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
+        self._claims = GroupCommit(self._claim_batch)
+        self._finishes = GroupCommit(self._finish_batch)
+
+    async def _claim_batch(
+        self, requests: Sequence[store.ClaimRequest]
+    ) -> list[Claimed | store.Throttled | None]:
+        async with self._pool.acquire() as conn:
+            return await _retrying(lambda: store.claim_many(
+                conn, requests, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease
+            ))  # fmt: skip
+
+    async def _finish_batch(self, outcomes: Sequence[store.Finish]) -> list[bool]:
+        async with self._pool.acquire() as conn:
+            return await _retrying(
+                lambda: store.finish_many(conn, outcomes, owner=self._cfg.identity, now=_now())
+            )
 
     def _acks_at_claim(self, claimed: Claimed) -> bool:
         """Long (or unbounded) handlers: ack once the claim holds a lease, so RabbitMQ's
@@ -112,16 +144,9 @@ class Worker:
             await self._claim_and_run(body, ack_point)
 
     async def _claim_and_run(self, body: ExecutionMessage, ack_point: asyncio.Event) -> None:
-        async with self._pool.acquire() as conn:
-            claimed = await store.claim(
-                conn,
-                body.execution_id,
-                body.due_at,
-                owner=self._cfg.identity,
-                now=_now(),
-                lease=self._cfg.lease,
-                tenant=body.tenant,
-            )
+        claimed = await self._claims.submit(
+            store.ClaimRequest(body.execution_id, body.due_at, body.tenant)
+        )
         if isinstance(claimed, store.Throttled):
             log.info("execution %s: tenant %s at its limit, due again at %s",
                      body.execution_id, body.tenant, claimed.due_at)  # fmt: skip
@@ -142,23 +167,16 @@ class Worker:
         finally:
             metrics.in_flight.dec()
             metrics.run_duration.observe(time.monotonic() - started)
-        async with self._pool.acquire() as conn:
-            recorded = await store.finish(
-                conn,
-                claimed,
-                owner=self._cfg.identity,
-                status=outcome.status,
-                now=_now(),
-                error_kind=outcome.error_kind,
-                error_message=outcome.error_message,
-                retry_at=outcome.retry_at,
-            )
-            if recorded and outcome.status == "dead":
-                await self._publisher.dead_letter(
-                    body.model_dump_json().encode(), str(claimed.id),
-                    {"reason": outcome.error_message or ""},
-                )  # fmt: skip
-                metrics.dead_letters.inc()
+        recorded = await self._finishes.submit(store.Finish(
+            claimed, outcome.status, outcome.error_kind, outcome.error_message,
+            retry_at=outcome.retry_at,
+        ))  # fmt: skip
+        if recorded and outcome.status == "dead":
+            await self._publisher.dead_letter(
+                body.model_dump_json().encode(), str(claimed.id),
+                {"reason": outcome.error_message or ""},
+            )  # fmt: skip
+            metrics.dead_letters.inc()
         if recorded:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from horae.models import JobSource, JobSpec
+from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
 
@@ -129,11 +129,23 @@ async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.
         [first] = await rows(pool, job_id)
         lease = timedelta(seconds=30)
         claimed = await executions.claim(
-            conn, first["id"], first["due_at"], owner="w1", now=NOW, lease=lease
+            conn,
+            first["id"],
+            first["due_at"],
+            owner="w1",
+            now=NOW,
+            lease=lease,
+            tenant="acme",
         )
         assert claimed is not None and claimed.attempt == 1
         again = await executions.claim(
-            conn, first["id"], first["due_at"], owner="w2", now=NOW, lease=lease
+            conn,
+            first["id"],
+            first["due_at"],
+            owner="w2",
+            now=NOW,
+            lease=lease,
+            tenant="acme",
         )
         assert again is None, "a duplicate message must not claim twice"
 
@@ -144,7 +156,13 @@ async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.
         )
         await pool.execute("UPDATE jobs SET state = 'paused' WHERE id = $1", job_id)
         stale = await executions.claim(
-            conn, pending[0]["id"], pending[0]["due_at"], owner="w1", now=NOW, lease=lease
+            conn,
+            pending[0]["id"],
+            pending[0]["due_at"],
+            owner="w1",
+            now=NOW,
+            lease=lease,
+            tenant="acme",
         )
         assert stale is None
     row = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", pending[0]["id"])
@@ -180,3 +198,122 @@ async def test_scheduling_the_same_occurrence_twice_is_harmless(pool: asyncpg.Po
         # and schedules no second copy of the next occurrence.
         assert await executions.mark_queued(conn, shard, epoch, due, NOW) == 0
     assert [r["status"] for r in await rows(pool, job_id)] == ["queued", "scheduled"]
+
+
+async def one_offs(conn: asyncpg.Connection, n: int, **kw: object) -> list[asyncpg.Record]:
+    """`n` one-off jobs due in a minute; their executions, in creation order."""
+    ids = [
+        await jobs.create_job(
+            conn,
+            JobSpec(task="t", run_at=NOW + timedelta(minutes=1), **kw),
+            tenant="acme",
+            source=JobSource.API,
+            shards=64,
+            now=NOW,
+        )
+        for _ in range(n)
+    ]
+    return [(await conn.fetch("SELECT * FROM executions WHERE job_id = $1", i))[0] for i in ids]
+
+
+async def test_a_batch_of_claims_answers_each_request(pool: asyncpg.Pool) -> None:
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        fresh, duplicate, stale = await one_offs(conn, 3)
+        await executions.claim(conn, duplicate["id"], duplicate["due_at"], owner="w0",
+                               now=NOW, lease=lease, tenant="acme")  # fmt: skip
+        await jobs.set_paused(conn, stale["job_id"], True, now=NOW)
+        answers = await executions.claim_many(
+            conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme")
+                   for r in (stale, fresh, duplicate, fresh)],
+            owner="w1", now=NOW, lease=lease,
+        )  # fmt: skip
+    assert answers[0] is None and answers[2] is None
+    assert answers[3] is None, "the same execution twice in one batch is claimed once"
+    assert isinstance(answers[1], executions.Claimed) and answers[1].id == fresh["id"]
+    owners = {r["id"]: (r["status"], r["lease_owner"]) for r in await pool.fetch(
+        "SELECT id, status, lease_owner FROM executions")}  # fmt: skip
+    assert owners[fresh["id"]] == ("running", "w1")
+    assert owners[duplicate["id"]] == ("running", "w0"), "a duplicate never changes hands"
+    assert owners[stale["id"]][0] == "cancelled"
+
+
+async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        await jobs.set_tenant_limit(conn, "acme", 2)
+        found = await one_offs(conn, 5)
+        answers = await executions.claim_many(
+            conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme") for r in found],
+            owner="w1", now=NOW, lease=timedelta(seconds=30),
+        )  # fmt: skip
+    assert sum(isinstance(a, executions.Claimed) for a in answers) == 2
+    assert sum(isinstance(a, executions.Throttled) for a in answers) == 3
+    statuses = sorted(r["status"] for r in await pool.fetch("SELECT status FROM executions"))
+    assert statuses == ["running"] * 2 + ["scheduled"] * 3
+
+
+async def test_a_batch_of_outcomes_records_only_what_the_owner_still_holds(
+    pool: asyncpg.Pool,
+) -> None:
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        found = await one_offs(conn, 3, retry={"max_attempts": 3})
+        claimed = [
+            await executions.claim(
+                conn, r["id"], r["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
+            )
+            for r in found
+        ]
+        assert all(isinstance(c, executions.Claimed) for c in claimed)
+        ok, failed, lost = claimed  # type: ignore[misc]
+        # the reaper ended `lost` while w1 still ran it
+        await conn.execute(
+            "UPDATE executions SET status = 'failed', finished_at = $2, lease_until = NULL "
+            "WHERE id = $1", lost.id, NOW,
+        )  # fmt: skip
+        later = NOW + timedelta(seconds=5)
+        answers = await executions.finish_many(conn, [
+            executions.Finish(ok, ExecutionStatus.SUCCEEDED),
+            executions.Finish(failed, ExecutionStatus.FAILED, "error", "boom", retry_at=later),
+            executions.Finish(lost, ExecutionStatus.SUCCEEDED),
+        ], owner="w1", now=NOW)  # fmt: skip
+    assert answers == [True, True, False]
+    by_job = {}
+    for r in await pool.fetch("SELECT * FROM executions ORDER BY attempt"):
+        by_job.setdefault(r["job_id"], []).append((r["status"], r["attempt"], r["due_at"]))
+    assert by_job[ok.job_id] == [("succeeded", 1, ok.due_at)]
+    assert by_job[failed.job_id] == [("failed", 1, failed.due_at), ("scheduled", 2, later)]
+    assert by_job[lost.job_id] == [("failed", 1, lost.due_at)]
+    job_rows = {r["id"]: r for r in await pool.fetch("SELECT * FROM jobs")}
+    assert (job_rows[ok.job_id]["state"], job_rows[ok.job_id]["last_status"]) == (
+        "completed", "succeeded")  # fmt: skip
+    assert (job_rows[failed.job_id]["state"], job_rows[failed.job_id]["last_status"]) == (
+        "active", "failed")  # fmt: skip
+    assert job_rows[lost.job_id]["last_status"] is None
+
+
+async def test_one_dispatch_round_records_every_shard_it_still_holds(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        found = await one_offs(conn, 12)
+        by_shard: dict[int, list[executions.Due]] = {}
+        epochs = {}
+        for r in found:
+            if r["shard"] not in epochs:
+                epochs[r["shard"]] = await executions.take_shard(conn, r["shard"], "a", NOW)
+        due = await executions.preload(conn, sorted(epochs), NOW + timedelta(minutes=5), 100)
+        for d in due:
+            by_shard.setdefault(d.shard, []).append(d)
+        assert len(by_shard) >= 2
+        lost_shard = min(by_shard)
+        await executions.take_shard(conn, lost_shard, "b", NOW)  # another replica took it
+        queued, fenced = await executions.record_dispatch(conn, {
+            shard: executions.ShardDispatch(epochs[shard], dues)
+            for shard, dues in by_shard.items()
+        }, NOW)  # fmt: skip
+    assert fenced == {lost_shard}
+    assert queued == len(due) - len(by_shard[lost_shard])
+    for r in await pool.fetch("SELECT shard, status, dispatch_epoch FROM executions"):
+        if r["shard"] == lost_shard:
+            assert (r["status"], r["dispatch_epoch"]) == ("scheduled", None)
+        else:
+            assert (r["status"], r["dispatch_epoch"]) == ("queued", epochs[r["shard"]])
