@@ -340,3 +340,48 @@ async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_wo
     assert row["status"] == "succeeded" and row["attempt"] == 1, "handing back is not an attempt"
     assert [c["worker"] for c in invocations(log)] == [leaving.identity, heir.identity]
     assert [c["worker"] for c in invocations(log, "end")] == [heir.identity]
+
+
+def rabbit_env(key: str, value: int | None = None) -> int:
+    """Read (and with `value`, set) one of the broker's `rabbit` application settings.
+    Channels read these when they open, so a change applies to workers started after it."""
+    expr = f"application:get_env(rabbit, {key})."
+    if value is not None:
+        expr = f"application:set_env(rabbit, {key}, {value}), {expr}"
+    out = subprocess.run(["rabbitmqctl", "-q", "eval", expr], capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    return int(out.strip().removeprefix("{ok,").removesuffix("}"))
+
+
+async def test_a_handler_outliving_the_brokers_consumer_timeout_is_not_redelivered(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """RabbitMQ lowered to a 3 s consumer timeout (checked every 0.5 s). A worker that knows
+    it acks a 60 s-bounded handler at claim; one that believes the 30 min default holds the
+    message until the outcome, and the broker takes it back mid-run."""
+    saved = {key: rabbit_env(key) for key in ("consumer_timeout", "channel_tick_interval")}
+    try:
+        rabbit_env("consumer_timeout", 3000)
+        rabbit_env("channel_tick_interval", 500)
+        processes.start("scheduler", "scheduler")
+        runs = {}
+        for name, believed in (("aware", "3"), ("unaware", "1800")):
+            log = tmp_path / f"{name}.jsonl"
+            worker = processes.start(f"worker-{name}", "worker", "--tasks", TASKS, env={
+                "HORAE_TEST_LOG": str(log), "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS": believed,
+            })  # fmt: skip
+            job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+                               timeout_seconds=60, payload={"seconds": 8}), due_in=0)  # fmt: skip
+            [done] = await terminal(pool, job["id"], 1, timeout=30)
+            await asyncio.sleep(1)  # let any redelivery arrive
+            worker.stop()
+            runs[name] = (done["status"], len(invocations(log)), worker.log())
+    finally:
+        for key, value in saved.items():
+            rabbit_env(key, value)
+    status, started, log_text = runs["aware"]
+    assert (status, started) == ("succeeded", 1)
+    assert "duplicate or stale, dropped" not in log_text, "the broker redelivered the message"
+    status, started, log_text = runs["unaware"]
+    assert status == "succeeded" and started == 1, "the claim still keeps a redelivery harmless"
+    assert "duplicate or stale, dropped" in log_text, "the broker's timeout did not take effect"
