@@ -10,6 +10,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from horae.errors import ConfigError
 
@@ -25,6 +26,13 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
     if value <= 0:
         raise ConfigError(f"{name}: must be > 0, got {raw!r}")
     return timedelta(seconds=value)
+
+
+def _url(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name) or None
+    if raw is not None and urlsplit(raw).scheme not in ("http", "https"):
+        raise ConfigError(f"{name}: expected an http(s) URL, got {raw!r}")
+    return raw
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
@@ -107,6 +115,8 @@ class WorkerSettings:
     holds a lease; the lease and the reaper protect it from then on."""
     shutdown_grace: timedelta = timedelta(seconds=25)
     """HORAE_SHUTDOWN_GRACE_SECONDS: on SIGTERM, how long running handlers may finish."""
+    dead_webhook: str | None = None
+    """HORAE_DEAD_WEBHOOK_URL: POST a JSON event here for each execution that ends `dead`."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this worker's name as lease owner."""
 
@@ -163,6 +173,7 @@ class Settings:
                 lease=_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
                 shutdown_grace=_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
                 consumer_timeout=_seconds(env, "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS", 1800),
+                dead_webhook=_url(env, "HORAE_DEAD_WEBHOOK_URL"),
                 identity=identity or worker_defaults.identity,
             ),
         )

@@ -35,6 +35,7 @@ from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, Retr
 from horae.store import executions as store
 from horae.store.db import connect_pool
 from horae.store.executions import Claimed
+from horae.worker import alerts
 from horae.worker.batching import GroupCommit
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
@@ -85,8 +86,14 @@ class Worker:
         self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._slots = asyncio.Semaphore(self._cfg.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._claims = GroupCommit(self._claim_batch)
         self._finishes = GroupCommit(self._finish_batch)
+
+    def _background(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _claim_batch(
         self, requests: Sequence[store.ClaimRequest]
@@ -177,6 +184,14 @@ class Worker:
                 {"reason": outcome.error_message or ""},
             )  # fmt: skip
             metrics.dead_letters.inc()
+            if self._cfg.dead_webhook:
+                self._background(alerts.post_dead(self._cfg.dead_webhook, {
+                    "type": "horae.execution.dead", "execution_id": claimed.id,
+                    "job_id": claimed.job_id, "job_name": claimed.name,
+                    "tenant": claimed.tenant, "task": claimed.task, "attempt": claimed.attempt,
+                    "occurrence_at": claimed.occurrence_at, "error_kind": outcome.error_kind,
+                    "error_message": outcome.error_message,
+                }))  # fmt: skip
         if recorded:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:

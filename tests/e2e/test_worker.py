@@ -20,6 +20,7 @@ from tests.support.invocations import invocations
 from tests.support.processes import Processes
 from tests.support.scheduling import drain
 from tests.support.wait import until
+from tests.support.webhook import webhook_receiver
 
 TASKS = "tests/e2e/tasks.py"
 
@@ -100,17 +101,32 @@ async def test_permanent_error_fails_at_once_and_exhausted_retries_are_dead_lett
     processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str
 ) -> None:
     processes.start("scheduler", "scheduler")
-    processes.start("worker", "worker", "--tasks", TASKS)
-    broken = await create(pool, JobSpec(task="e2e.broken", run_at=datetime.now(UTC)), due_in=3)
-    policy = RetryPolicy(max_attempts=2, initial_interval_seconds=0.2, max_interval_seconds=0.5)
-    doomed = await create(pool, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC), retry=policy,
-                                        payload={"fail_times": 99}), due_in=3)  # fmt: skip
-    [failed] = await terminal(pool, broken["id"], 1)
-    assert failed["status"] == "failed" and failed["error_kind"] == "PermanentError"
-    rows = await terminal(pool, doomed["id"], 2)
-    assert [r["status"] for r in rows] == ["failed", "dead"]
-    letters = await drain(broker_url, f"{broker_prefix}.dead-letter")
-    assert set(letters) == {str(rows[-1]["id"])}
+    with webhook_receiver() as (url, alerts):
+        processes.start("worker", "worker", "--tasks", TASKS,
+                        env={"HORAE_DEAD_WEBHOOK_URL": url})  # fmt: skip
+        broken = await create(pool, JobSpec(task="e2e.broken", run_at=datetime.now(UTC)),
+                              due_in=3)  # fmt: skip
+        policy = RetryPolicy(max_attempts=2, initial_interval_seconds=0.2,
+                             max_interval_seconds=0.5)  # fmt: skip
+        doomed = await create(pool, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC),
+                                            retry=policy, payload={"fail_times": 99}),
+                              due_in=3)  # fmt: skip
+        [failed] = await terminal(pool, broken["id"], 1)
+        assert failed["status"] == "failed" and failed["error_kind"] == "PermanentError"
+        rows = await terminal(pool, doomed["id"], 2)
+        assert [r["status"] for r in rows] == ["failed", "dead"]
+        letters = await drain(broker_url, f"{broker_prefix}.dead-letter")
+        assert set(letters) == {str(rows[-1]["id"])}
+
+        async def alerted() -> bool:
+            return bool(alerts)
+
+        await until(alerted, timeout=10, what="the dead-execution webhook")
+    [alert] = alerts  # the permanent failure is not dead: no alert for it
+    assert alert["type"] == "horae.execution.dead"
+    assert (alert["execution_id"], alert["job_id"]) == (str(rows[-1]["id"]), str(doomed["id"]))
+    assert (alert["task"], alert["attempt"], alert["tenant"]) == ("e2e.flaky", 2, "t")
+    assert alert["error_kind"] == rows[-1]["error_kind"]
 
 
 async def test_cancelling_a_job_stops_its_running_handler(

@@ -48,3 +48,18 @@ def test_tenant_limits_are_set_and_listed(db_url: str) -> None:
     assert r.stdout.strip() == "acme\tmax_running=5\trunning=0"
     bad = horae("tenants", "set", "acme", "--max-running", "0", db_url=db_url)
     assert bad.returncode == 2 and bad.stderr.startswith("horae: --max-running must be >= 1")
+
+
+def test_bad_settings_stop_a_component_with_one_line_naming_the_variable() -> None:
+    cases = {
+        "HORAE_DEAD_WEBHOOK_URL": ("ftp://alerts", "horae: HORAE_DEAD_WEBHOOK_URL: expected an "
+                                   "http(s) URL, got 'ftp://alerts'"),
+        "HORAE_CONCURRENCY": ("many", "horae: HORAE_CONCURRENCY: expected an integer"),
+    }  # fmt: skip
+    for name, (value, start) in cases.items():
+        r = subprocess.run([HORAE, "worker", "--tasks", "bench/noop_tasks.py"],
+                           capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+                           env={**os.environ, name: value})  # fmt: skip
+        assert r.returncode == 2, (name, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(start), (name, r.stderr)

@@ -1,0 +1,44 @@
+"""The optional dead-execution webhook: one JSON POST per execution that ended `dead`.
+
+The dead-letter queue is the durable record and the `horae_dead_letters_total` metric
+the alert to page on; the webhook is a convenience for chat or incident tools, so it is
+sent in the background, retried a few times, and never holds up the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 3
+TIMEOUT_SECONDS = 5.0
+
+
+def _post(url: str, body: bytes) -> int:
+    request = urllib.request.Request(
+        url, data=body, method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "horae-worker"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+        return int(response.status)
+
+
+async def post_dead(url: str, event: dict[str, Any]) -> bool:
+    """POST `event` to `url`; True once it answered 2xx, False after `ATTEMPTS` failures."""
+    body = json.dumps(event, default=str).encode()
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            status = await asyncio.to_thread(_post, url, body)
+            if 200 <= status < 300:
+                return True
+            log.warning("dead-execution webhook answered %d (attempt %d)", status, attempt)
+        except (urllib.error.URLError, OSError) as exc:
+            log.warning("dead-execution webhook failed (attempt %d): %s", attempt, exc)
+        await asyncio.sleep(0.5 * 2**attempt)
+    return False
