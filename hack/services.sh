@@ -71,6 +71,9 @@ ensure_postgres() {
   if [ "$("${psql[@]}" -c "select 1 from pg_roles where rolname = '$PG_USER'")" != 1 ]; then
     "${psql[@]}" -c "create role \"$PG_USER\" login createdb password '$PG_PASSWORD'" >/dev/null
   fi
+  # Tests and benchmarks drop their databases WITH (FORCE); ending an autovacuum worker
+  # still busy in one takes pg_signal_backend.
+  "${psql[@]}" -c "grant pg_signal_backend to \"$PG_USER\"" >/dev/null
   if [ "$("${psql[@]}" -c "select 1 from pg_database where datname = '$PG_DB'")" != 1 ]; then
     "${psql[@]}" -c "create database \"$PG_DB\" owner \"$PG_USER\"" >/dev/null
   fi
