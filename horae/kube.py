@@ -149,7 +149,7 @@ class Leases:
 
 
 class CustomObjects:
-    """Status patches and reads of Horae's custom resources."""
+    """Reads and writes of Horae's custom resources."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self._api = client.CustomObjectsApi(api)
@@ -174,6 +174,46 @@ class CustomObjects:
                 return False
             raise
         return True
+
+    async def list(
+        self, plural: str, namespace: str, *, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        result = await asyncio.to_thread(
+            self._api.list_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+            label_selector=label_selector, _request_timeout=30,
+        )  # fmt: skip
+        return list(result["items"])
+
+    async def upsert(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Create the object, or merge-patch it when it exists."""
+        try:
+            await asyncio.to_thread(
+                self._api.create_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+                body, _request_timeout=10,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            await asyncio.to_thread(
+                self._api.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+                name, body, _request_timeout=10,
+            )  # fmt: skip
+
+    async def delete(self, plural: str, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self._api.delete_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+                name, _request_timeout=10,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def delete_all(self, plural: str, namespace: str, *, label_selector: str) -> None:
+        await asyncio.to_thread(
+            self._api.delete_collection_namespaced_custom_object, GROUP, VERSION, namespace,
+            plural, label_selector=label_selector, _request_timeout=30,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

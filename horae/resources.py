@@ -191,7 +191,18 @@ def scheduledjob_schema() -> dict[str, Any]:
         },
         "x-kubernetes-preserve-unknown-fields": True,
     }
-    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
+    return {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {"spec": spec, "status": status},
+        "x-kubernetes-validations": [
+            {
+                "rule": "size(self.metadata.name) <= 63",
+                "message": "metadata.name: at most 63 characters (it labels the job's "
+                "Executions: horae.dev/job=NAME)",
+            },
+        ],
+    }
 
 
 def execution_schema() -> dict[str, Any]:
@@ -318,6 +329,7 @@ def crds() -> list[dict[str, Any]]:
                 ("Started", "date", ".status.startedAt"),
                 ("Duration", "string", ".status.duration"),
             ],
+            status=False,  # written whole by the operator: no spec to guard
         ),
         _crd(
             "WorkerPool",

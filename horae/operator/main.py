@@ -11,6 +11,7 @@ import kopf
 from horae.config import Settings
 from horae.kube import CustomObjects, Events, load_api_client
 from horae.operator import scheduledjob
+from horae.operator.executions import ExecutionMirrors
 from horae.operator.status import StatusMirror
 from horae.store.db import connect_pool
 
@@ -41,8 +42,10 @@ def build_registry() -> kopf.OperatorRegistry:
 async def run(settings: Settings) -> None:
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     api = load_api_client(settings.kube.kubeconfig)
-    mirror = StatusMirror(settings.database.url, pool, CustomObjects(api), Events(api))
-    memo = kopf.Memo(pool=pool, shards=settings.scheduler.shards)
+    objects = CustomObjects(api)
+    mirrors = ExecutionMirrors(pool, objects)
+    mirror = StatusMirror(settings.database.url, pool, objects, Events(api), mirrors)
+    memo = kopf.Memo(pool=pool, shards=settings.scheduler.shards, mirrors=mirrors)
     mirror_task = asyncio.create_task(mirror.run(), name="status-mirror")
     try:
         await kopf.operator(registry=build_registry(), clusterwide=True, standalone=True, memo=memo)

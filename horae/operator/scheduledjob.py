@@ -121,6 +121,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
             patch.status["conditions"] = [_condition("Ready", False, "InvalidSpec", message)]
             patch.status["observedGeneration"] = generation
             raise kopf.PermanentError(message) from exc
+        memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
         async with memo.pool.acquire() as conn:
             row = await sync_job(conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards)
         patch.status.update(status_of(row))
@@ -131,6 +132,8 @@ def register(registry: kopf.OperatorRegistry) -> None:
         ]
 
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
-    async def delete(uid: str, memo: kopf.Memo, **_: Any) -> None:
+    async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+        assert namespace is not None, "ScheduledJob is namespaced"
         async with memo.pool.acquire() as conn:
             await store.cancel_job(conn, uuid.UUID(uid), now=_now())
+        await memo.mirrors.forget(uuid.UUID(uid), namespace, name)

@@ -1,4 +1,5 @@
-"""Store changes -> ScheduledJob status, driven by NOTIFY `horae_job_events`, batched.
+"""Store changes -> ScheduledJob status and Execution mirrors, driven by NOTIFY
+`horae_job_events`, batched.
 
 Workers and the store notify the job id whenever an execution of a job
 changes; this loop coalesces the ids for a short interval and patches each
@@ -15,6 +16,7 @@ from typing import Any
 import asyncpg
 
 from horae.kube import CustomObjects, Events
+from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import status_of
 from horae.store import jobs as store
 from horae.store.db import connect
@@ -31,11 +33,13 @@ class StatusMirror:
         pool: asyncpg.Pool[asyncpg.Record],
         objects: CustomObjects,
         events: Events | None = None,
+        mirrors: ExecutionMirrors | None = None,
     ) -> None:
         self._dsn = dsn
         self._pool = pool
         self._objects = objects
         self._events = events
+        self._mirrors = mirrors
         self._dead_seen: dict[uuid.UUID, object] = {}
         self._pending: set[uuid.UUID] = set()
         self._wake = asyncio.Event()
@@ -76,9 +80,15 @@ class StatusMirror:
                 row = await store.find_job(conn, job_id)
             if row is None or row["source"] != "crd" or row["state"] == "cancelled":
                 continue
-            await self._objects.patch_status(
+            present = await self._objects.patch_status(
                 "scheduledjobs", row["tenant"], row["name"], status_of(row)
             )
+            if present and self._mirrors is not None:
+                try:
+                    await self._mirrors.sync(row)
+                except Exception:
+                    log.exception("could not mirror the executions of %s/%s",
+                                  row["tenant"], row["name"])  # fmt: skip
             if row["last_status"] == "dead" and self._dead_seen.get(job_id) != row["last_run_at"]:
                 self._dead_seen[job_id] = row["last_run_at"]
                 await self._alert_dead(row)

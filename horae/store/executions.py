@@ -282,6 +282,8 @@ async def claim_many(
             owner, now, lease,
         )  # fmt: skip
         answers |= {row["id"]: Claimed(**dict(row)) for row in rows}
+        for job_id in sorted({row["job_id"] for row in rows if row["source"] == "crd"}):
+            await conn.execute(Q["notify_job"], str(job_id))  # its Execution shows Running
         missed = [r for r in claimable if r.id not in answers]
         if missed:
             stale = await conn.fetch(
@@ -389,6 +391,11 @@ async def for_job(
     """A job's executions, newest first, before the cursor `before` (due_at, id)."""
     due, last_id = before if before else (None, None)
     return list(await conn.fetch(Q["job_executions"], job_id, status, due, last_id, limit))
+
+
+async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[asyncpg.Record]:
+    """A job's `limit` newest executions past `scheduled`, newest first."""
+    return list(await conn.fetch(Q["recent_of_job"], job_id, limit))
 
 
 async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> asyncpg.Record | None:

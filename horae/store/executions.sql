@@ -261,3 +261,9 @@ UPDATE executions e SET lease_until = $2::timestamptz + $3::interval
 FROM target t
 WHERE e.id = t.id AND e.due_at = t.due_at
 RETURNING e.id, e.cancel_requested
+-- name: recent_of_job
+-- A job's newest executions that were dispatched or resolved (what Execution mirrors show).
+SELECT * FROM executions
+WHERE job_id = $1 AND status <> 'scheduled'
+ORDER BY due_at DESC, id DESC
+LIMIT $2

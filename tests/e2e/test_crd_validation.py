@@ -28,8 +28,8 @@ BAD = [
 ]  # fmt: skip
 
 
-def manifest(namespace: str, spec: dict[str, object]) -> str:
-    meta = {"name": "j", "namespace": namespace}
+def manifest(namespace: str, spec: dict[str, object], name: str = "j") -> str:
+    meta = {"name": name, "namespace": namespace}
     body = {"apiVersion": "horae.dev/v1alpha1", "kind": "ScheduledJob", "metadata": meta}
     return json.dumps({**body, "spec": spec})
 
@@ -41,6 +41,16 @@ def test_bad_manifests_are_refused_naming_the_field(
     result = control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, spec), check=False)
     assert result.returncode != 0
     assert field in result.stderr, result.stderr
+    assert control_plane.get_json("scheduledjobs", "-n", namespace)["items"] == []
+
+
+def test_a_name_too_long_to_label_its_executions_is_refused(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    long_name = manifest(namespace, GOOD, name="j" * 64)
+    result = control_plane.kubectl("apply", "-f", "-", input=long_name, check=False)
+    assert result.returncode != 0
+    assert "metadata.name: at most 63 characters" in result.stderr, result.stderr
     assert control_plane.get_json("scheduledjobs", "-n", namespace)["items"] == []
 
 

@@ -1,0 +1,156 @@
+"""Execution mirrors: a ScheduledJob's recent executions as `Execution` resources.
+
+`kubectl get executions -n NS` (or `-l horae.dev/job=NAME`) shows what ran, when and
+how it ended, without access to Postgres, which keeps the full history. Each mirror is
+owned by its ScheduledJob (ownerReference: garbage-collected with it) and labelled
+with the job's name; a job keeps its `historyLimit` newest mirrors. Writes go through
+one rate limiter, so a busy namespace cannot flood the API server, and a mirror is
+written only when what it shows changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from horae.kube import CustomObjects
+from horae.resources import GROUP, VERSION
+from horae.store import executions as store
+
+log = logging.getLogger(__name__)
+
+JOB_LABEL = f"{GROUP}/job"
+DEFAULT_HISTORY_LIMIT = 10
+
+
+class RateLimiter:
+    """At most `rate` acquisitions a second on average, in bursts of up to `rate`."""
+
+    def __init__(self, rate: float) -> None:
+        self._rate = rate
+        self._tokens = rate
+        self._stamp = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self._tokens = min(self._rate, self._tokens + (now - self._stamp) * self._rate)
+                self._stamp = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await asyncio.sleep((1 - self._tokens) / self._rate)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def _display(status: str) -> str:
+    return "".join(part.capitalize() for part in status.split("_"))
+
+
+def mirror_name(job_name: str, execution_id: uuid.UUID) -> str:
+    return f"{job_name}-{execution_id.hex[:12]}"
+
+
+def mirror_status(row: asyncpg.Record) -> dict[str, Any]:
+    """What an Execution resource shows of one execution row."""
+    duration = None
+    if row["started_at"] and row["finished_at"]:
+        duration = f"{(row['finished_at'] - row['started_at']).total_seconds():.3f}s"
+    error = None
+    if row["error_kind"]:
+        error = f"{row['error_kind']}: {row['error_message'] or ''}".strip()[:1024]
+    return {
+        "executionId": str(row["id"]),
+        "jobId": str(row["job_id"]),
+        "attempt": row["attempt"],
+        "status": _display(row["status"]),
+        "occurrenceAt": _iso(row["occurrence_at"]),
+        "dueAt": _iso(row["due_at"]),
+        "startedAt": _iso(row["started_at"]),
+        "finishedAt": _iso(row["finished_at"]),
+        "duration": duration,
+        "error": error,
+    }
+
+
+def _signature(status: dict[str, Any]) -> str:
+    return json.dumps(status, sort_keys=True)
+
+
+class ExecutionMirrors:
+    def __init__(
+        self,
+        pool: asyncpg.Pool[asyncpg.Record],
+        objects: CustomObjects,
+        *,
+        writes_per_second: float = 20.0,
+    ) -> None:
+        self._pool = pool
+        self._objects = objects
+        self._limiter = RateLimiter(writes_per_second)
+        self.history_limits: dict[uuid.UUID, int] = {}
+        """Each ScheduledJob's historyLimit, kept up to date by its reconcile handler."""
+        self._known: dict[uuid.UUID, dict[str, str]] = {}
+
+    async def _existing(self, namespace: str, job_name: str) -> dict[str, str]:
+        items = await self._objects.list(
+            "executions", namespace, label_selector=f"{JOB_LABEL}={job_name}"
+        )
+        return {i["metadata"]["name"]: _signature(i.get("status") or {}) for i in items}
+
+    async def sync(self, job: asyncpg.Record) -> None:
+        """Make the job's Execution resources show its newest dispatched executions."""
+        job_id, namespace, job_name = job["id"], job["tenant"], job["name"]
+        limit = self.history_limits.get(job_id, DEFAULT_HISTORY_LIMIT)
+        async with self._pool.acquire() as conn:
+            rows = await store.recent_of_job(conn, job_id, limit) if limit else []
+        known = self._known.get(job_id)
+        if known is None:
+            known = self._known[job_id] = await self._existing(namespace, job_name)
+        wanted = {mirror_name(job_name, r["id"]): mirror_status(r) for r in rows}
+        for name, status in wanted.items():
+            signature = _signature(status)
+            if known.get(name) == signature:
+                continue
+            await self._limiter.acquire()
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Execution",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {JOB_LABEL: job_name},
+                    "ownerReferences": [{
+                        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob",
+                        "name": job_name, "uid": str(job_id), "controller": True,
+                        "blockOwnerDeletion": False,
+                    }],
+                },
+                "status": status,
+            }  # fmt: skip
+            await self._objects.upsert("executions", namespace, name, body)
+            known[name] = signature
+        for name in sorted(set(known) - set(wanted)):
+            await self._limiter.acquire()
+            await self._objects.delete("executions", namespace, name)
+            del known[name]
+
+    async def forget(self, job_id: uuid.UUID, namespace: str, job_name: str) -> None:
+        """The ScheduledJob is going: delete its mirrors (what garbage collection would do)."""
+        self._known.pop(job_id, None)
+        self.history_limits.pop(job_id, None)
+        await self._objects.delete_all(
+            "executions", namespace, label_selector=f"{JOB_LABEL}={job_name}"
+        )
