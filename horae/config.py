@@ -122,12 +122,30 @@ class WorkerSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OperatorSettings:
+    lease_duration: timedelta = timedelta(seconds=15)
+    """HORAE_OPERATOR_LEASE_SECONDS: the leader Lease; a standby replica takes over this
+    long after the leader stopped renewing it (at once when the leader stops cleanly)."""
+    resync_period: timedelta = timedelta(seconds=60)
+    """HORAE_RESYNC_SECONDS: how often resources and store are compared to heal drift."""
+    scale_down_stabilization: timedelta = timedelta(seconds=300)
+    """HORAE_SCALE_DOWN_STABILIZATION_SECONDS: a WorkerPool scales down only after its
+    desired replicas stayed lower for this long."""
+    autoscale_period: timedelta = timedelta(seconds=5)
+    """HORAE_AUTOSCALE_PERIOD_SECONDS: how often each WorkerPool's queue depth is read and
+    its Deployment scaled (a scale-up waits at most this long)."""
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """HORAE_IDENTITY: this replica's name as holder of the leader Lease."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    operator: OperatorSettings = field(default_factory=OperatorSettings)
     metrics_port: int = 0
     """HORAE_METRICS_PORT: serve Prometheus /metrics on this port (0: off)."""
 
@@ -167,6 +185,15 @@ class Settings:
                 identity=identity or sched_defaults.identity,
             ),
             metrics_port=_int(env, "HORAE_METRICS_PORT", 0, minimum=0),
+            operator=OperatorSettings(
+                lease_duration=_seconds(env, "HORAE_OPERATOR_LEASE_SECONDS", 15),
+                resync_period=_seconds(env, "HORAE_RESYNC_SECONDS", 60),
+                scale_down_stabilization=_seconds(
+                    env, "HORAE_SCALE_DOWN_STABILIZATION_SECONDS", 300
+                ),
+                autoscale_period=_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
+                identity=identity or OperatorSettings().identity,
+            ),
             worker=WorkerSettings(
                 pool=env.get("HORAE_POOL", worker_defaults.pool),
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),

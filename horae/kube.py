@@ -8,7 +8,9 @@ API errors are translated at this boundary: 409 -> `LeaseConflict`.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -148,6 +150,52 @@ class Leases:
                 raise
 
 
+class SingletonLease:
+    """One Lease that one process at a time holds (partition maintenance, the operator's
+    leader): holding means taking it when free or expired, renewing it otherwise."""
+
+    def __init__(
+        self, leases: Leases, name: str, *, identity: str, duration: float, label: str
+    ) -> None:
+        self._leases = leases
+        self.name = name
+        self._identity = identity
+        self._duration = duration
+        self._label = label
+        self._seen: tuple[str, float] | None = None
+
+    async def hold(self) -> bool:
+        """Take or renew the Lease; False when another holder's Lease is still live."""
+        found = [x for x in await self._leases.list(f"{self._label}=true") if x.name == self.name]
+        duration = max(1, math.ceil(self._duration))
+        now = time.monotonic()
+        try:
+            if not found:
+                await self._leases.create(self.name, self._identity, duration,
+                                          {self._label: "true"})  # fmt: skip
+                return True
+            lease = found[0]
+            if self._seen is None or self._seen[0] != lease.resource_version:
+                self._seen = (lease.resource_version, now)
+            expired = now - self._seen[1] > self._duration
+            if lease.holder in (None, self._identity) or expired:
+                await self._leases.write(lease, self._identity, duration,
+                                         acquire=lease.holder != self._identity)  # fmt: skip
+                return True
+        except LeaseConflict:
+            pass
+        return False
+
+    async def release(self) -> None:
+        """Clear the holder if it is us, so another process takes over at once."""
+        for lease in await self._leases.list(f"{self._label}=true"):
+            if lease.name == self.name and lease.holder == self._identity:
+                try:
+                    await self._leases.write(lease, None, 1, acquire=False)
+                except LeaseConflict:
+                    pass
+
+
 class CustomObjects:
     """Reads and writes of Horae's custom resources."""
 
@@ -174,6 +222,25 @@ class CustomObjects:
                 return False
             raise
         return True
+
+    async def list_all(self, plural: str) -> list[dict[str, Any]]:
+        """Every object of `plural` in every namespace."""
+        result = await asyncio.to_thread(
+            self._api.list_cluster_custom_object, GROUP, VERSION, plural, _request_timeout=60
+        )
+        return list(result["items"])
+
+    async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = await asyncio.to_thread(
+                self._api.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name,
+                _request_timeout=10,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
 
     async def list(
         self, plural: str, namespace: str, *, label_selector: str = ""
@@ -336,3 +403,66 @@ class Events:
         await asyncio.to_thread(
             self._core.create_namespaced_event, namespace, body, _request_timeout=10
         )
+
+
+@dataclass(frozen=True)
+class DeploymentReplicas:
+    """What a Deployment asks for (`spec.replicas`) and has ready (`status.readyReplicas`)."""
+
+    replicas: int
+    ready_replicas: int
+
+
+class Deployments:
+    """apps/v1 Deployments written by server-side apply: the operator owns the fields it
+    applies (as field manager `manager`) and nothing else, so fields that users or other
+    controllers set survive every reconcile, and a field it stops applying is removed.
+    Replicas are not applied: they change through the scale subresource only.
+    """
+
+    def __init__(self, api: client.ApiClient, *, manager: str = "horae-operator") -> None:
+        self._client = api
+        self._apps = client.AppsV1Api(api)
+        self._manager = manager
+
+    async def get(self, namespace: str, name: str) -> DeploymentReplicas | None:
+        try:
+            obj = await asyncio.to_thread(
+                self._apps.read_namespaced_deployment, name, namespace, _request_timeout=10
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return DeploymentReplicas(
+            replicas=obj.spec.replicas or 0,
+            ready_replicas=(obj.status.ready_replicas if obj.status else None) or 0,
+        )
+
+    async def apply(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Create the Deployment or update the fields in `body` (server-side apply, forced:
+        these fields are ours to decide)."""
+        # The generated client cannot send application/apply-patch: call the endpoint.
+        await asyncio.to_thread(
+            self._client.call_api,
+            "/apis/apps/v1/namespaces/{namespace}/deployments/{name}", "PATCH",
+            {"namespace": namespace, "name": name},
+            [("fieldManager", self._manager), ("force", "true")],
+            {"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+            body=body, response_type="object", auth_settings=["BearerToken"],
+            _return_http_data_only=True, _request_timeout=10,
+        )  # fmt: skip
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        """Set `spec.replicas` through the scale subresource; False when the Deployment is gone."""
+        try:
+            await asyncio.to_thread(
+                self._apps.patch_namespaced_deployment_scale, name, namespace,
+                {"spec": {"replicas": replicas}}, field_manager=self._manager,
+                _request_timeout=10,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

@@ -236,9 +236,10 @@ def workerpool_schema() -> dict[str, Any]:
                 "maxLength": 253,
                 "description": "Python module with the @task handlers (--tasks).",
             },
-            "minReplicas": _int(0, 1000, "Replicas when the queue is empty."),
-            "maxReplicas": _int(1, 1000, "Upper bound of replicas."),
-            "targetBacklogPerReplica": _int(1, 1_000_000, "Ready messages per replica."),
+            "minReplicas": _int(0, 1000, "Replicas when the queue is empty.") | {"default": 1},
+            "maxReplicas": _int(1, 1000, "Upper bound of replicas.") | {"default": 10},
+            "targetBacklogPerReplica": _int(1, 1_000_000, "Ready messages per replica.")
+            | {"default": 100},
             "concurrency": _int(1, 10_000, "Handlers per worker."),
             "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             "env": {
@@ -256,7 +257,17 @@ def workerpool_schema() -> dict[str, Any]:
             },
         ],
     }
-    status = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    status = {
+        "type": "object",
+        "properties": {
+            "queueDepth": {"type": "integer", "description": "Ready messages on the pool's queue."},
+            "desiredReplicas": {"type": "integer", "description": "What the queue depth asks for."},
+            "replicas": {"type": "integer", "description": "The Deployment's spec.replicas."},
+            "readyReplicas": {"type": "integer", "description": "Worker pods ready."},
+            "lastScaleTime": {"type": "string", "format": "date-time", "nullable": True},
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
     return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
 
 

@@ -27,7 +27,12 @@ import pytest_asyncio
 
 from horae.store.db import connect_pool
 from horae.store.migrate import migrate
-from tests.support.kube import ControlPlane, start_control_plane, stop_control_plane
+from tests.support.kube import (
+    ControlPlane,
+    service_account_kubeconfig,
+    start_control_plane,
+    stop_control_plane,
+)
 from tests.support.processes import Processes
 
 BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
@@ -149,9 +154,35 @@ def horae_env(
     }
 
 
+OPERATOR_NAMESPACE = "horae-system"
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The operator runs as its ServiceAccount under rbac/operator.yaml, never as admin."""
+    control_plane.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    control_plane.kubectl("apply", "-f", str(REPO / "rbac" / "operator.yaml"))
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    return service_account_kubeconfig(control_plane, OPERATOR_NAMESPACE, "horae-operator", path)
+
+
 @pytest.fixture
-def processes(horae_env: dict[str, str], tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(horae_env, tmp_path)
+def processes(
+    horae_env: dict[str, str], tmp_path: Path, control_plane: ControlPlane, namespace: str,
+    operator_kubeconfig: Path,
+) -> Iterator[Processes]:  # fmt: skip
+    # The leader Lease lives in HORAE_NAMESPACE: the test's namespace stands in for the
+    # install namespace, so the operator's leader role is bound there.
+    control_plane.kubectl(
+        "create", "rolebinding", "horae-operator-leader", "-n", namespace,
+        "--clusterrole=horae-operator-leader",
+        f"--serviceaccount={OPERATOR_NAMESPACE}:horae-operator",
+    )  # fmt: skip
+    procs = Processes(
+        horae_env, tmp_path, command_env={"operator": {"KUBECONFIG": str(operator_kubeconfig)}}
+    )
     yield procs
     procs.stop_all()
     print(procs.dump())  # shown by pytest only when the test failed

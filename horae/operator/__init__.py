@@ -1,5 +1,6 @@
-"""The operator (kopf): ScheduledJob resources -> jobs in the store, and store changes ->
-ScheduledJob status. Later: Execution mirrors, WorkerPool scaling, Events.
+"""The operator (kopf): ScheduledJob resources -> jobs in the store; store changes ->
+ScheduledJob status, Execution mirrors and Events; WorkerPools -> Deployments scaled on
+their queue's depth; a resync pass for drift; one leader at a time.
 
 Nothing here dispatches, runs handlers or serves the HTTP API.
 """

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import kopf
 
+from horae.broker import Names
 from horae.config import Settings
-from horae.kube import CustomObjects, Events, load_api_client
-from horae.operator import scheduledjob
+from horae.kube import (
+    CustomObjects,
+    Deployments,
+    Events,
+    Leases,
+    SingletonLease,
+    load_api_client,
+)
+from horae.operator import scheduledjob, workerpool
 from horae.operator.executions import ExecutionMirrors
+from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
 from horae.store.db import connect_pool
 
@@ -36,21 +46,83 @@ def build_registry() -> kopf.OperatorRegistry:
         return kopf.login_via_client(**kwargs)
 
     scheduledjob.register(registry)
+    workerpool.register(registry)
     return registry
 
 
+LEADER_LEASE = "horae-operator"
+
+
+async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
+    """Renew the leader Lease until it is lost; returns (so the process exits) once another
+    replica holds it, or once it could not be renewed for a whole lease duration."""
+    renewed = time.monotonic()
+    while True:
+        await asyncio.sleep(renew)
+        try:
+            if not await lease.hold():
+                log.error("leader Lease %s taken by another replica", lease.name)
+                return
+            renewed = time.monotonic()
+        except Exception:
+            log.exception("could not renew the leader Lease")
+            if time.monotonic() - renewed > duration:
+                return
+
+
 async def run(settings: Settings) -> None:
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    cfg = settings.operator
     api = load_api_client(settings.kube.kubeconfig)
+    leases = Leases(api, settings.kube.namespace)
+    lease = SingletonLease(leases, LEADER_LEASE, identity=cfg.identity,
+                           duration=cfg.lease_duration.total_seconds(),
+                           label="horae.dev/operator-leader")  # fmt: skip
+    renew = cfg.lease_duration.total_seconds() / 3
+    # Standby until this replica leads: two replicas never both act.
+    while True:
+        if await lease.hold():
+            break
+        await asyncio.sleep(renew)
+    log.info("operator %s leads (Lease %s)", cfg.identity, LEADER_LEASE)
+    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     objects = CustomObjects(api)
     mirrors = ExecutionMirrors(pool, objects)
     mirror = StatusMirror(settings.database.url, pool, objects, Events(api), mirrors)
-    memo = kopf.Memo(pool=pool, shards=settings.scheduler.shards, mirrors=mirrors)
-    mirror_task = asyncio.create_task(mirror.run(), name="status-mirror")
+    resync = Resync(pool, objects, mirrors, shards=settings.scheduler.shards,
+                    period=cfg.resync_period.total_seconds())  # fmt: skip
+    deployments = Deployments(api)
+    autoscaler = workerpool.Autoscaler(
+        deployments=deployments,
+        objects=objects,
+        broker_url=settings.broker.url,
+        names=Names(settings.broker.prefix),
+        period=cfg.autoscale_period,
+        stabilization=cfg.scale_down_stabilization,
+    )
+    memo = kopf.Memo(
+        pool=pool,
+        shards=settings.scheduler.shards,
+        mirrors=mirrors,
+        deployments=deployments,
+        autoscaler=autoscaler,
+    )
+    background = [
+        asyncio.create_task(mirror.run(), name="status-mirror"),
+        asyncio.create_task(resync.run(), name="resync"),
+        asyncio.create_task(autoscaler.run(), name="autoscaler"),
+    ]
+    operator = asyncio.create_task(
+        kopf.operator(registry=build_registry(), clusterwide=True, standalone=True, memo=memo)
+    )
+    leading = asyncio.create_task(_lead(lease, renew, cfg.lease_duration.total_seconds()))
     try:
-        await kopf.operator(registry=build_registry(), clusterwide=True, standalone=True, memo=memo)
+        await asyncio.wait([operator, leading], return_when=asyncio.FIRST_COMPLETED)
     finally:
-        mirror_task.cancel()
-        await asyncio.gather(mirror_task, return_exceptions=True)
+        for task in [leading, operator, *background]:
+            task.cancel()
+        await asyncio.gather(leading, operator, *background, return_exceptions=True)
         await pool.close()
-        api.close()
+    if leading.done() and not leading.cancelled():
+        raise SystemExit("lost the leader Lease; exiting so that only the new leader acts")
+    await lease.release()  # a clean stop: hand leadership over at once
+    api.close()

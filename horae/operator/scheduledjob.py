@@ -59,6 +59,17 @@ def status_of(row: asyncpg.Record) -> dict[str, Any]:
     }
 
 
+def ready_status(row: asyncpg.Record, spec: ScheduledJobSpec, generation: Any) -> dict[str, Any]:
+    """The whole status of a ScheduledJob whose job is stored."""
+    return status_of(row) | {
+        "observedGeneration": generation,
+        "conditions": [
+            _condition("Ready", True, "Stored", "job stored"),
+            _condition("Suspended", spec.suspend, "Suspend" if spec.suspend else "Active"),
+        ],
+    }
+
+
 async def sync_job(
     conn: Conn,
     uid: uuid.UUID,
@@ -124,12 +135,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
         memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
         async with memo.pool.acquire() as conn:
             row = await sync_job(conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards)
-        patch.status.update(status_of(row))
-        patch.status["observedGeneration"] = generation
-        patch.status["conditions"] = [
-            _condition("Ready", True, "Stored", "job stored"),
-            _condition("Suspended", parsed.suspend, "Suspend" if parsed.suspend else "Active"),
-        ]
+        patch.status.update(ready_status(row, parsed, generation))
 
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
     async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

@@ -58,8 +58,9 @@ class StatusMirror:
                 try:
                     await conn.add_listener("horae_job_events", self._on_notify)
                     while not conn.is_closed():
-                        try:
-                            await asyncio.wait_for(self._wake.wait(), timeout=5)
+                        try:  # (no wait_for: its task would hold kopf's shutdown up)
+                            async with asyncio.timeout(5):
+                                await self._wake.wait()
                         except TimeoutError:
                             continue
                         await asyncio.sleep(BATCH_INTERVAL)

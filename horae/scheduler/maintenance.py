@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from horae.kube import LeaseConflict, Leases
+from horae.kube import Leases, SingletonLease
 from horae.store.migrate import maintain_partitions
 
 log = logging.getLogger(__name__)
@@ -32,42 +32,19 @@ class Maintenance:
         every: timedelta = timedelta(hours=1),
     ) -> None:
         self._pool = pool
-        self._leases = leases
-        self._identity = identity
         self._duration = lease_duration.total_seconds()
         self._ahead = ahead_days
         self._retention = retention_days
         self._every = every.total_seconds()
-        self._seen: tuple[str, float] | None = None
         self._last_run = -math.inf
+        self._lease = SingletonLease(
+            leases, LEASE_NAME, identity=identity, duration=self._duration,
+            label="horae.dev/maintenance",
+        )  # fmt: skip
         self.holder = False
 
-    async def _hold(self) -> bool:
-        found = [
-            x for x in await self._leases.list("horae.dev/maintenance") if x.name == LEASE_NAME
-        ]
-        duration = max(1, math.ceil(self._duration))
-        now = time.monotonic()
-        try:
-            if not found:
-                await self._leases.create(
-                    LEASE_NAME, self._identity, duration, {"horae.dev/maintenance": "true"}
-                )
-                return True
-            lease = found[0]
-            if self._seen is None or self._seen[0] != lease.resource_version:
-                self._seen = (lease.resource_version, now)
-            expired = now - self._seen[1] > self._duration
-            if lease.holder in (None, self._identity) or expired:
-                await self._leases.write(lease, self._identity, duration,
-                                         acquire=lease.holder != self._identity)  # fmt: skip
-                return True
-        except LeaseConflict:
-            pass
-        return False
-
     async def tick(self) -> None:
-        self.holder = await self._hold()
+        self.holder = await self._lease.hold()
         if self.holder and time.monotonic() - self._last_run >= self._every:
             async with self._pool.acquire() as conn:
                 created, dropped = await maintain_partitions(
@@ -89,11 +66,5 @@ class Maintenance:
                 pass
 
     async def release(self) -> None:
-        if not self.holder:
-            return
-        for lease in await self._leases.list("horae.dev/maintenance"):
-            if lease.name == LEASE_NAME and lease.holder == self._identity:
-                try:
-                    await self._leases.write(lease, None, 1, acquire=False)
-                except LeaseConflict:
-                    pass
+        if self.holder:
+            await self._lease.release()

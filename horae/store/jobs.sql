@@ -117,3 +117,8 @@ SELECT pg_notify('horae_job_events', $1::text)
 -- name: live_crd_job
 -- The live (not cancelled) job of a ScheduledJob by namespace and name.
 SELECT id FROM jobs WHERE tenant = $1 AND name = $2 AND source = 'crd' AND state <> 'cancelled'
+
+-- name: live_crd_jobs
+-- Every ScheduledJob's job that is not cancelled (the operator's resync compares them
+-- with the resources).
+SELECT id, tenant, name, state, created_at FROM jobs WHERE source = 'crd' AND state <> 'cancelled'

@@ -108,3 +108,163 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
 
 async def _at_least(probe: Any, n: int) -> bool:
     return bool(await probe() >= n)
+
+
+async def test_server_side_apply_twice_is_a_no_op_and_diff_stays_empty(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    """What a GitOps tool sees: the operator never writes spec, so re-applying the same
+    manifest changes nothing and `kubectl diff` reports no drift."""
+    processes.start("operator", "operator")
+    text = manifest(namespace, "0 9 * * 1")
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input=text)
+
+    async def reconciled() -> dict[str, Any] | None:
+        obj = control_plane.get_json("sj", "ticker", "-n", namespace)
+        status = obj.get("status", {})
+        ready = status.get("conditions", [{}])[0].get("status") == "True"
+        return obj if ready and status.get("observedGeneration") == obj["metadata"][
+            "generation"] else None  # fmt: skip
+
+    first = await until(reconciled, timeout=20, what="the ScheduledJob reconciled")
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input=text)
+    again = control_plane.get_json("sj", "ticker", "-n", namespace, "--show-managed-fields")
+    assert again["metadata"]["generation"] == first["metadata"]["generation"] == 1
+    for server_side in (["--server-side"], []):
+        diff = control_plane.kubectl("diff", *server_side, "-f", "-", input=text, check=False)
+        assert (diff.returncode, diff.stdout) == (0, ""), diff.stdout + diff.stderr
+    spec_owners = {
+        entry["manager"]
+        for entry in again["metadata"]["managedFields"]
+        if "f:spec" in entry.get("fieldsV1", {})
+    }
+    assert spec_owners == {"kubectl"}, f"spec fields owned by {spec_owners}"
+
+
+def job_manifest(namespace: str, name: str) -> str:
+    return f"""
+apiVersion: horae.dev/v1alpha1
+kind: ScheduledJob
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{task: e2e.echo, schedule: "0 0 1 1 *"}}
+"""
+
+
+async def stored_state(pool: asyncpg.Pool, namespace: str, name: str) -> str | None:
+    return await pool.fetchval(
+        "SELECT state::text FROM jobs WHERE tenant = $1 AND name = $2 "
+        "ORDER BY created_at DESC LIMIT 1", namespace, name,
+    )  # fmt: skip
+
+
+async def test_changes_made_while_the_operator_was_down_are_reconciled_when_it_returns(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+) -> None:
+    env = {"HORAE_RESYNC_SECONDS": "2"}
+    operator = processes.start("operator", "operator", env=env)
+    for name in ("gone", "orphan"):
+        control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, name))
+
+    async def both_stored() -> bool:
+        states = [await stored_state(pool, namespace, n) for n in ("gone", "orphan")]
+        return states == ["active", "active"]
+
+    await until(both_stored, timeout=20, what="both jobs stored")
+    assert operator.stop() == 0
+
+    # while it is down: one created, one deleted, and one removed with its finalizer stripped
+    control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "newcomer"))
+    control_plane.kubectl("delete", "sj", "gone", "-n", namespace, "--wait=false")
+    control_plane.kubectl("patch", "sj", "orphan", "-n", namespace, "--type=merge",
+                          "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
+    control_plane.kubectl("delete", "sj", "orphan", "-n", namespace)
+    assert await stored_state(pool, namespace, "newcomer") is None
+
+    processes.start("operator", "operator", env=env)
+
+    async def reconciled() -> bool:
+        states = {n: await stored_state(pool, namespace, n) for n in ("newcomer", "gone", "orphan")}
+        remaining = {i["metadata"]["name"] for i in control_plane.get_json(
+            "sj", "-n", namespace)["items"]}  # fmt: skip
+        return states == {"newcomer": "active", "gone": "cancelled", "orphan": "cancelled"} and (
+            remaining == {"newcomer"}
+        )
+
+    await until(reconciled, timeout=30, what="created, deleted and orphaned jobs reconciled")
+
+    # a job missing from the store (say, restored from an older backup) is stored again
+    uid = control_plane.get_json("sj", "newcomer", "-n", namespace)["metadata"]["uid"]
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("DELETE FROM executions WHERE job_id = $1", uuid.UUID(uid))
+        await conn.execute("DELETE FROM jobs WHERE id = $1", uuid.UUID(uid))
+
+    async def restored() -> bool:
+        return await pool.fetchval(
+            "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'scheduled'",
+            uuid.UUID(uid),
+        ) == 1  # fmt: skip
+
+    await until(restored, timeout=20, what="the job stored again with its next execution")
+
+
+def leader(control_plane: ControlPlane, namespace: str) -> str | None:
+    leases = control_plane.get_json("leases", "-n", namespace)["items"]
+    found = [x for x in leases if x["metadata"]["name"] == "horae-operator"]
+    return found[0]["spec"].get("holderIdentity") if found else None
+
+
+async def test_two_operators_never_both_act_and_the_standby_takes_over(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+) -> None:
+    env = {"HORAE_OPERATOR_LEASE_SECONDS": "3"}
+    first = processes.start("operator", "operator", env=env)
+
+    async def leads(identity: str) -> bool:
+        return leader(control_plane, namespace) == identity
+
+    await until(lambda: leads(first.identity), timeout=20, what="the first operator leading")
+    second = processes.start("operator", "operator", env=env)
+    control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "before"))
+
+    async def stored(name: str) -> bool:
+        return await stored_state(pool, namespace, name) == "active"
+
+    await until(lambda: stored("before"), timeout=20, what="the job stored by the leader")
+    for _ in range(4):  # the standby neither takes the Lease nor starts acting
+        assert leader(control_plane, namespace) == first.identity
+        await asyncio.sleep(1)
+    assert "leads" not in second.log()
+    assert second.alive()
+
+    first.kill()
+    killed = asyncio.get_running_loop().time()
+    await until(lambda: leads(second.identity), timeout=20, what="the standby taking over")
+    took = asyncio.get_running_loop().time() - killed
+    assert took < 3 + 1 + 2, f"takeover took {took:.1f}s (Lease 3 s, renew 1 s)"
+    control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "after"))
+    await until(lambda: stored("after"), timeout=20, what="the job stored by the new leader")
+
+
+def test_the_operators_service_account_may_do_only_what_the_operator_does(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    """Every operator test runs it under rbac/operator.yaml (see the `processes` fixture);
+    this pins that the role stops short of what it does not need."""
+    account = "system:serviceaccount:horae-system:horae-operator"
+
+    def can(verb: str, resource: str, *, ns: str = namespace) -> bool:
+        out = control_plane.kubectl("auth", "can-i", verb, resource, "-n", ns, "--as", account,
+                                    check=False).stdout.strip()  # fmt: skip
+        return out == "yes"
+
+    allowed = [("patch", "scheduledjobs.horae.dev"), ("watch", "scheduledjobs.horae.dev"),
+               ("patch", "scheduledjobs.horae.dev/status"), ("create", "executions.horae.dev"),
+               ("deletecollection", "executions.horae.dev"), ("create", "events"),
+               ("patch", "deployments.apps"), ("update", "leases.coordination.k8s.io")]  # fmt: skip
+    refused = [("update", "scheduledjobs.horae.dev"), ("delete", "scheduledjobs.horae.dev"),
+               ("create", "scheduledjobs.horae.dev"), ("delete", "deployments.apps"),
+               ("get", "secrets"), ("list", "pods"),
+               ("delete", "leases.coordination.k8s.io")]  # fmt: skip
+    assert [a for a in allowed if not can(*a)] == []
+    assert [r for r in refused if can(*r)] == []
+    assert not can("update", "leases.coordination.k8s.io", ns="default"), "leases: own ns only"

@@ -52,6 +52,23 @@ class ControlPlane:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
 
+def service_account_kubeconfig(
+    plane: ControlPlane, namespace: str, account: str, path: Path
+) -> Path:
+    """A kubeconfig that talks to `plane` as ServiceAccount `namespace/account`."""
+    token = plane.kubectl("create", "token", account, "-n", namespace, "--duration=24h").stdout
+    admin = plane.kubectl("config", "view", "--raw", "-o", "json").stdout
+    cluster = json.loads(admin)["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": account,
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": account, "user": {"token": token.strip()}}],
+        "contexts": [{"name": account, "context": {"cluster": "local", "user": account}}],
+    }  # fmt: skip
+    path.write_text(json.dumps(config))
+    return path
+
+
 def start_control_plane(base: Path) -> ControlPlane:
     bin_dir = subprocess.run(
         [str(REPO / "hack" / "build-k8s.sh")],

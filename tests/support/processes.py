@@ -57,9 +57,16 @@ class Component:
 class Processes:
     """A factory of components sharing one environment; all are stopped at teardown."""
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        command_env: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         self.env = dict(env)
         self.log_dir = log_dir
+        self.command_env = dict(command_env or {})
+        """Extra environment per `horae` command, e.g. the operator's own kubeconfig."""
         self.started: list[Component] = []
 
     def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Component:
@@ -68,7 +75,12 @@ class Processes:
         log = log_path.open("wb")
         popen = subprocess.Popen(
             [HORAE, *args],
-            env={**self.env, **(env or {}), "HORAE_IDENTITY": identity},
+            env={
+                **self.env,
+                **self.command_env.get(args[0] if args else "", {}),
+                **(env or {}),
+                "HORAE_IDENTITY": identity,
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,

@@ -1,0 +1,108 @@
+"""The resync pass: heal drift between ScheduledJobs and the store that no watch event
+announces (a store restored from an older backup, a resource removed while its finalizer
+was stripped or the operator was down).
+
+Every `period`: a resource whose job is missing from the store gets it (the job id is the
+resource's uid, so this is the same idempotent upsert as a reconcile); a live store job
+whose resource is gone is cancelled and its Execution mirrors deleted. A job is judged
+orphaned only after a direct GET confirms its resource is gone, so a resource created
+while the pass runs is never mistaken for a deleted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pydantic
+
+from horae.kube import CustomObjects
+from horae.operator.executions import ExecutionMirrors
+from horae.operator.scheduledjob import ready_status, sync_job
+from horae.resources import ScheduledJobSpec
+from horae.store import jobs as store
+
+log = logging.getLogger(__name__)
+
+
+class Resync:
+    def __init__(
+        self,
+        pool: asyncpg.Pool[asyncpg.Record],
+        objects: CustomObjects,
+        mirrors: ExecutionMirrors,
+        *,
+        shards: int,
+        period: float,
+    ) -> None:
+        self._pool = pool
+        self._objects = objects
+        self._mirrors = mirrors
+        self._shards = shards
+        self._period = period
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._period)
+            try:
+                stored, cancelled = await self.once()
+                if stored or cancelled:
+                    log.warning("resync: %d jobs restored to the store, %d orphans cancelled",
+                                stored, cancelled)  # fmt: skip
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("resync pass failed")
+
+    async def once(self) -> tuple[int, int]:
+        """One pass; returns (jobs stored again, orphaned jobs cancelled)."""
+        resources = await self._objects.list_all("scheduledjobs")
+        live = {
+            uuid.UUID(r["metadata"]["uid"]): r
+            for r in resources
+            if not r["metadata"].get("deletionTimestamp")
+        }
+        async with self._pool.acquire() as conn:
+            jobs = {row["id"]: row for row in await store.live_crd_jobs(conn)}
+            ids = await conn.fetch("SELECT id FROM jobs WHERE id = ANY($1::uuid[])", list(live))
+        known = {row["id"] for row in ids}
+        stored = 0
+        for uid in sorted(set(live) - known):
+            if await self._store(uid, live[uid]):
+                stored += 1
+        cancelled = 0
+        for job_id in sorted(set(jobs) - set(live)):
+            job = jobs[job_id]
+            current = await self._objects.get("scheduledjobs", job["tenant"], job["name"])
+            if current is not None and current["metadata"]["uid"] == str(job_id):
+                continue  # created after the list, or being deleted: kopf handles it
+            async with self._pool.acquire() as conn:
+                await store.cancel_job(conn, job_id, now=datetime.now(UTC))
+            await self._mirrors.forget(job_id, job["tenant"], job["name"])
+            log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone",
+                        job_id, job["tenant"], job["name"])  # fmt: skip
+            cancelled += 1
+        return stored, cancelled
+
+    async def _store(self, uid: uuid.UUID, resource: dict[str, Any]) -> bool:
+        meta = resource["metadata"]
+        try:
+            spec = ScheduledJobSpec.model_validate(resource.get("spec") or {})
+            spec.job_spec()
+        except pydantic.ValidationError:
+            return False  # invalid: its reconcile reported why in its status
+        self._mirrors.history_limits[uid] = spec.history_limit
+        async with self._pool.acquire() as conn:
+            row = await sync_job(conn, uid, meta["namespace"], meta["name"], spec,
+                                 shards=self._shards)  # fmt: skip
+        await self._objects.patch_status(
+            "scheduledjobs", meta["namespace"], meta["name"],
+            ready_status(row, spec, meta.get("generation")),
+        )  # fmt: skip
+        log.warning("resync: stored job %s for ScheduledJob %s/%s, missing from the store",
+                    uid, meta["namespace"], meta["name"])  # fmt: skip
+        return True

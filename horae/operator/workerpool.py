@@ -1,0 +1,374 @@
+"""WorkerPools: each one reconciled into a Deployment of workers, scaled on its queue depth.
+
+The handlers apply the Deployment (same name and namespace, owned by the WorkerPool, so
+it is garbage-collected with it) and hand the pool to the `Autoscaler`. Every period the
+autoscaler reads the ready messages on the pool's queue (`<prefix>.pool.NAME`), asks for
+`ceil(ready / targetBacklogPerReplica)` replicas within [minReplicas, maxReplicas],
+scales up at once and down only once the lower figure has held for the stabilization
+window, and shows what it saw in the WorkerPool's status.
+
+The operator writes only the Deployment fields it applies (server-side apply) and
+`spec.replicas` (scale subresource): labels, annotations, sidecars or env vars that
+others add survive. It never writes the WorkerPool's spec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aio_pika
+import aio_pika.exceptions
+import kopf
+import pydantic
+from aio_pika.abc import AbstractChannel, AbstractConnection
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from horae.broker import Names
+from horae.kube import CustomObjects, Deployments
+from horae.resources import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+
+POOL_LABEL = f"{GROUP}/workerpool"
+CONTAINER = "worker"
+
+
+class WorkerPoolSpec(BaseModel):
+    """`spec` of a WorkerPool; the defaults are the CRD schema's."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
+    )
+
+    image: str
+    tasks: str
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=10, ge=1)
+    target_backlog_per_replica: int = Field(default=100, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    resources: dict[str, Any] | None = None
+    env: list[dict[str, Any]] = Field(default_factory=list)
+    service_account_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Pool:
+    namespace: str
+    name: str
+    uid: str
+    spec: WorkerPoolSpec
+
+
+# -- the scaling rule (pure) -----------------------------------------------------
+
+
+def desired_replicas(ready: int, *, minimum: int, maximum: int, target: int) -> int:
+    """Replicas that `ready` messages ask for: one per `target`, within [minimum, maximum]."""
+    return max(minimum, min(maximum, math.ceil(ready / target)))
+
+
+@dataclass(frozen=True)
+class ScaleDown:
+    """A scale-down waiting out the stabilization window."""
+
+    since: float
+    """Clock seconds when desired first fell below the current replicas."""
+    peak: int
+    """Highest desired seen since then: what the pool is scaled down to."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int
+    waiting: ScaleDown | None
+
+
+def decide(
+    *, current: int, desired: int, maximum: int, waiting: ScaleDown | None, now: float,
+    window: float,
+) -> Decision:  # fmt: skip
+    """Scale up (or down to a lowered maximum) at once; scale down only once desired has
+    stayed below `current` for `window` seconds, and then to the highest figure it asked
+    for meanwhile, so a short dip does not shed workers the next burst needs."""
+    if current > maximum:
+        return Decision(maximum, None)
+    if desired >= current:
+        return Decision(desired, None)
+    if waiting is None:
+        waiting = ScaleDown(since=now, peak=desired)
+    else:
+        waiting = ScaleDown(since=waiting.since, peak=max(waiting.peak, desired))
+    if now - waiting.since >= window:
+        return Decision(waiting.peak, None)
+    return Decision(current, waiting)
+
+
+# -- the Deployment ------------------------------------------------------------
+
+
+def _env(pool: Pool) -> list[dict[str, Any]]:
+    ours: list[dict[str, Any]] = [{"name": "HORAE_POOL", "value": pool.name}]
+    if pool.spec.concurrency is not None:
+        ours.append({"name": "HORAE_CONCURRENCY", "value": str(pool.spec.concurrency)})
+    theirs = {e.get("name") for e in pool.spec.env}
+    # A name twice would be refused by the API server: the pool's own entries win.
+    return [e for e in ours if e["name"] not in theirs] + list(pool.spec.env)
+
+
+def deployment_body(pool: Pool) -> dict[str, Any]:
+    """The Deployment fields the operator owns. No replicas: only the autoscaler sets them."""
+    labels = {POOL_LABEL: pool.name}
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": pool.spec.image,
+        "command": ["horae", "worker", "--tasks", pool.spec.tasks],
+        "env": _env(pool),
+    }
+    if pool.spec.resources:
+        container["resources"] = pool.spec.resources
+    pod: dict[str, Any] = {"containers": [container]}
+    if pool.spec.service_account_name:
+        # Also the deprecated alias, which the API server would otherwise fill in, own
+        # nobody's, and copy back into serviceAccountName once the pool drops it.
+        pod["serviceAccountName"] = pod["serviceAccount"] = pool.spec.service_account_name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": pool.name,
+            "namespace": pool.namespace,
+            "labels": labels,
+            "ownerReferences": [{
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkerPool", "name": pool.name,
+                "uid": pool.uid, "controller": True, "blockOwnerDeletion": False,
+            }],
+        },
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }  # fmt: skip
+
+
+async def ensure_deployment(deployments: Deployments, pool: Pool) -> None:
+    """Apply the pool's Deployment; a new one starts at minReplicas."""
+    existed = await deployments.get(pool.namespace, pool.name) is not None
+    await deployments.apply(pool.namespace, pool.name, deployment_body(pool))
+    if not existed:
+        await deployments.scale(pool.namespace, pool.name, pool.spec.min_replicas)
+
+
+# -- the autoscaler ------------------------------------------------------------
+
+
+class QueueDepths:
+    """Ready messages on queues, read with passive declares (which create nothing)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+
+    async def ready(self, queue: str) -> int:
+        """Messages ready for delivery on `queue`; 0 when it does not exist (yet)."""
+        if self._connection is None or self._connection.is_closed:
+            self._connection = await aio_pika.connect(self._url, timeout=15)
+            self._channel = None
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await self._connection.channel()
+        try:
+            declared = await self._channel.declare_queue(queue, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            self._channel = None  # the broker closes the channel of a failed passive declare
+            return 0
+        return int(declared.declaration_result.message_count or 0)
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+
+@dataclass
+class _Tracked:
+    pool: Pool
+    waiting: ScaleDown | None = None
+    last_scale_time: str | None = None
+    shown: dict[str, Any] = field(default_factory=dict)
+
+
+def _iso_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Autoscaler:
+    """Scales every known WorkerPool's Deployment on its queue depth, every `period`."""
+
+    def __init__(
+        self,
+        *,
+        deployments: Deployments,
+        objects: CustomObjects,
+        broker_url: str,
+        names: Names,
+        period: timedelta = timedelta(seconds=5),
+        stabilization: timedelta = timedelta(seconds=300),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._deployments = deployments
+        self._objects = objects
+        self._depths = QueueDepths(broker_url)
+        self._names = names
+        self._period = period.total_seconds()
+        self._window = stabilization.total_seconds()
+        self._clock = clock
+        self._pools: dict[tuple[str, str], _Tracked] = {}
+        self._wake = asyncio.Event()
+        self._busy = asyncio.Lock()
+        self._stopping = False
+
+    def track(self, pool: Pool) -> None:
+        """Scale `pool` from now on (or with its new spec); it is looked at right away."""
+        key = (pool.namespace, pool.name)
+        tracked = self._pools.get(key)
+        if tracked is None or tracked.pool.uid != pool.uid:
+            self._pools[key] = _Tracked(pool)
+        else:
+            tracked.pool = pool
+        self._wake.set()
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._pools.pop((namespace, name), None)
+
+    async def run(self) -> None:
+        """Scale every `period` (and whenever a pool is tracked) until `stop()`."""
+        try:
+            while True:
+                self._wake.clear()
+                async with self._busy:
+                    if self._stopping:
+                        return
+                    await self.tick()
+                try:
+                    async with asyncio.timeout(self._period):  # no task, unlike wait_for
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            await self._depths.close()
+
+    async def stop(self) -> None:
+        """End `run()` after the round in progress and close the broker connection.
+
+        Called from kopf's cleanup: kopf waits for (then cancels) every task that appeared
+        after it started, and the connection's reader is one."""
+        async with self._busy:
+            self._stopping = True
+            self._wake.set()
+            await self._depths.close()
+
+    async def tick(self) -> None:
+        """Look at every pool once."""
+        for key, tracked in list(self._pools.items()):
+            try:
+                await self._scale(tracked)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("could not autoscale WorkerPool %s/%s", *key)
+
+    async def _scale(self, tracked: _Tracked) -> None:
+        pool, spec = tracked.pool, tracked.pool.spec
+        ready = await self._depths.ready(self._names.pool_queue(pool.name))
+        deployment = await self._deployments.get(pool.namespace, pool.name)
+        if deployment is None:
+            # Deleted behind our back (put it back), or with its WorkerPool (then forget it).
+            gone = {"replicas": 0, "readyReplicas": 0}
+            if await self._objects.patch_status("workerpools", pool.namespace, pool.name, gone):
+                await ensure_deployment(self._deployments, pool)
+            else:
+                self.forget(pool.namespace, pool.name)
+            return
+        desired = desired_replicas(
+            ready,
+            minimum=spec.min_replicas,
+            maximum=spec.max_replicas,
+            target=spec.target_backlog_per_replica,
+        )
+        decision = decide(
+            current=deployment.replicas,
+            desired=desired,
+            maximum=spec.max_replicas,
+            waiting=tracked.waiting,
+            now=self._clock(),
+            window=self._window,
+        )
+        tracked.waiting = decision.waiting
+        if decision.replicas != deployment.replicas:
+            if not await self._deployments.scale(pool.namespace, pool.name, decision.replicas):
+                return
+            tracked.last_scale_time = _iso_now()
+            log.info("scaled WorkerPool %s/%s from %d to %d replicas (%d ready messages)",
+                     pool.namespace, pool.name, deployment.replicas, decision.replicas,
+                     ready)  # fmt: skip
+        status = {
+            "queueDepth": ready,
+            "desiredReplicas": desired,
+            "replicas": decision.replicas,
+            "readyReplicas": deployment.ready_replicas,
+            "lastScaleTime": tracked.last_scale_time,
+        }
+        if status != tracked.shown:
+            present = await self._objects.patch_status(
+                "workerpools", pool.namespace, pool.name, status
+            )
+            if not present:
+                self.forget(pool.namespace, pool.name)
+                return
+            tracked.shown = status
+
+
+# -- kopf handlers ---------------------------------------------------------------
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the WorkerPool handlers on `registry`; they use `memo.deployments`
+    (a `horae.kube.Deployments`) and `memo.autoscaler` (an `Autoscaler`)."""
+
+    @kopf.on.create(GROUP, VERSION, "workerpools", registry=registry)
+    @kopf.on.update(GROUP, VERSION, "workerpools", field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, "workerpools", registry=registry)
+    async def reconcile(
+        spec: kopf.Spec, uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    ) -> None:
+        assert namespace is not None, "WorkerPool is namespaced"
+        try:
+            parsed = WorkerPoolSpec.model_validate(dict(spec))
+        except pydantic.ValidationError as exc:
+            raise kopf.PermanentError(f"invalid WorkerPool spec: {exc}") from exc
+        pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed)
+        await ensure_deployment(memo.deployments, pool)
+        memo.autoscaler.track(pool)
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
+        await memo.autoscaler.stop()
+
+    # No finalizer (a delete handler would add one): there is nothing to clean up, as the
+    # Deployment goes with its owner, and a WorkerPool never waits for the operator to go.
+    @kopf.on.event(GROUP, VERSION, "workerpools", when=_deleted, registry=registry)
+    def forget(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+        if namespace is not None:
+            memo.autoscaler.forget(namespace, name)
+
+
+def _deleted(event: kopf.RawEvent, **_: Any) -> bool:
+    return bool(event["type"] == "DELETED")

@@ -1,0 +1,216 @@
+"""WorkerPools as Kubernetes users meet them: a Deployment of workers owned by the pool,
+scaled on the pool's RabbitMQ queue depth, and settling back only after the
+stabilization window. No kube-controller-manager runs here, so Deployments are
+objects without pods: the assertions are on `spec.replicas` and the pool's status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aio_pika
+
+from horae.broker import Names
+from tests.support.kube import ControlPlane
+from tests.support.processes import Processes
+from tests.support.wait import until
+
+WINDOW = 3.0
+OPERATOR_ENV = {
+    "HORAE_SCALE_DOWN_STABILIZATION_SECONDS": str(WINDOW),
+    "HORAE_AUTOSCALE_PERIOD_SECONDS": "0.5",
+}
+
+
+def manifest(namespace: str, name: str, spec: str) -> str:
+    return f"""
+apiVersion: horae.dev/v1alpha1
+kind: WorkerPool
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+{spec}
+"""
+
+
+def deployment(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    found = plane.kubectl("get", "deployment", name, "-n", namespace, "-o", "json",
+                          check=False)  # fmt: skip
+    return json.loads(found.stdout) if found.returncode == 0 else None
+
+
+async def publish(broker_url: str, queue: str, count: int) -> None:
+    """Put `count` messages on the pool's queue (no worker takes them)."""
+    connection = await aio_pika.connect(broker_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.declare_queue(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        await asyncio.gather(*(
+            channel.default_exchange.publish(aio_pika.Message(b"{}"), routing_key=queue)
+            for _ in range(count)
+        ))  # fmt: skip
+    finally:
+        await connection.close()
+
+
+async def purge(broker_url: str, queue: str) -> None:
+    connection = await aio_pika.connect(broker_url)
+    try:
+        channel = await connection.channel()
+        declared = await channel.declare_queue(queue, passive=True)
+        await declared.purge()
+    finally:
+        await connection.close()
+
+
+def pool_status(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    return dict(plane.get_json("workerpool", name, "-n", namespace).get("status") or {})
+
+
+async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    processes.start("operator", "operator", env=OPERATOR_ENV)
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "shop", """
+  image: registry.example/shop-workers:1.0
+  tasks: shop.tasks
+  minReplicas: 2
+  maxReplicas: 5
+  concurrency: 4
+  serviceAccountName: shop-workers
+  resources: {requests: {cpu: 250m, memory: 256Mi}}
+  env: [{name: SHOP_REGION, value: eu}]
+"""))  # fmt: skip
+    uid = control_plane.get_json("workerpool", "shop", "-n", namespace)["metadata"]["uid"]
+
+    async def created() -> dict[str, Any] | None:
+        return deployment(control_plane, namespace, "shop")
+
+    dep = await until(created, timeout=30, what="the pool's Deployment")
+    labels = {"horae.dev/workerpool": "shop"}
+    assert dep["metadata"]["labels"] == labels
+    (owner,) = dep["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "WorkerPool", "shop", uid, True,
+    )  # fmt: skip
+    assert dep["spec"]["selector"] == {"matchLabels": labels}
+    pod = dep["spec"]["template"]
+    assert pod["metadata"]["labels"] == labels
+    assert pod["spec"]["serviceAccountName"] == "shop-workers"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "registry.example/shop-workers:1.0"
+    assert container["command"] == ["horae", "worker", "--tasks", "shop.tasks"]
+    assert container["env"] == [
+        {"name": "HORAE_POOL", "value": "shop"},
+        {"name": "HORAE_CONCURRENCY", "value": "4"},
+        {"name": "SHOP_REGION", "value": "eu"},
+    ]
+    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"}}
+
+    # starts at minReplicas, and the status says what the autoscaler saw
+    async def settled() -> dict[str, Any] | None:
+        status = pool_status(control_plane, namespace, "shop")
+        return status if status.get("replicas") == 2 else None
+
+    status = await until(settled, timeout=20, what="status.replicas 2")
+    assert (status["queueDepth"], status["desiredReplicas"], status["readyReplicas"]) == (0, 2, 0)
+    assert (deployment(control_plane, namespace, "shop") or {})["spec"]["replicas"] == 2
+
+    # what others add to the Deployment survives a change of the pool; what the pool
+    # drops is removed; replicas stay the autoscaler's
+    control_plane.kubectl("annotate", "deployment", "shop", "-n", namespace,
+                          "team.example/owner=shop")  # fmt: skip
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "shop", """
+  image: registry.example/shop-workers:1.1
+  tasks: shop.tasks
+  minReplicas: 2
+  maxReplicas: 5
+"""))  # fmt: skip
+
+    async def updated() -> dict[str, Any] | None:
+        dep = deployment(control_plane, namespace, "shop") or {}
+        containers = dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        return dep if containers and containers[0]["image"].endswith(":1.1") else None
+
+    dep = await until(updated, timeout=20, what="the new image in the Deployment")
+    assert dep["metadata"]["annotations"]["team.example/owner"] == "shop"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["containers"][0]["env"] == [{"name": "HORAE_POOL", "value": "shop"}]
+    assert "resources" not in pod["containers"][0] or not pod["containers"][0]["resources"]
+    assert "serviceAccountName" not in pod and "serviceAccount" not in pod
+    assert dep["spec"]["replicas"] == 2
+
+
+async def test_a_pool_scales_out_on_its_backlog_and_back_after_the_window(
+    control_plane: ControlPlane,
+    namespace: str,
+    processes: Processes,
+    broker_url: str,
+    broker_prefix: str,
+) -> None:
+    processes.start("operator", "operator", env=OPERATOR_ENV)
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "crunchers", """
+  image: registry.example/shop-workers:1.0
+  tasks: shop.tasks
+  minReplicas: 1
+  maxReplicas: 8
+  targetBacklogPerReplica: 100
+"""))  # fmt: skip
+
+    async def replicas() -> int | None:
+        dep = deployment(control_plane, namespace, "crunchers")
+        return None if dep is None else int(dep["spec"].get("replicas", 0))
+
+    async def at(n: int) -> bool:
+        return await replicas() == n
+
+    await until(lambda: at(1), timeout=30, what="the Deployment at minReplicas")
+
+    queue = Names(broker_prefix).pool_queue("crunchers")
+    await publish(broker_url, queue, 1000)
+
+    async def scaled_out() -> dict[str, Any] | None:
+        status = pool_status(control_plane, namespace, "crunchers")
+        return status if status.get("replicas") == 8 else None
+
+    status = await until(scaled_out, timeout=20, what="8 replicas")
+    assert (status["queueDepth"], status["desiredReplicas"]) == (1000, 8)
+    assert status["lastScaleTime"]
+    assert await replicas() == 8
+
+    purged_at = time.monotonic()
+    await purge(broker_url, queue)
+
+    # the queue is empty: the status asks for 1 at once, the Deployment follows only
+    # once that has held for the whole window
+    held: list[dict[str, Any]] = []
+
+    async def scaled_in() -> float | None:
+        status = pool_status(control_plane, namespace, "crunchers")
+        count = await replicas()
+        if count == 1:
+            return time.monotonic()
+        assert count == 8, f"scaled to {count} replicas, not straight to the minimum"
+        if status.get("desiredReplicas") == 1:
+            held.append(status)
+        return None
+
+    scaled_at = await until(scaled_in, timeout=WINDOW + 15, interval=0.25, what="1 replica")
+    assert scaled_at - purged_at >= WINDOW, "scaled in before the stabilization window"
+    assert held, "never saw desiredReplicas 1 while the window held the replicas at 8"
+    assert all(s["queueDepth"] == 0 and s["replicas"] == 8 for s in held)
+
+    async def shown() -> dict[str, Any] | None:
+        status = pool_status(control_plane, namespace, "crunchers")
+        return status if status.get("replicas") == 1 else None
+
+    status = await until(shown, timeout=10, what="status.replicas 1")
+    assert (status["queueDepth"], status["desiredReplicas"]) == (0, 1)
+
+    # deleted: the operator lets go of the Deployment (garbage collection, which does not
+    # run here, removes it in a cluster), so a new backlog no longer scales it
+    control_plane.kubectl("delete", "workerpool", "crunchers", "-n", namespace, "--wait=true")
+    await publish(broker_url, queue, 1000)
+    await asyncio.sleep(2)  # four autoscaler periods: nothing may happen, so nothing to await
+    assert await replicas() == 1

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import pytest
+
+from horae.operator.workerpool import (
+    Decision,
+    Pool,
+    ScaleDown,
+    WorkerPoolSpec,
+    decide,
+    deployment_body,
+    desired_replicas,
+)
+
+
+@pytest.mark.parametrize(
+    ("ready", "expected"),
+    [(0, 1), (1, 1), (100, 1), (101, 2), (750, 8), (1000, 8), (1_000_000, 8)],
+)
+def test_desired_replicas_is_one_per_target_backlog_within_the_bounds(
+    ready: int, expected: int
+) -> None:
+    assert desired_replicas(ready, minimum=1, maximum=8, target=100) == expected
+
+
+def test_an_empty_queue_asks_for_the_minimum_which_may_be_zero() -> None:
+    assert desired_replicas(0, minimum=0, maximum=8, target=100) == 0
+    assert desired_replicas(0, minimum=3, maximum=8, target=100) == 3
+    assert desired_replicas(1, minimum=0, maximum=8, target=100) == 1
+
+
+def _decide(current: int, desired: int, waiting: ScaleDown | None, now: float) -> Decision:
+    return decide(
+        current=current, desired=desired, maximum=10, waiting=waiting, now=now, window=300
+    )
+
+
+def test_scaling_up_happens_at_once() -> None:
+    assert _decide(2, 8, None, now=0) == Decision(8, None)
+
+
+def test_a_pending_scale_down_is_dropped_when_desired_climbs_back() -> None:
+    assert _decide(8, 8, ScaleDown(since=0, peak=3), now=10) == Decision(8, None)
+    assert _decide(8, 9, ScaleDown(since=0, peak=3), now=10) == Decision(9, None)
+
+
+def test_scaling_down_waits_for_the_whole_stabilization_window() -> None:
+    first = _decide(8, 2, None, now=1000)
+    assert first == Decision(8, ScaleDown(since=1000, peak=2))
+    held = _decide(8, 1, first.waiting, now=1299.9)
+    assert held == Decision(8, ScaleDown(since=1000, peak=2))
+    assert _decide(8, 1, held.waiting, now=1300) == Decision(2, None)
+
+
+def test_scaling_down_goes_to_the_highest_figure_asked_for_in_the_window() -> None:
+    waiting = _decide(8, 1, None, now=0).waiting
+    waiting = _decide(8, 5, waiting, now=100).waiting
+    waiting = _decide(8, 1, waiting, now=200).waiting
+    assert _decide(8, 1, waiting, now=300) == Decision(5, None)
+
+
+def test_a_lowered_maximum_applies_at_once() -> None:
+    decision = decide(current=10, desired=4, maximum=4, waiting=None, now=0, window=300)
+    assert decision == Decision(4, None)
+
+
+def test_a_zero_window_scales_down_at_once() -> None:
+    decision = decide(current=8, desired=1, maximum=10, waiting=None, now=0, window=0)
+    assert decision == Decision(1, None)
+
+
+def _pool(**spec: object) -> Pool:
+    parsed = WorkerPoolSpec.model_validate({"image": "img:1", "tasks": "app.tasks", **spec})
+    return Pool(namespace="ns", name="crunchers", uid="u-1", spec=parsed)
+
+
+def test_the_deployment_runs_the_pool_workers_and_leaves_replicas_alone() -> None:
+    body = deployment_body(_pool(concurrency=4, serviceAccountName="sa"))
+    assert "replicas" not in body["spec"]
+    assert body["spec"]["selector"]["matchLabels"] == {"horae.dev/workerpool": "crunchers"}
+    pod = body["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "sa"
+    (container,) = pod["containers"]
+    assert container["command"] == ["horae", "worker", "--tasks", "app.tasks"]
+    assert container["env"] == [
+        {"name": "HORAE_POOL", "value": "crunchers"},
+        {"name": "HORAE_CONCURRENCY", "value": "4"},
+    ]
+    assert "resources" not in container
+
+
+def test_env_entries_of_the_pool_come_last_and_win_over_ours() -> None:
+    env = [{"name": "HORAE_CONCURRENCY", "value": "9"}, {"name": "FOO", "value": "bar"}]
+    body = deployment_body(_pool(concurrency=4, env=env))
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"] == [{"name": "HORAE_POOL", "value": "crunchers"}, *env]
+
+
+def test_the_spec_defaults_are_the_crd_schema_defaults() -> None:
+    from horae.resources import workerpool_schema
+
+    props = workerpool_schema()["properties"]["spec"]["properties"]
+    spec = WorkerPoolSpec.model_validate({"image": "i", "tasks": "t"})
+    assert spec.min_replicas == props["minReplicas"]["default"] == 1
+    assert spec.max_replicas == props["maxReplicas"]["default"] == 10
+    assert spec.target_backlog_per_replica == props["targetBacklogPerReplica"]["default"] == 100
