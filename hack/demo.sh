@@ -55,3 +55,4 @@ watch_args=()
 .venv/bin/horae executions "$NS/hello-once" "$NS/hello-every-5s" "$NS/flaky" "$NS/doomed" \
   --watch "${watch_args[@]}" || true
 kubectl get scheduledjobs -n "$NS"
+kubectl get executions -n "$NS"
