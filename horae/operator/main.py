@@ -87,7 +87,8 @@ async def run(settings: Settings) -> None:
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     objects = CustomObjects(api)
     mirrors = ExecutionMirrors(pool, objects)
-    mirror = StatusMirror(settings.database.url, pool, objects, Events(api), mirrors)
+    events = Events(api)
+    mirror = StatusMirror(settings.database.url, pool, objects, events, mirrors)
     resync = Resync(pool, objects, mirrors, shards=settings.scheduler.shards,
                     period=cfg.resync_period.total_seconds())  # fmt: skip
     deployments = Deployments(api)
@@ -103,6 +104,7 @@ async def run(settings: Settings) -> None:
         pool=pool,
         shards=settings.scheduler.shards,
         mirrors=mirrors,
+        events=events,
         deployments=deployments,
         autoscaler=autoscaler,
     )

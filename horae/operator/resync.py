@@ -101,7 +101,7 @@ class Resync:
                                  shards=self._shards)  # fmt: skip
         await self._objects.patch_status(
             "scheduledjobs", meta["namespace"], meta["name"],
-            ready_status(row, spec, meta.get("generation")),
+            ready_status(row, meta.get("generation")),
         )  # fmt: skip
         log.warning("resync: stored job %s for ScheduledJob %s/%s, missing from the store",
                     uid, meta["namespace"], meta["name"])  # fmt: skip

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import kopf
 import pydantic
+from pydantic.alias_generators import to_camel
 
 from horae.models import JobSource
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
@@ -44,6 +45,16 @@ def _condition(kind: str, ok: bool, reason: str, message: str = "") -> dict[str,
     }
 
 
+_RENAMED = {"cron": "schedule", "retry": "retryPolicy"}
+"""JobSpec fields whose ScheduledJob name differs beyond camelCase."""
+
+
+def _crd_field(part: object) -> str:
+    """A JobSpec error location part as the ScheduledJob manifest spells it."""
+    text = str(part)
+    return _RENAMED.get(text) or to_camel(text)
+
+
 def display_status(status: str | None) -> str | None:
     """`timed_out` -> `TimedOut`: how statuses read in kubectl columns."""
     return "".join(p.capitalize() for p in status.split("_")) if status else None
@@ -59,15 +70,26 @@ def status_of(row: asyncpg.Record) -> dict[str, Any]:
     }
 
 
-def ready_status(row: asyncpg.Record, spec: ScheduledJobSpec, generation: Any) -> dict[str, Any]:
+FAILING = frozenset({"failed", "dead", "timed_out"})
+
+
+def conditions_of(row: asyncpg.Record) -> list[dict[str, str]]:
+    """Ready, Suspended and Failing, from the stored job."""
+    paused = row["state"] == "paused"
+    failing = row["last_status"] in FAILING
+    return [
+        _condition("Ready", True, "Stored", "job stored"),
+        _condition("Suspended", paused, "Suspend" if paused else "Active"),
+        _condition(
+            "Failing", failing, display_status(row["last_status"]) or "NoRuns",
+            f"the last attempt ended {row['last_status']}" if failing else "",
+        ),
+    ]  # fmt: skip
+
+
+def ready_status(row: asyncpg.Record, generation: Any) -> dict[str, Any]:
     """The whole status of a ScheduledJob whose job is stored."""
-    return status_of(row) | {
-        "observedGeneration": generation,
-        "conditions": [
-            _condition("Ready", True, "Stored", "job stored"),
-            _condition("Suspended", spec.suspend, "Suspend" if spec.suspend else "Active"),
-        ],
-    }
+    return status_of(row) | {"observedGeneration": generation, "conditions": conditions_of(row)}
 
 
 async def sync_job(
@@ -127,15 +149,17 @@ def register(registry: kopf.OperatorRegistry) -> None:
             parsed.job_spec()
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
-            field = "spec." + ".".join(str(p) for p in first["loc"])
+            field = "spec." + ".".join(_crd_field(p) for p in first["loc"])
             message = f"{field}: {first['msg']}"
             patch.status["conditions"] = [_condition("Ready", False, "InvalidSpec", message)]
             patch.status["observedGeneration"] = generation
+            await memo.events.emit(kind="ScheduledJob", namespace=namespace, name=name, uid=uid,
+                                   reason="InvalidSpec", message=message)  # fmt: skip
             raise kopf.PermanentError(message) from exc
         memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
         async with memo.pool.acquire() as conn:
             row = await sync_job(conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards)
-        patch.status.update(ready_status(row, parsed, generation))
+        patch.status.update(ready_status(row, generation))
 
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
     async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

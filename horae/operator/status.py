@@ -17,7 +17,7 @@ import asyncpg
 
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
-from horae.operator.scheduledjob import status_of
+from horae.operator.scheduledjob import conditions_of, status_of
 from horae.store import jobs as store
 from horae.store.db import connect
 
@@ -82,8 +82,9 @@ class StatusMirror:
             if row is None or row["source"] != "crd" or row["state"] == "cancelled":
                 continue
             present = await self._objects.patch_status(
-                "scheduledjobs", row["tenant"], row["name"], status_of(row)
-            )
+                "scheduledjobs", row["tenant"], row["name"],
+                status_of(row) | {"conditions": conditions_of(row)},
+            )  # fmt: skip
             if present and self._mirrors is not None:
                 try:
                     await self._mirrors.sync(row)

@@ -42,3 +42,5 @@ async def test_exhausted_retries_raise_an_event_on_the_scheduledjob(
     assert "dead-lettered" in event["message"]
     status = control_plane.get_json("scheduledjob", "doomed", "-n", namespace)["status"]
     assert status["lastStatus"] == "Dead"
+    failing = {c["type"]: c for c in status["conditions"]}["Failing"]
+    assert (failing["status"], failing["reason"]) == ("True", "Dead")

@@ -268,3 +268,29 @@ def test_the_operators_service_account_may_do_only_what_the_operator_does(
     assert [a for a in allowed if not can(*a)] == []
     assert [r for r in refused if can(*r)] == []
     assert not can("update", "leases.coordination.k8s.io", ns="default"), "leases: own ns only"
+
+
+async def test_a_spec_only_the_operator_can_judge_is_reported_in_status_and_an_event(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+) -> None:
+    """`61 * * * *` has the shape the CRD checks but no minute 61: the operator refuses it."""
+    processes.start("operator", "operator")
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "61 * * * *"))
+
+    async def refused() -> dict[str, Any] | None:
+        status = control_plane.get_json("sj", "ticker", "-n", namespace).get("status", {})
+        ready = {c["type"]: c for c in status.get("conditions", [])}.get("Ready")
+        return ready if ready and ready["status"] == "False" else None
+
+    ready = await until(refused, timeout=20, what="Ready=False")
+    assert ready["reason"] == "InvalidSpec" and ready["message"].startswith("spec.schedule")
+
+    async def warned() -> list[dict[str, Any]] | None:
+        events = control_plane.get_json(
+            "events", "-n", namespace, "--field-selector", "involvedObject.name=ticker"
+        )["items"]  # fmt: skip
+        return [e for e in events if (e["type"], e["reason"]) == ("Warning", "InvalidSpec")] or None
+
+    [event, *_] = await until(warned, timeout=20, what="a Warning event InvalidSpec")
+    assert event["message"].startswith("spec.schedule: Value error, invalid cron")
+    assert await stored_state(pool, namespace, "ticker") is None, "nothing half-written"
