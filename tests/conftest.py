@@ -154,35 +154,55 @@ def horae_env(
     }
 
 
-OPERATOR_NAMESPACE = "horae-system"
+INSTALL_NAMESPACE = "horae-system"
+COMPONENTS = ("operator", "scheduler", "api")
+
+
+def chart_rbac(control_plane: ControlPlane) -> str:
+    """The chart's ServiceAccounts and RBAC, rendered as `helm install horae` would."""
+    return subprocess.run(
+        [str(control_plane.bin / "helm"), "template", "horae", str(REPO / "charts" / "horae"),
+         "-n", INSTALL_NAMESPACE, "--show-only", "templates/serviceaccounts.yaml",
+         "--show-only", "templates/rbac.yaml"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
 
 
 @pytest.fixture(scope="session")
-def operator_kubeconfig(
+def component_kubeconfigs(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """The operator runs as its ServiceAccount under rbac/operator.yaml, never as admin."""
-    control_plane.kubectl("create", "namespace", OPERATOR_NAMESPACE)
-    control_plane.kubectl("apply", "-f", str(REPO / "rbac" / "operator.yaml"))
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    return service_account_kubeconfig(control_plane, OPERATOR_NAMESPACE, "horae-operator", path)
+) -> dict[str, Path]:
+    """Operator, scheduler and API run as the chart's ServiceAccounts under the chart's
+    RBAC, never as admin."""
+    control_plane.kubectl("create", "namespace", INSTALL_NAMESPACE)
+    control_plane.kubectl("apply", "-n", INSTALL_NAMESPACE, "-f", "-",
+                          input=chart_rbac(control_plane))  # fmt: skip
+    base = tmp_path_factory.mktemp("accounts")
+    return {
+        c: service_account_kubeconfig(
+            control_plane, INSTALL_NAMESPACE, f"horae-{c}", base / f"{c}.kubeconfig"
+        )
+        for c in COMPONENTS
+    }
 
 
 @pytest.fixture
 def processes(
     horae_env: dict[str, str], tmp_path: Path, control_plane: ControlPlane, namespace: str,
-    operator_kubeconfig: Path,
+    component_kubeconfigs: dict[str, Path],
 ) -> Iterator[Processes]:  # fmt: skip
-    # The leader Lease lives in HORAE_NAMESPACE: the test's namespace stands in for the
-    # install namespace, so the operator's leader role is bound there.
-    control_plane.kubectl(
-        "create", "rolebinding", "horae-operator-leader", "-n", namespace,
-        "--clusterrole=horae-operator-leader",
-        f"--serviceaccount={OPERATOR_NAMESPACE}:horae-operator",
-    )  # fmt: skip
+    # Leases live in HORAE_NAMESPACE: the test's namespace stands in for the install
+    # namespace, so the Lease roles are bound there as the chart binds them in its own.
+    for role in ("operator-leader", "scheduler"):
+        control_plane.kubectl(
+            "create", "rolebinding", f"horae-{role}", "-n", namespace,
+            f"--clusterrole=horae-{role}",
+            f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
+        )  # fmt: skip
     procs = Processes(
-        horae_env, tmp_path, command_env={"operator": {"KUBECONFIG": str(operator_kubeconfig)}}
-    )
+        horae_env, tmp_path,
+        command_env={c: {"KUBECONFIG": str(path)} for c, path in component_kubeconfigs.items()},
+    )  # fmt: skip
     yield procs
     procs.stop_all()
     print(procs.dump())  # shown by pytest only when the test failed

@@ -248,7 +248,7 @@ async def test_two_operators_never_both_act_and_the_standby_takes_over(
 def test_the_operators_service_account_may_do_only_what_the_operator_does(
     control_plane: ControlPlane, namespace: str, processes: Processes
 ) -> None:
-    """Every operator test runs it under rbac/operator.yaml (see the `processes` fixture);
+    """Every operator test runs it under the chart's RBAC (see the `processes` fixture);
     this pins that the role stops short of what it does not need."""
     account = "system:serviceaccount:horae-system:horae-operator"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -64,8 +65,11 @@ def tenants(control_plane: ControlPlane) -> Tenants:
 
 
 @pytest_asyncio.fixture
-async def api(db_url: str, control_plane: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
-    auth = KubernetesAuth(Reviews(load_api_client(str(control_plane.kubeconfig))))
+async def api(
+    db_url: str, component_kubeconfigs: dict[str, Path]
+) -> AsyncIterator[httpx.AsyncClient]:
+    # As the chart's API ServiceAccount: TokenReview and SubjectAccessReview, nothing more.
+    auth = KubernetesAuth(Reviews(load_api_client(str(component_kubeconfigs["api"]))))
     app = create_app(dsn=db_url, auth=auth, shards=64, pool_size=4, max_batch=1000)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
