@@ -7,12 +7,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv services k8s lint typecheck format crds unit test demo clean
+.PHONY: help venv services k8s lint typecheck format crds docs unit test demo clean
 
 help:
 	@echo "make test    set everything up, then lint, type-check and run the whole suite"
 	@echo "make demo    bring services, control plane and Horae up locally and fire example jobs"
-	@echo "make lint | typecheck | format | crds | unit"
+	@echo "make lint | typecheck | format | crds | docs | unit"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -43,6 +43,9 @@ format: venv
 
 crds: venv
 	$(BIN)/python -m horae.resources
+
+docs: venv
+	$(BIN)/python -m horae.api.docs docs/api.md
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

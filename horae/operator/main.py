@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 
+from horae import metrics
 from horae.broker import Names
 from horae.config import Settings
 from horae.kube import (
@@ -72,6 +73,7 @@ async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
 
 async def run(settings: Settings) -> None:
     cfg = settings.operator
+    metrics.serve(settings.metrics_port)  # up in standby too: it is the liveness probe
     api = load_api_client(settings.kube.kubeconfig)
     leases = Leases(api, settings.kube.namespace)
     lease = SingletonLease(leases, LEADER_LEASE, identity=cfg.identity,

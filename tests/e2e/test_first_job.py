@@ -34,13 +34,13 @@ spec:
 async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
     control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
 ) -> None:
-    scheduler_port, worker_port = free_port(), free_port()
+    scheduler_port, worker_port, operator_port = free_port(), free_port(), free_port()
     scheduler = processes.start(
         "scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(scheduler_port)}
     )
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py",
                     env={"HORAE_METRICS_PORT": str(worker_port)})  # fmt: skip
-    processes.start("operator", "operator")
+    processes.start("operator", "operator", env={"HORAE_METRICS_PORT": str(operator_port)})
 
     async def all_shards_held() -> bool:
         leases = control_plane.get_json("leases", "-n", namespace)["items"]
@@ -100,6 +100,8 @@ async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
     assert worker_metrics["horae_start_lag_seconds_count"] >= 1
     assert worker_metrics['horae_outcomes_total{status="succeeded"}'] >= 1
     assert worker_metrics["horae_in_flight"] == 0
+    # the operator's /metrics is its liveness and readiness probe in the chart
+    assert any(name.startswith("process_resident_memory") for name in scrape(operator_port))
 
 
 def scrape(port: int) -> dict[str, float]:
