@@ -5,33 +5,24 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import uuid
-from collections.abc import Coroutine
 from typing import Annotated, Any
 
 import typer
 
-from horae import logs
-from horae.config import Settings
-from horae.errors import ConfigError
+from horae.cli_jobs import jobs_app
+from horae.cli_support import (
+    JobRef,
+    OutputOption,
+    database,
+    fail,
+    one_of,
+    output_format,
+    print_data,
+)
+from horae.cli_support import run as _run
+from horae.cli_support import settings as _settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-
-
-def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except ConfigError as exc:
-        typer.echo(f"horae: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _run(coro: Coroutine[Any, Any, None]) -> None:
-    logs.setup(os.environ.get("HORAE_LOG_LEVEL", "INFO"))
-    try:
-        asyncio.run(coro)
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command()
@@ -106,11 +97,7 @@ schedule_app = typer.Typer(no_args_is_help=True, help="Inspect schedules.")
 app.add_typer(schedule_app, name="schedule")
 tenants_app = typer.Typer(no_args_is_help=True, help="Tenants and their limits.")
 app.add_typer(tenants_app, name="tenants")
-
-
-def _bad_input(message: str) -> typer.Exit:
-    typer.echo(f"horae: {message}", err=True)
-    return typer.Exit(2)
+app.add_typer(jobs_app, name="jobs")
 
 
 @schedule_app.command("preview")
@@ -119,6 +106,7 @@ def schedule_preview(
     tz: Annotated[str, typer.Option("--tz", help="IANA time zone.")] = "UTC",
     count: Annotated[int, typer.Option("-n", "--count", help="How many fire times.")] = 10,
     after: Annotated[str | None, typer.Option(help="Start after this ISO 8601 instant.")] = None,
+    output: OutputOption = "table",
 ) -> None:
     """Print the next fire times of a cron expression (UTC and local), creating nothing."""
     from datetime import UTC, datetime
@@ -130,25 +118,30 @@ def schedule_preview(
     from horae.schedule import next_fire_times
 
     if not 1 <= count <= 100:
-        raise _bad_input(f"--count must be between 1 and 100, got {count}")
+        raise fail(f"--count must be between 1 and 100, got {count}")
+    fmt = output_format(output)
     try:
         JobSpec(task="preview", cron=cron, time_zone=tz)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = {"cron": "CRON", "time_zone": "--tz"}.get(str(first["loc"][0]), "CRON")
-        raise _bad_input(f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise fail(f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
     start = datetime.now(UTC)
     if after is not None:
         try:
             start = datetime.fromisoformat(after)
         except ValueError:
-            raise _bad_input(f"--after: not an ISO 8601 instant: {after!r}") from None
+            raise fail(f"--after: not an ISO 8601 instant: {after!r}") from None
         if start.tzinfo is None:
-            raise _bad_input("--after: needs a UTC offset, e.g. 2030-01-01T00:00:00Z")
+            raise fail("--after: needs a UTC offset, e.g. 2030-01-01T00:00:00Z")
     zone = ZoneInfo(tz)
-    for fire in next_fire_times(run_at=None, cron=cron, time_zone=tz, after=start, count=count):
-        local = fire.astimezone(zone)
-        typer.echo(f"{fire.strftime('%Y-%m-%dT%H:%M:%SZ')}  {local.isoformat()}")
+    fires = next_fire_times(run_at=None, cron=cron, time_zone=tz, after=start, count=count)
+    times = [(f.strftime("%Y-%m-%dT%H:%M:%SZ"), f.astimezone(zone).isoformat()) for f in fires]
+    if fmt != "table":
+        print_data([{"utc": utc, "local": local} for utc, local in times], fmt)
+        return
+    for utc, local in times:
+        typer.echo(f"{utc}  {local}")
 
 
 @tenants_app.command("set")
@@ -160,52 +153,39 @@ def tenants_set(
 ) -> None:
     """Set a tenant's limit of concurrently running executions."""
     from horae.store import jobs as jobs_store
-    from horae.store.db import connect
 
     if max_running is not None and max_running < 1:
-        raise _bad_input(f"--max-running must be >= 1, got {max_running}")
+        raise fail(f"--max-running must be >= 1, got {max_running}")
     settings = _settings()
 
     async def go() -> None:
-        conn = await connect(settings.database.url)
-        try:
+        async with database(settings.database.url) as conn:
             row = await jobs_store.set_tenant_limit(conn, tenant, max_running)
-            typer.echo(f"{row['name']}: max_running={row['max_running']} running={row['running']}")
-        finally:
-            await conn.close()
+        typer.echo(f"{row['name']}: max_running={row['max_running']} running={row['running']}")
 
     _run(go())
 
 
 @tenants_app.command("ls")
-def tenants_ls() -> None:
+def tenants_ls(output: OutputOption = "table") -> None:
     """List tenants with their limits and running counts."""
     from horae.store import jobs as jobs_store
-    from horae.store.db import connect
 
+    fmt = output_format(output)
     settings = _settings()
 
     async def go() -> None:
-        conn = await connect(settings.database.url)
-        try:
-            for row in await jobs_store.list_tenants(conn):
-                limit = row["max_running"] if row["max_running"] is not None else "-"
-                typer.echo(f"{row['name']}\tmax_running={limit}\trunning={row['running']}")
-        finally:
-            await conn.close()
+        async with database(settings.database.url) as conn:
+            rows = await jobs_store.list_tenants(conn)
+        if fmt != "table":
+            keys = ("name", "max_running", "running")
+            print_data([{k: row[k] for k in keys} for row in rows], fmt)
+            return
+        for row in rows:
+            limit = row["max_running"] if row["max_running"] is not None else "-"
+            typer.echo(f"{row['name']}\tmax_running={limit}\trunning={row['running']}")
 
     _run(go())
-
-
-def _resolve_job_ref(ref: str) -> tuple[uuid.UUID | None, str | None, str | None]:
-    try:
-        return uuid.UUID(ref), None, None
-    except ValueError:
-        pass
-    if ref.count("/") == 1 and all(ref.split("/")):
-        namespace, name = ref.split("/")
-        return None, namespace, name
-    raise _bad_input(f"JOB must be a job id or NAMESPACE/NAME, got {ref!r}")
 
 
 @app.command()
@@ -217,24 +197,23 @@ def executions(
     for_seconds: Annotated[
         float | None, typer.Option("--for", min=0, help="With --watch: stop after N seconds.")
     ] = None,
+    output: OutputOption = "table",
 ) -> None:
     """Show jobs' executions, newest first."""
-    from rich.console import Console
     from rich.live import Live
     from rich.table import Table
 
+    from horae.api.schemas import ExecutionOut
+    from horae.cli_support import console
     from horae.models import ExecutionStatus
     from horae.store import executions as executions_store
-    from horae.store import jobs as jobs_store
-    from horae.store.db import connect
 
-    refs = [(ref, *_resolve_job_ref(ref)) for ref in jobs]
-    try:
-        wanted = ExecutionStatus(status) if status else None
-    except ValueError:
-        allowed = ", ".join(s.value for s in ExecutionStatus)
-        typer.echo(f"horae: --status must be one of {allowed}; got {status!r}", err=True)
-        raise typer.Exit(2) from None
+    refs = [JobRef.parse(ref) for ref in jobs]
+    one_of("--status", status, (s.value for s in ExecutionStatus))
+    wanted = ExecutionStatus(status) if status else None
+    fmt = output_format(output)
+    if watch and fmt != "table":
+        raise fail(f"--watch: shows a table; it cannot be combined with -o {fmt}")
     settings = _settings()
 
     def table(rows: list[tuple[str, Any]]) -> Table:
@@ -255,40 +234,80 @@ def executions(
         return t
 
     async def go() -> None:
-        conn = await connect(settings.database.url)
-        try:
+        async with database(settings.database.url) as conn:
 
             async def fetch() -> list[tuple[str, Any]]:
                 rows: list[tuple[str, Any]] = []
-                for ref, job_id, namespace, name in refs:
-                    resolved = job_id or await jobs_store.find_live_crd_job(
-                        conn, namespace or "", name or ""
-                    )
+                for ref in refs:
+                    resolved = await ref.resolve(conn)
                     if resolved is None:
                         continue
                     found = await executions_store.for_job(
                         conn, resolved, status=wanted, limit=limit
                     )
-                    rows.extend((ref, r) for r in found)
+                    rows.extend((ref.text, r) for r in found)
                 rows.sort(key=lambda x: x[1]["due_at"], reverse=True)
                 return rows
 
             rows = await fetch()
-            console = Console() if sys.stdout.isatty() else Console(width=140)
+            if fmt != "table":
+                print_data([ExecutionOut.from_row(r).model_dump(mode="json") for _, r in rows], fmt)
+                return
+            out = console()
             if not watch:
-                console.print(table(rows))
+                out.print(table(rows))
                 return
             loop = asyncio.get_running_loop()
             deadline = loop.time() + for_seconds if for_seconds is not None else None
-            with Live(table(rows), console=console, refresh_per_second=4) as live:
+            with Live(table(rows), console=out, refresh_per_second=4) as live:
                 while deadline is None or loop.time() < deadline:
                     await asyncio.sleep(0.5)
                     live.update(table(await fetch()))
-        finally:
-            await conn.close()
 
     _run(go())
 
 
+@app.command()
+def dev(
+    tasks: Annotated[str, typer.Option(help="Module (or .py file) with the @task handlers.")],
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the HTTP API.")] = 8080,
+) -> None:
+    """Local development: migrate, then run the API, a scheduler, a worker and the operator
+    (each a child process) until Ctrl-C or SIGTERM."""
+    from horae import dev as devrun
+    from horae.store.migrate import migrate as do_migrate
+
+    settings = _settings()
+    # Ample for the worker's graceful stop, whose own grace period comes first.
+    grace = settings.worker.shutdown_grace.total_seconds() + 5
+    code = 0
+
+    async def go() -> None:
+        nonlocal code
+        await do_migrate(
+            settings.database.url,
+            ahead_days=settings.database.partitions_ahead_days,
+            retention_days=settings.database.retention_days,
+        )
+        code = await devrun.supervise(devrun.commands(tasks=tasks, port=port), grace=grace)
+
+    _run(go())
+    raise typer.Exit(code)
+
+
 def main() -> None:
-    sys.exit(app())
+    """Run the command; a usage error (unknown option, bad value) is one line, exit code 2."""
+    # Typer vendors click and does not re-export this one: the help shown for a bare group.
+    from typer._click.exceptions import NoArgsIsHelpError
+
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        code = exc.exit_code
+    except typer.TyperException as exc:
+        typer.echo(f"horae: {exc.format_message()}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        code = 130
+    sys.exit(code or 0)

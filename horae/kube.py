@@ -8,6 +8,7 @@ API errors are translated at this boundary: 409 -> `LeaseConflict`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -20,6 +21,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from horae.errors import HoraeError
+
+log = logging.getLogger(__name__)
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
@@ -358,6 +361,7 @@ def watch_leases(
     from kubernetes import watch
 
     coordination = client.CoordinationV1Api(api)
+    backoff = 1.0
     while not stop.is_set():
         w = watch.Watch()
         try:
@@ -366,10 +370,14 @@ def watch_leases(
                 timeout_seconds=30, _request_timeout=40,
             ):  # fmt: skip
                 on_change(event["type"], _lease(event["object"]))
+                backoff = 1.0
                 if stop.is_set():
                     break
-        except Exception:
-            stop.wait(1.0)
+        except Exception as exc:
+            log.warning("lease watch (%s) failed, re-opening in %.0fs: %s", selector, backoff,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 10.0)
         finally:
             w.stop()
 

@@ -27,6 +27,7 @@ import pytest_asyncio
 
 from horae.store.db import connect_pool
 from horae.store.migrate import migrate
+from tests.support.chart import INSTALL_NAMESPACE, chart_rbac
 from tests.support.kube import (
     ControlPlane,
     service_account_kubeconfig,
@@ -154,18 +155,7 @@ def horae_env(
     }
 
 
-INSTALL_NAMESPACE = "horae-system"
 COMPONENTS = ("operator", "scheduler", "api")
-
-
-def chart_rbac(control_plane: ControlPlane) -> str:
-    """The chart's ServiceAccounts and RBAC, rendered as `helm install horae` would."""
-    return subprocess.run(
-        [str(control_plane.bin / "helm"), "template", "horae", str(REPO / "charts" / "horae"),
-         "-n", INSTALL_NAMESPACE, "--show-only", "templates/serviceaccounts.yaml",
-         "--show-only", "templates/rbac.yaml"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import asyncpg
+import yaml
 
 from tests.support.processes import HORAE, REPO
 
@@ -63,3 +71,165 @@ def test_bad_settings_stop_a_component_with_one_line_naming_the_variable() -> No
         assert r.returncode == 2, (name, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(start), (name, r.stderr)
+
+
+def ok(*args: str, db_url: str) -> str:
+    r = horae(*args, db_url=db_url)
+    assert r.returncode == 0, (args, r.stderr)
+    return r.stdout
+
+
+def parsed(*args: str, db_url: str) -> Any:
+    return json.loads(ok(*args, "-o", "json", db_url=db_url))
+
+
+async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
+    db_url: str, pool: asyncpg.Pool
+) -> None:
+    job = parsed("jobs", "create", "--task", "send-invoice", "--cron", "0 9 * * 1",
+                 "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
+                 "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
+                 db_url=db_url)  # fmt: skip
+    job_id = job["id"]
+    assert (job["tenant"], job["name"], job["source"], job["state"]) == (
+        "acme", "invoices", "api", "active")  # fmt: skip
+    assert len(job["next_runs"]) == 5
+    for fire in job["next_runs"]:
+        local = datetime.fromisoformat(fire).astimezone(ZoneInfo("Europe/Paris"))
+        assert (local.weekday(), local.hour, local.minute) == (0, 9, 0)
+    row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
+    assert row["task"] == "send-invoice" and row["payload"] == {"customer": 42}
+    assert row["retry_policy"]["max_attempts"] == 3 and row["timeout_seconds"] == 60
+    assert await statuses(pool, job_id) == ["scheduled"]
+
+    assert [j["id"] for j in parsed("jobs", "ls", "--tenant", "acme", db_url=db_url)] == [job_id]
+    assert parsed("jobs", "ls", "--tenant", "other", db_url=db_url) == []
+    assert parsed("jobs", "ls", "--tenant", "acme", "--state", "paused", db_url=db_url) == []
+    table = ok("jobs", "ls", "--tenant", "acme", db_url=db_url)
+    assert job_id in table and "0 9 * * 1 (Europe/Paris)" in table and "active" in table
+
+    shown = ok("jobs", "get", job_id, db_url=db_url)
+    assert "next runs" in shown and "send-invoice" in shown
+    for fire in job["next_runs"]:
+        assert fire.replace("T", " ") in shown  # each fire time, in UTC
+    as_yaml = yaml.safe_load(ok("jobs", "get", job_id, "-o", "yaml", db_url=db_url))
+    assert as_yaml["id"] == job_id and as_yaml["next_runs"] == job["next_runs"]
+
+    assert ok("jobs", "pause", job_id, db_url=db_url).strip() == f"job {job_id} paused"
+    assert await state(pool, job_id) == "paused"
+    assert await statuses(pool, job_id) == ["cancelled"]
+    assert parsed("jobs", "get", job_id, db_url=db_url)["next_runs"] == []
+    assert "none (the job is paused)" in ok("jobs", "get", job_id, db_url=db_url)
+
+    assert ok("jobs", "resume", job_id, db_url=db_url).strip() == f"job {job_id} resumed"
+    assert await state(pool, job_id) == "active"
+    assert sorted(await statuses(pool, job_id)) == ["cancelled", "scheduled"]
+
+    assert ok("jobs", "cancel", job_id, db_url=db_url).strip() == f"job {job_id} cancelled"
+    assert await state(pool, job_id) == "cancelled"
+    assert await statuses(pool, job_id) == ["cancelled", "cancelled"]
+    again = ok("jobs", "cancel", job_id, db_url=db_url).strip()
+    assert again == f"job {job_id} was already cancelled"
+    r = horae("jobs", "pause", job_id, db_url=db_url)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        f"horae: job {job_id} is cancelled: only an active job can be paused"
+    )
+
+
+async def test_a_one_off_job_shows_its_single_fire_time(db_url: str, pool: asyncpg.Pool) -> None:
+    run_at = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    job = parsed("jobs", "create", "--task", "e2e.echo", "--run-at", run_at.isoformat(),
+                 db_url=db_url)  # fmt: skip
+    assert job["tenant"] == "default" and job["cron"] is None
+    assert [datetime.fromisoformat(t) for t in job["next_runs"]] == [run_at]
+    row = await pool.fetchrow("SELECT due_at FROM executions WHERE job_id = $1",
+                              uuid.UUID(job["id"]))  # fmt: skip
+    assert row["due_at"] == run_at
+    executions = parsed("executions", job["id"], db_url=db_url)
+    assert [(e["job_id"], e["status"], e["attempt"]) for e in executions] == [
+        (job["id"], "scheduled", 1)
+    ]
+
+
+def test_unknown_jobs_are_reported_with_exit_code_1(db_url: str) -> None:
+    missing = str(uuid.uuid4())
+    for args, message in {
+        ("jobs", "get", missing): f"horae: job {missing} not found",
+        ("jobs", "get", "ns/nothing"): "horae: job ns/nothing not found",
+        ("jobs", "pause", missing): f"horae: job {missing} not found",
+        ("jobs", "resume", "ns/nothing"): "horae: job ns/nothing not found",
+        ("jobs", "cancel", missing): f"horae: job {missing} not found",
+    }.items():
+        r = horae(*args, db_url=db_url)
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.strip() == message, args
+
+
+async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
+    db_url: str, pool: asyncpg.Pool
+) -> None:
+    soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    create = ("jobs", "create", "--task", "e2e.echo")
+    cases = {
+        (*create, "--cron", "61 * * * *"): "horae: --cron: invalid cron '61 * * * *'",
+        (*create, "--cron", "* * * * *", "--tz", "Mars/X"): "horae: --tz: unknown time zone",
+        (*create, "--run-at", "2030-01-01T09:00:00"): "horae: --run-at: needs a UTC offset",
+        (*create, "--run-at", "tomorrow"): "horae: --run-at: not an ISO 8601 instant",
+        (*create, "--run-at", "2020-01-01T00:00:00Z"): "horae: --run-at: is more than",
+        (*create, "--run-at", soon, "--payload", "[1, 2]"): "horae: --payload: must be a JSON "
+        "object, got list",
+        (*create, "--run-at", soon, "--payload", "{oops"): "horae: --payload: not valid JSON",
+        (*create,): "horae: exactly one of --cron and --run-at is required",
+        (*create, "--cron", "* * * * *", "--run-at", soon): "horae: exactly one of --cron",
+        (*create, "--run-at", soon, "--tz", "Europe/Paris"): "horae: --tz: applies to --cron",
+        (*create, "--run-at", soon, "--max-attempts", "0"): "horae: --max-attempts:",
+        (*create, "--run-at", soon, "--max-attempts", "many"): "horae: Invalid value for "
+        "'--max-attempts'",
+        (*create, "--run-at", soon, "--timeout", "0"): "horae: --timeout:",
+        (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",
+        (*create, "--run-at", soon, "--tenant", ""): "horae: --tenant: must be 1 to 253",
+        ("jobs", "create", "--task", "Not A Task", "--run-at", soon): "horae: --task:",
+        ("jobs", "create", "--run-at", soon): "horae: Missing option '--task'",
+        ("jobs", "ls", "--state", "sleeping"): "horae: --state must be one of active,",
+        ("jobs", "ls", "--limit", "0"): "horae: Invalid value for '--limit'",
+        ("jobs", "get", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
+        ("jobs", "pause", "a/b/c"): "horae: JOB must be a job id or NAMESPACE/NAME",
+        ("executions", "ns/name", "-w", "-o", "json"): "horae: --watch: shows a table",
+        ("tenants", "ls", "-o", "csv"): "horae: -o/--output must be one of",
+    }
+    for args, start in cases.items():
+        r = horae(*args, db_url=db_url)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(start), (args, r.stderr)
+        assert r.stdout == "", args
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+    assert await pool.fetchval("SELECT count(*) FROM executions") == 0
+
+
+def test_previews_and_tenants_print_json_and_yaml_for_scripts(db_url: str) -> None:
+    preview = ("schedule", "preview", "30 1 * * *", "--tz", "America/New_York", "-n", "2",
+               "--after", "2026-10-31T12:00:00Z")  # fmt: skip
+    expected = [
+        {"utc": "2026-11-01T05:30:00Z", "local": "2026-11-01T01:30:00-04:00"},
+        {"utc": "2026-11-02T06:30:00Z", "local": "2026-11-02T01:30:00-05:00"},
+    ]
+    assert parsed(*preview, db_url=db_url) == expected
+    assert yaml.safe_load(ok(*preview, "-o", "yaml", db_url=db_url)) == expected
+    ok("tenants", "set", "acme", "--max-running", "5", db_url=db_url)
+    tenants = [{"name": "acme", "max_running": 5, "running": 0}]
+    assert parsed("tenants", "ls", db_url=db_url) == tenants
+    assert yaml.safe_load(ok("tenants", "ls", "-o", "yaml", db_url=db_url)) == tenants
+
+
+async def state(pool: asyncpg.Pool, job_id: str) -> str:
+    return str(await pool.fetchval("SELECT state FROM jobs WHERE id = $1", uuid.UUID(job_id)))
+
+
+async def statuses(pool: asyncpg.Pool, job_id: str) -> list[str]:
+    rows = await pool.fetch(
+        "SELECT status FROM executions WHERE job_id = $1 ORDER BY created_at, status",
+        uuid.UUID(job_id),
+    )
+    return [r["status"] for r in rows]

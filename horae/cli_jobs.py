@@ -1,0 +1,332 @@
+"""`horae jobs`: list, show, create, pause, resume and cancel jobs straight through the
+store (HORAE_DATABASE_URL), one store operation each.
+
+The json and yaml outputs are the HTTP API's job representation (`JobOut`), so a script
+can switch between the two without translating.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+from zoneinfo import ZoneInfo
+
+import typer
+
+from horae.cli_support import (
+    JobRef,
+    OutputOption,
+    database,
+    fail,
+    one_of,
+    output_format,
+    print_data,
+    run,
+    settings,
+)
+from horae.models import JobState
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from horae.api.schemas import JobOut
+    from horae.models import JobSpec
+
+jobs_app = typer.Typer(
+    no_args_is_help=True, help="List, show, create, pause, resume and cancel jobs."
+)
+
+DEFAULT_TENANT = "default"
+NEXT_RUNS = 5
+"""How many upcoming fire times `jobs get` shows."""
+
+TenantOption = Annotated[str, typer.Option(help="Tenant (namespace) of the job(s).")]
+JobArgument = Annotated[str, typer.Argument(help="Job id, or NAMESPACE/NAME of a ScheduledJob.")]
+
+# Which command-line option each JobSpec field comes from, to name it in errors.
+_OPTION_OF_FIELD = {
+    "task": "--task", "payload": "--payload", "run_at": "--run-at", "cron": "--cron",
+    "time_zone": "--tz", "retry": "--max-attempts", "timeout_seconds": "--timeout",
+}  # fmt: skip
+
+
+def _at(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
+
+
+def _schedule(job: JobOut) -> str:
+    if job.cron is None:
+        return f"once at {_at(job.run_at)}"
+    return job.cron if job.time_zone == "UTC" else f"{job.cron} ({job.time_zone})"
+
+
+def _job_out(row: asyncpg.Record, *, with_next_runs: bool) -> JobOut:
+    from horae.api.schemas import JobOut
+    from horae.schedule import next_fire_times
+
+    upcoming: list[datetime] | None = None
+    if with_next_runs:
+        upcoming = []
+        if row["state"] == JobState.ACTIVE:
+            upcoming = next_fire_times(
+                run_at=row["run_at"], cron=row["cron"], time_zone=row["time_zone"],
+                after=datetime.now(UTC), count=NEXT_RUNS,
+            )  # fmt: skip
+    return JobOut.from_row(row, upcoming)
+
+
+def _print_job(job: JobOut, fmt: str) -> None:
+    if fmt != "table":
+        print_data(job.model_dump(mode="json"), fmt)
+        return
+    from rich.table import Table
+
+    from horae.cli_support import console
+
+    details = Table(title=f"job {job.id}", title_justify="left", show_header=False)
+    details.add_column(style="bold", no_wrap=True)
+    details.add_column(overflow="fold")
+    rows = {
+        "tenant": job.tenant, "name": job.name or "-", "source": job.source.value,
+        "state": job.state.value, "task": job.task, "schedule": _schedule(job),
+        "payload": json.dumps(job.payload), "max attempts": str(job.retry.max_attempts),
+        "timeout": f"{job.timeout_seconds}s" if job.timeout_seconds else "-",
+        "last run": _at(job.last_run_at),
+        "last status": job.last_status.value if job.last_status else "-",
+        "created": _at(job.created_at), "spec version": str(job.spec_version),
+    }  # fmt: skip
+    for key, value in rows.items():
+        details.add_row(key, value)
+    out = console()
+    out.print(details)
+    if job.next_runs is None:
+        return
+    if not job.next_runs:
+        out.print(f"next runs: none (the job is {job.state.value})")
+        return
+    zone = ZoneInfo(job.time_zone)
+    upcoming = Table(title="next runs", title_justify="left")
+    upcoming.add_column("UTC", no_wrap=True)
+    upcoming.add_column(f"LOCAL ({job.time_zone})", no_wrap=True)
+    for fire in job.next_runs:
+        upcoming.add_row(_at(fire), fire.astimezone(zone).isoformat())
+    out.print(upcoming)
+
+
+async def _find(conn: asyncpg.Connection[asyncpg.Record], ref: JobRef) -> asyncpg.Record:
+    from horae.errors import NotFound
+    from horae.store import jobs as jobs_store
+
+    job_id = await ref.resolve(conn)
+    try:
+        if job_id is None:
+            raise NotFound(ref.text)
+        return await jobs_store.get_job(conn, job_id)
+    except NotFound:
+        raise fail(f"job {ref.text} not found", 1) from None
+
+
+@jobs_app.command("ls")
+def jobs_ls(
+    tenant: TenantOption = DEFAULT_TENANT,
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most N jobs.")] = 100,
+    output: OutputOption = "table",
+) -> None:
+    """List a tenant's jobs in creation order."""
+    from horae.api.schemas import JobOut
+    from horae.store import jobs as jobs_store
+
+    one_of("--state", state, (s.value for s in JobState))
+    fmt = output_format(output)
+    cfg = settings()
+
+    async def go() -> None:
+        async with database(cfg.database.url) as conn:
+            rows = await jobs_store.list_jobs(
+                conn, tenant, after=None, limit=limit, state=JobState(state) if state else None
+            )
+        jobs = [JobOut.from_row(r) for r in rows]
+        if fmt != "table":
+            print_data([j.model_dump(mode="json") for j in jobs], fmt)
+            return
+        from rich.table import Table
+
+        from horae.cli_support import console
+
+        table = Table(title=f"jobs of tenant {tenant}", title_justify="left")
+        for col in ("ID", "NAME", "TASK", "SCHEDULE", "STATE", "NEXT RUN", "LAST STATUS"):
+            table.add_column(col, no_wrap=col in ("ID", "NEXT RUN"))
+        for j in jobs:
+            table.add_row(
+                str(j.id), j.name or "-", j.task, _schedule(j), j.state.value,
+                _at(j.next_run_at), j.last_status.value if j.last_status else "-",
+            )  # fmt: skip
+        console().print(table)
+
+    run(go())
+
+
+@jobs_app.command("get")
+def jobs_get(job: JobArgument, output: OutputOption = "table") -> None:
+    """Show a job and its next 5 fire times."""
+    ref = JobRef.parse(job)
+    fmt = output_format(output)
+    cfg = settings()
+
+    async def go() -> None:
+        async with database(cfg.database.url) as conn:
+            row = await _find(conn, ref)
+        _print_job(_job_out(row, with_next_runs=True), fmt)
+
+    run(go())
+
+
+def _spec(
+    *, task: str, cron: str | None, tz: str | None, run_at: str | None, payload: str | None,
+    max_attempts: int | None, timeout: int | None,
+) -> JobSpec:  # fmt: skip
+    """The job spec the options describe, or a one-line error naming the bad option."""
+    import pydantic
+
+    from horae.api.routes import DEFAULT_MAX_LATENESS
+    from horae.models import MAX_PAYLOAD_BYTES, JobSpec
+
+    if (cron is None) == (run_at is None):
+        raise fail("exactly one of --cron and --run-at is required")
+    if tz is not None and run_at is not None:
+        raise fail("--tz: applies to --cron only; give --run-at a UTC offset instead")
+    when: datetime | None = None
+    if run_at is not None:
+        try:
+            when = datetime.fromisoformat(run_at)
+        except ValueError:
+            raise fail(f"--run-at: not an ISO 8601 instant: {run_at!r}") from None
+        if when.tzinfo is None:
+            raise fail("--run-at: needs a UTC offset, e.g. 2030-01-01T09:00:00Z")
+        if when < datetime.now(UTC) - DEFAULT_MAX_LATENESS:
+            late = int(DEFAULT_MAX_LATENESS.total_seconds())
+            raise fail(f"--run-at: is more than {late}s in the past")
+    data: Any = {}
+    if payload is not None:
+        try:
+            data = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise fail(f"--payload: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(data, dict):
+            raise fail(f"--payload: must be a JSON object, got {type(data).__name__}")
+        size = len(json.dumps(data, separators=(",", ":")).encode())
+        if size > MAX_PAYLOAD_BYTES:
+            raise fail(f"--payload: is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    fields: dict[str, Any] = {"task": task, "payload": data, "run_at": when, "cron": cron,
+                              "time_zone": tz or "UTC", "timeout_seconds": timeout}  # fmt: skip
+    if max_attempts is not None:
+        fields["retry"] = {"max_attempts": max_attempts}
+    try:
+        return JobSpec(**fields)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        option = _OPTION_OF_FIELD.get(str(first["loc"][0]) if first["loc"] else "", "--cron")
+        raise fail(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+@jobs_app.command("create")
+def jobs_create(
+    task: Annotated[str, typer.Option(help="Task name, as registered with @task.")],
+    cron: Annotated[
+        str | None, typer.Option(help="Cron expression (5 fields, 6 with seconds first).")
+    ] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="IANA time zone of --cron.")] = None,
+    run_at: Annotated[
+        str | None, typer.Option(help="Run once at this ISO 8601 instant (with an offset).")
+    ] = None,
+    payload: Annotated[str | None, typer.Option(help="A JSON object for the handler.")] = None,
+    tenant: TenantOption = DEFAULT_TENANT,
+    name: Annotated[str | None, typer.Option(help="A name to recognise the job by.")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
+    ] = None,
+    timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
+    output: OutputOption = "table",
+) -> None:
+    """Create a job (and its first execution) in one transaction."""
+    from horae.models import JobSource
+    from horae.store import jobs as jobs_store
+
+    spec = _spec(task=task, cron=cron, tz=tz, run_at=run_at, payload=payload,
+                 max_attempts=max_attempts, timeout=timeout)  # fmt: skip
+    for option, value in (("--tenant", tenant), ("--name", name)):
+        if value is not None and not 1 <= len(value) <= 253:
+            raise fail(f"{option}: must be 1 to 253 characters")
+    fmt = output_format(output)
+    cfg = settings()
+
+    async def go() -> None:
+        async with database(cfg.database.url) as conn:
+            job_id = await jobs_store.create_job(
+                conn, spec, tenant=tenant, source=JobSource.API, shards=cfg.scheduler.shards,
+                now=datetime.now(UTC), name=name,
+            )  # fmt: skip
+            row = await jobs_store.get_job(conn, job_id)
+        _print_job(_job_out(row, with_next_runs=True), fmt)
+
+    run(go())
+
+
+@jobs_app.command("pause")
+def jobs_pause(job: JobArgument) -> None:
+    """Pause a job: its pending executions are cancelled until it is resumed."""
+    from horae.store import jobs as jobs_store
+
+    _transition(job, "paused", jobs_store.pause_job)
+
+
+@jobs_app.command("resume")
+def jobs_resume(job: JobArgument) -> None:
+    """Resume a paused job from now; missed occurrences follow its catch-up policy."""
+    from horae.store import jobs as jobs_store
+
+    _transition(job, "resumed", jobs_store.resume_job)
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job: JobArgument) -> None:
+    """Cancel a job for good: pending executions are cancelled, history is kept."""
+    from horae.store import jobs as jobs_store
+
+    async def cancel(
+        conn: asyncpg.Connection[asyncpg.Record], job_id: uuid.UUID, *, now: datetime
+    ) -> str:
+        if await jobs_store.cancel_job(conn, job_id, now=now):
+            return "cancelled"
+        if await jobs_store.find_job(conn, job_id) is None:
+            raise fail(f"job {job} not found", 1)
+        return "was already cancelled"
+
+    _transition(job, None, cancel)
+
+
+def _transition(job: str, done: str | None, operation: Callable[..., Awaitable[object]]) -> None:
+    """Run one lifecycle operation on JOB; `done` is what to report (None: what it returns)."""
+    from horae.errors import Conflict, NotFound
+
+    ref = JobRef.parse(job)
+    cfg = settings()
+
+    async def go() -> None:
+        async with database(cfg.database.url) as conn:
+            job_id = await ref.resolve(conn)
+            if job_id is None:
+                raise fail(f"job {ref.text} not found", 1)
+            try:
+                result = await operation(conn, job_id, now=datetime.now(UTC))
+            except NotFound:
+                raise fail(f"job {ref.text} not found", 1) from None
+            except Conflict as exc:
+                raise fail(str(exc), 1) from None
+        typer.echo(f"job {job_id} {done or result}")
+
+    run(go())

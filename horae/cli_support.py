@@ -1,0 +1,128 @@
+"""What the `horae` subcommands share: settings, the event loop, one-line errors, the
+`-o table|json|yaml` output formats, a database connection and job references.
+
+Only the command line uses this module; nothing here parses arguments itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from horae import logs
+from horae.config import Settings
+from horae.errors import ConfigError
+
+if TYPE_CHECKING:
+    import asyncpg
+    from rich.console import Console
+
+FORMATS = ("table", "json", "yaml")
+OutputOption = Annotated[
+    str, typer.Option("-o", "--output", help="table (for people), json or yaml (for scripts).")
+]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `horae: message` as one line on stderr; raise the result to exit with `code`
+    (2: bad input or settings, 1: the operation itself failed)."""
+    typer.echo(f"horae: {message}", err=True)
+    return typer.Exit(code)
+
+
+def one_of(option: str, value: str | None, allowed: Iterable[str]) -> None:
+    allowed = list(allowed)
+    if value is not None and value not in allowed:
+        raise fail(f"{option} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def output_format(value: str) -> str:
+    one_of("-o/--output", value, FORMATS)
+    return value
+
+
+def settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    logs.setup(os.environ.get("HORAE_LOG_LEVEL", "INFO"))
+    try:
+        asyncio.run(coro)
+    except KeyboardInterrupt:
+        pass
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    # Piped output is not cut to 80 columns.
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
+def print_data(data: Any, fmt: str) -> None:
+    """Print JSON-compatible `data` (dicts, lists, strings, numbers) as json or yaml."""
+    if fmt == "json":
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        import yaml
+
+        typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+
+
+@asynccontextmanager
+async def database(url: str) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+    """One connection for one command; an unreachable database is a one-line error."""
+    import asyncpg
+
+    from horae.store.db import connect
+
+    try:
+        conn = await connect(url)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise fail(f"cannot use the database at HORAE_DATABASE_URL: {exc}", 1) from None
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A job named on the command line: its id, or NAMESPACE/NAME of its ScheduledJob."""
+
+    text: str
+    job_id: uuid.UUID | None = None
+    namespace: str = ""
+    name: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> JobRef:
+        try:
+            return cls(text, job_id=uuid.UUID(text))
+        except ValueError:
+            pass
+        if text.count("/") == 1 and all(text.split("/")):
+            namespace, name = text.split("/")
+            return cls(text, namespace=namespace, name=name)
+        raise fail(f"JOB must be a job id or NAMESPACE/NAME, got {text!r}")
+
+    async def resolve(self, conn: asyncpg.Connection[asyncpg.Record]) -> uuid.UUID | None:
+        """The job id; for NAMESPACE/NAME the ScheduledJob's live (not cancelled) job."""
+        from horae.store import jobs as jobs_store
+
+        if self.job_id is not None:
+            return self.job_id
+        return await jobs_store.find_live_crd_job(conn, self.namespace, self.name)

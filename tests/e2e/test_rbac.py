@@ -1,0 +1,409 @@
+"""The chart's RBAC is exactly enough: for every verb it grants, a component run as a
+ServiceAccount whose role lacks just that verb fails at something it must do.
+
+(The other e2e tests run every component under the full roles and show they are enough.)
+Each case names the effect that goes missing; `test_each_exercise_succeeds_with_the_full_roles`
+shows the same effects do happen with the chart's roles, so no case passes vacuously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import yaml
+
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
+from tests.support.chart import INSTALL_NAMESPACE, chart_cluster_roles
+from tests.support.kube import ControlPlane, free_port, service_account_kubeconfig
+from tests.support.processes import Component, Processes
+from tests.support.wait import until
+
+SJ = ("scheduledjobs", "workerpools")
+STATUS = ("scheduledjobs/status", "workerpools/status")
+LEASES = ("leases",)
+
+# ClusterRole -> the component that runs under it, and how the chart binds it.
+ROLES = {
+    "horae-operator": ("operator", "cluster"),
+    "horae-operator-leader": ("operator", "namespace"),
+    "horae-scheduler": ("scheduler", "namespace"),
+    "horae-api": ("api", "cluster"),
+}
+
+
+@dataclass
+class Ctx:
+    plane: ControlPlane
+    namespace: str
+    processes: Processes
+    pool: asyncpg.Pool
+    kubeconfig: Path  # the component under test runs with this
+
+    def start(self, command: str, *args: str, reduced: bool, **env: str) -> Component:
+        extra = {"KUBECONFIG": str(self.kubeconfig)} if reduced else {}
+        return self.processes.start(command, command, *args, env={**env, **extra})
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.plane.kubectl("apply", "-n", self.namespace, "-f", "-",
+                           input=yaml.safe_dump(manifest))  # fmt: skip
+
+    def get(self, *args: str) -> Any:
+        return self.plane.get_json(*args, "-n", self.namespace)
+
+
+def scheduledjob(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "horae.dev/v1alpha1", "kind": "ScheduledJob",
+            "metadata": {"name": name}, "spec": {"task": "e2e.echo", **spec}}  # fmt: skip
+
+
+async def happens(probe: Callable[[], Awaitable[Any]], within: float) -> bool:
+    """Whether `probe` turns truthy within `within` seconds."""
+    try:
+        await until(probe, timeout=within, interval=0.5)
+    except AssertionError:
+        return False
+    return True
+
+
+OPERATOR_ENV = {"HORAE_OPERATOR_LEASE_SECONDS": "3", "HORAE_RESYNC_SECONDS": "1",
+                "HORAE_AUTOSCALE_PERIOD_SECONDS": "1"}  # fmt: skip
+
+
+# -- exercises: each returns whether the effect it needs happened ----------------------------
+
+
+async def reconciles(ctx: Ctx, reduced: bool) -> bool:
+    """A ScheduledJob is stored and its status says Ready."""
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    ctx.apply(scheduledjob("probe", schedule="0 0 1 1 *"))
+
+    async def ready() -> bool:
+        status = ctx.get("sj", "probe").get("status", {})
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in status.get("conditions", []))  # fmt: skip
+
+    return await happens(ready, 8)
+
+
+async def watches_resources(ctx: Ctx, reduced: bool) -> bool:
+    """kopf lists and watches its resources and the CRDs without a permission error. (It
+    copes without them by listing again and again, so only its log shows the damage.)"""
+    operator = ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    ctx.apply(scheduledjob("watched", schedule="0 0 1 1 *"))
+    await asyncio.sleep(8)
+    return "forbidden" not in operator.log().lower()
+
+
+async def guards_deletion(ctx: Ctx, reduced: bool) -> bool:
+    """The operator puts its finalizer on a ScheduledJob, so deletion waits for the store."""
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    ctx.apply(scheduledjob("guarded", schedule="0 0 1 1 *"))
+
+    async def finalized() -> bool:
+        meta = ctx.get("sj", "guarded")["metadata"]
+        return "horae.dev/finalizer" in meta.get("finalizers", [])
+
+    return await happens(finalized, 8)
+
+
+async def resync_cancels_orphans(ctx: Ctx, reduced: bool) -> bool:
+    """A store job whose ScheduledJob does not exist is cancelled by the resync pass."""
+    async with ctx.pool.acquire() as conn:
+        ghost = await jobs.create_job(conn, JobSpec(task="e2e.echo", cron="0 0 1 1 *"),
+                                      tenant=ctx.namespace, source=JobSource.CRD, shards=64,
+                                      now=datetime.now(UTC), name="ghost")  # fmt: skip
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+
+    async def cancelled() -> bool:
+        state = await ctx.pool.fetchval("SELECT state::text FROM jobs WHERE id = $1", ghost)
+        return bool(state == "cancelled")
+
+    return await happens(cancelled, 12)
+
+
+async def keeps_leading(ctx: Ctx, reduced: bool) -> bool:
+    """The operator keeps renewing its leader Lease (a leader that cannot exits)."""
+    operator = ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    await asyncio.sleep(10)  # over three Lease durations
+    return operator.alive()
+
+
+async def warns_on_invalid_specs(ctx: Ctx, reduced: bool) -> bool:
+    """An invalid spec gets a Warning Event."""
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    ctx.apply(scheduledjob("bad", schedule="61 * * * *"))
+
+    async def warned() -> bool:
+        events = ctx.get("events", "--field-selector", "involvedObject.name=bad")["items"]
+        return any(e["reason"] == "InvalidSpec" for e in events)
+
+    return await happens(warned, 12)
+
+
+def _runs(ctx: Ctx, reduced: bool, **spec: Any) -> None:
+    ctx.start("scheduler", reduced=False)
+    ctx.start("worker", "--tasks", "tests/e2e/tasks.py", reduced=False)
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    ctx.apply(scheduledjob("ticker", **spec))
+
+
+def _mirrors(ctx: Ctx) -> list[dict[str, Any]]:
+    return list(ctx.get("executions", "-l", "horae.dev/job=ticker")["items"])
+
+
+async def mirrors_executions(ctx: Ctx, reduced: bool) -> bool:
+    """Execution resources appear for a job that runs."""
+    _runs(ctx, reduced, schedule="* * * * * *")
+
+    async def some() -> bool:
+        return bool(_mirrors(ctx))
+
+    return await happens(some, 15)
+
+
+async def mirrors_follow_progress(ctx: Ctx, reduced: bool) -> bool:
+    """A mirror written while its execution runs is updated when it succeeds."""
+    _runs(ctx, reduced, task="e2e.slow", schedule="*/3 * * * * *", payload={"seconds": 2})
+
+    async def succeeded() -> bool:
+        return any(m["status"]["status"] == "Succeeded" for m in _mirrors(ctx))
+
+    return await happens(succeeded, 15)
+
+
+async def prunes_mirrors(ctx: Ctx, reduced: bool) -> bool:
+    """Mirrors are pruned to historyLimit."""
+    _runs(ctx, reduced, schedule="* * * * * *", historyLimit=1)
+
+    async def several() -> bool:
+        return len(_mirrors(ctx)) >= 1
+
+    await until(several, timeout=15, what="a first mirror")
+    await asyncio.sleep(5)  # five more runs
+    return len(_mirrors(ctx)) == 1
+
+
+async def deletes_mirrors_with_the_job(ctx: Ctx, reduced: bool) -> bool:
+    """Deleting the ScheduledJob deletes its mirrors."""
+    _runs(ctx, reduced, schedule="* * * * * *")
+
+    async def some() -> bool:
+        return bool(_mirrors(ctx))
+
+    await until(some, timeout=15, what="a first mirror")
+    ctx.plane.kubectl("delete", "sj", "ticker", "-n", ctx.namespace, "--wait=false")
+
+    async def none() -> bool:
+        return not _mirrors(ctx)
+
+    return await happens(none, 10)
+
+
+def workerpool(min_replicas: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "horae.dev/v1alpha1", "kind": "WorkerPool",
+            "metadata": {"name": f"wp{uuid.uuid4().hex[:6]}"},
+            "spec": {"image": "horae-worker:test", "tasks": "examples.demo",
+                     "minReplicas": min_replicas, "maxReplicas": 4}}  # fmt: skip
+
+
+async def runs_pools(ctx: Ctx, reduced: bool) -> bool:
+    """A WorkerPool gets its Deployment."""
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    pool = workerpool()
+    ctx.apply(pool)
+
+    async def deployed() -> bool:
+        found = ctx.plane.kubectl("get", "deployment", pool["metadata"]["name"], "-n",
+                                  ctx.namespace, check=False)  # fmt: skip
+        return found.returncode == 0
+
+    return await happens(deployed, 12)
+
+
+async def scales_pools(ctx: Ctx, reduced: bool) -> bool:
+    """A WorkerPool's Deployment is scaled to its minReplicas."""
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    pool = workerpool(min_replicas=2)
+    ctx.apply(pool)
+
+    async def scaled() -> bool:
+        found = ctx.plane.kubectl("get", "deployment", pool["metadata"]["name"], "-n",
+                                  ctx.namespace, "-o", "jsonpath={.spec.replicas}",
+                                  check=False)  # fmt: skip
+        return found.stdout.strip() == "2"
+
+    return await happens(scaled, 12)
+
+
+async def holds_shards(ctx: Ctx, reduced: bool) -> bool:
+    """A lone scheduler takes all 64 shard Leases and keeps renewing them."""
+    scheduler = ctx.start("scheduler", reduced=reduced)
+
+    def renewals() -> dict[str, str]:
+        leases = ctx.get("leases", "-l", "horae.dev/shard-lease")["items"]
+        return {x["metadata"]["name"]: x["spec"]["renewTime"] for x in leases
+                if x["spec"].get("holderIdentity") == scheduler.identity}  # fmt: skip
+
+    async def all_held() -> bool:
+        return len(renewals()) == 64
+
+    if not await happens(all_held, 10):
+        return False
+    before = renewals()
+    await asyncio.sleep(3)  # three renew periods
+    after = renewals()
+    return len(after) == 64 and all(after[name] > before[name] for name in before)
+
+
+async def watches_leases(ctx: Ctx, reduced: bool) -> bool:
+    """The scheduler's Lease watch stays open (it wakes the lease loop at once on changes)."""
+    scheduler = ctx.start("scheduler", reduced=reduced)
+    await asyncio.sleep(5)
+    return "lease watch" not in scheduler.log()
+
+
+async def leaves_on_sigterm(ctx: Ctx, reduced: bool) -> bool:
+    """A scheduler stopped with SIGTERM deletes its member Lease (peers rebalance at once)."""
+    scheduler = ctx.start("scheduler", reduced=reduced)
+
+    async def member() -> bool:
+        return bool(ctx.get("leases", "-l", "horae.dev/scheduler-member")["items"])
+
+    await until(member, timeout=15, what="the member Lease")
+    scheduler.stop()
+    return not ctx.get("leases", "-l", "horae.dev/scheduler-member")["items"]
+
+
+async def serves_callers(ctx: Ctx, reduced: bool) -> bool:
+    """A caller with a valid token and the jobs-editor role lists its jobs."""
+    ctx.plane.kubectl("create", "serviceaccount", "caller", "-n", ctx.namespace)
+    ctx.plane.kubectl("create", "rolebinding", "caller", "-n", ctx.namespace,
+                      "--clusterrole=horae-jobs-editor",
+                      f"--serviceaccount={ctx.namespace}:caller")  # fmt: skip
+    token = ctx.plane.kubectl("create", "token", "caller", "-n", ctx.namespace).stdout.strip()
+    port = free_port()
+    ctx.start("api", "--port", str(port), reduced=reduced)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+        async def up() -> bool:
+            try:
+                return (await http.get("/healthz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await until(up, timeout=20, what="the API up")
+        response = await http.get("/jobs", headers={"Authorization": f"Bearer {token}"})
+    return response.status_code == 200
+
+
+# (ClusterRole, resources of the rule, verb) -> the exercise whose effect needs it.
+CASES: dict[tuple[str, tuple[str, ...], str], Callable[[Ctx, bool], Awaitable[bool]]] = {
+    ("horae-operator", SJ, "list"): reconciles,
+    ("horae-operator", SJ, "watch"): watches_resources,
+    ("horae-operator", SJ, "patch"): guards_deletion,
+    ("horae-operator", SJ, "get"): resync_cancels_orphans,
+    ("horae-operator", STATUS, "patch"): reconciles,
+    ("horae-operator", ("executions",), "list"): mirrors_executions,
+    ("horae-operator", ("executions",), "create"): mirrors_executions,
+    ("horae-operator", ("executions",), "patch"): mirrors_follow_progress,
+    ("horae-operator", ("executions",), "delete"): prunes_mirrors,
+    ("horae-operator", ("executions",), "deletecollection"): deletes_mirrors_with_the_job,
+    ("horae-operator", ("deployments",), "get"): runs_pools,
+    ("horae-operator", ("deployments",), "create"): runs_pools,
+    ("horae-operator", ("deployments",), "patch"): runs_pools,
+    ("horae-operator", ("deployments/scale",), "patch"): scales_pools,
+    ("horae-operator", ("customresourcedefinitions",), "list"): watches_resources,
+    ("horae-operator", ("customresourcedefinitions",), "watch"): watches_resources,
+    ("horae-operator", ("events",), "create"): warns_on_invalid_specs,
+    ("horae-operator-leader", LEASES, "list"): reconciles,
+    ("horae-operator-leader", LEASES, "create"): reconciles,
+    ("horae-operator-leader", LEASES, "update"): keeps_leading,
+    ("horae-scheduler", LEASES, "list"): holds_shards,
+    ("horae-scheduler", LEASES, "create"): holds_shards,
+    ("horae-scheduler", LEASES, "update"): holds_shards,
+    ("horae-scheduler", LEASES, "watch"): watches_leases,
+    ("horae-scheduler", LEASES, "delete"): leaves_on_sigterm,
+    ("horae-api", ("tokenreviews",), "create"): serves_callers,
+    ("horae-api", ("subjectaccessreviews",), "create"): serves_callers,
+}
+
+
+def test_every_verb_the_chart_grants_has_a_case(control_plane: ControlPlane) -> None:
+    granted = {
+        (name, tuple(rule["resources"]), verb)
+        for name, role in chart_cluster_roles(control_plane).items()
+        if name in ROLES
+        for rule in role["rules"]
+        for verb in rule["verbs"]
+    }
+    assert granted == set(CASES)
+
+
+def account_without(
+    plane: ControlPlane, namespace: str, role: str, resources: tuple[str, ...], verb: str,
+    path: Path,
+) -> Path:  # fmt: skip
+    """A fresh ServiceAccount with the component's chart roles, `verb` removed from the rule
+    on `resources` of `role`; bound the way the chart binds them."""
+    component = ROLES[role][0]
+    account = f"rbac-{uuid.uuid4().hex[:8]}"
+    plane.kubectl("create", "serviceaccount", account, "-n", INSTALL_NAMESPACE)
+    roles = chart_cluster_roles(plane)
+    for name, (owner, scope) in ROLES.items():
+        if owner != component:
+            continue
+        copy = {**roles[name], "metadata": {"name": f"{account}-{name}"}}
+        if name == role:
+            copy["rules"] = [
+                {**rule, "verbs": [v for v in rule["verbs"] if v != verb]}
+                if tuple(rule["resources"]) == resources else rule
+                for rule in copy["rules"]
+            ]  # fmt: skip
+            copy["rules"] = [rule for rule in copy["rules"] if rule["verbs"]]
+        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(copy))
+        subject = f"--serviceaccount={INSTALL_NAMESPACE}:{account}"
+        if scope == "cluster":
+            plane.kubectl("create", "clusterrolebinding", copy["metadata"]["name"],
+                          f"--clusterrole={copy['metadata']['name']}", subject)  # fmt: skip
+        else:
+            plane.kubectl("create", "rolebinding", copy["metadata"]["name"], "-n", namespace,
+                          f"--clusterrole={copy['metadata']['name']}", subject)  # fmt: skip
+    return service_account_kubeconfig(plane, INSTALL_NAMESPACE, account, path)
+
+
+@pytest.mark.parametrize(
+    ("role", "resources", "verb"), list(CASES),
+    ids=[f"{r.removeprefix('horae-')}:{','.join(res)}:{v}" for r, res, v in CASES],
+)  # fmt: skip
+async def test_each_verb_the_chart_grants_is_needed(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
+    tmp_path: Path, role: str, resources: tuple[str, ...], verb: str,
+) -> None:  # fmt: skip
+    kubeconfig = account_without(control_plane, namespace, role, resources, verb,
+                                 tmp_path / "reduced.kubeconfig")  # fmt: skip
+    exercise = CASES[(role, resources, verb)]
+    ctx = Ctx(control_plane, namespace, processes, pool, kubeconfig)
+    assert not await exercise(ctx, True), f"{exercise.__doc__} without {verb} on {resources}"
+
+
+@pytest.mark.parametrize(
+    "exercise", sorted(set(CASES.values()), key=lambda e: e.__name__),
+    ids=lambda e: e.__name__,
+)  # fmt: skip
+async def test_each_exercise_succeeds_with_the_full_roles(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
+    component_kubeconfigs: dict[str, Path],
+    exercise: Callable[[Ctx, bool], Awaitable[bool]],
+) -> None:  # fmt: skip
+    ctx = Ctx(control_plane, namespace, processes, pool, Path("/nonexistent"))
+    assert await exercise(ctx, False), exercise.__doc__
