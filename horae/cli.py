@@ -13,6 +13,7 @@ from horae.cli_jobs import jobs_app
 from horae.cli_support import (
     JobRef,
     OutputOption,
+    console,
     database,
     fail,
     one_of,
@@ -33,11 +34,14 @@ def migrate() -> None:
     settings = _settings()
 
     async def go() -> None:
-        applied = await do_migrate(
-            settings.database.url,
-            ahead_days=settings.database.partitions_ahead_days,
-            retention_days=settings.database.retention_days,
-        )
+        # A spinner on a terminal (migrations and partitions can take a while on a big
+        # store); nothing extra when the output is piped.
+        with console().status("applying migrations and creating partitions…"):
+            applied = await do_migrate(
+                settings.database.url,
+                ahead_days=settings.database.partitions_ahead_days,
+                retention_days=settings.database.retention_days,
+            )
         typer.echo(
             f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
         )
@@ -204,7 +208,6 @@ def executions(
     from rich.table import Table
 
     from horae.api.schemas import ExecutionOut
-    from horae.cli_support import console
     from horae.models import ExecutionStatus
     from horae.store import executions as executions_store
 
