@@ -38,3 +38,5 @@ def setup(level: str = "INFO") -> None:
     root.setLevel(level.upper())
     for noisy in ("aiormq", "aio_pika", "kubernetes.client.rest", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # kopf's DEBUG lines carry whole resources, payloads included: never below INFO.
+    logging.getLogger("kopf").setLevel(max(root.level, logging.INFO))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import asyncpg
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import make_asgi_app
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from horae.api import problems
 from horae.api.auth import Authenticator, Chain, KubernetesAuth, StaticTokens
@@ -49,6 +50,35 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class AccessLog:
+    """One line per request: method, path, status and duration, never headers (tokens),
+    query strings or bodies (payloads). Successes at DEBUG, refusals and errors at INFO."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            level = logging.DEBUG if status < 400 else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(level, "%s %s %d %.1fms", scope["method"], scope["path"], status,
+                        (time.perf_counter() - started) * 1000)  # fmt: skip
+
+
 @dataclass
 class State:
     pool: asyncpg.Pool[asyncpg.Record] | None = None
@@ -62,6 +92,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.pool = await connect_pool(dsn, size=pool_size)
+        log.info("job API ready (pid %d)", os.getpid())
         try:
             yield
         finally:
@@ -109,6 +140,7 @@ def create_app(
 
     app.mount("/metrics", make_asgi_app())
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(AccessLog)
     return app
 
 

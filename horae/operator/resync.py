@@ -68,8 +68,7 @@ class Resync:
         }
         async with self._pool.acquire() as conn:
             jobs = {row["id"]: row for row in await store.live_crd_jobs(conn)}
-            ids = await conn.fetch("SELECT id FROM jobs WHERE id = ANY($1::uuid[])", list(live))
-        known = {row["id"] for row in ids}
+            known = await store.existing_ids(conn, list(live))
         stored = 0
         for uid in sorted(set(live) - known):
             if await self._store(uid, live[uid]):

@@ -414,6 +414,11 @@ async def find_job(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record | None:
     return await conn.fetchrow(Q["get_job"], job_id, None)
 
 
+async def existing_ids(conn: Conn, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Those of `ids` that are jobs (in any state)."""
+    return {row["id"] for row in await conn.fetch(Q["existing_job_ids"], list(ids))}
+
+
 async def live_crd_jobs(conn: Conn) -> list[asyncpg.Record]:
     """Jobs of ScheduledJobs that are not cancelled: id, tenant, name, state, created_at."""
     return list(await conn.fetch(Q["live_crd_jobs"]))

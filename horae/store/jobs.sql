@@ -122,3 +122,7 @@ SELECT id FROM jobs WHERE tenant = $1 AND name = $2 AND source = 'crd' AND state
 -- Every ScheduledJob's job that is not cancelled (the operator's resync compares them
 -- with the resources).
 SELECT id, tenant, name, state, created_at FROM jobs WHERE source = 'crd' AND state <> 'cancelled'
+
+-- name: existing_job_ids
+-- Which of these job ids exist, in any state.
+SELECT id FROM jobs WHERE id = ANY($1::uuid[])
