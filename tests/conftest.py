@@ -133,10 +133,18 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 @pytest.fixture
-def namespace(control_plane: ControlPlane) -> str:
+def namespace(control_plane: ControlPlane) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     control_plane.kubectl("create", "namespace", name)
-    return name
+    yield name
+    # Operators of later tests watch the whole cluster: leave them no ScheduledJob to run.
+    left = control_plane.kubectl("get", "scheduledjobs", "-n", name, "-o", "name").stdout.split()
+    for resource in left:
+        control_plane.kubectl("patch", resource, "-n", name, "--type=merge",
+                              "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+    if left:
+        control_plane.kubectl("delete", "scheduledjobs", "--all", "-n", name, "--wait=false",
+                              check=False)  # fmt: skip
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ No `from __future__ import annotations` here: FastAPI must evaluate the
 import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -35,6 +35,7 @@ from horae.api.schemas import (
     decode_cursor,
     encode_cursor,
 )
+from horae.batching import GroupCommit
 from horae.models import MAX_PAYLOAD_BYTES, ExecutionStatus, JobSource, JobSpec, JobState
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
@@ -98,6 +99,28 @@ def build_router(
 ) -> APIRouter:  # fmt: skip
     router = APIRouter()
 
+    async def create_many(new: Sequence[store.NewJob]) -> list[uuid.UUID | Exception]:
+        """Concurrent single creates, committed together; each caller is answered only
+        after the COMMIT that holds its job. A job the database refuses is retried on its
+        own, so it cannot fail the others."""
+        async with pool().acquire() as conn:
+            try:
+                await store.create_jobs(conn, new, shards=shards, now=_now())
+                return [job.job_id for job in new]
+            except asyncpg.PostgresError:
+                if len(new) == 1:
+                    raise
+            answers: list[uuid.UUID | Exception] = []
+            for job in new:
+                try:
+                    await store.create_jobs(conn, [job], shards=shards, now=_now())
+                    answers.append(job.job_id)
+                except asyncpg.PostgresError as exc:
+                    answers.append(exc)
+            return answers
+
+    creates = GroupCommit(create_many, max_batch=500)
+
     def access(verb: str, resource: str = "jobs") -> Callable[..., Awaitable[str]]:
         async def dependency(
             request: Request,
@@ -157,7 +180,14 @@ def build_router(
         """Create a job and its first execution; answered after COMMIT."""
         now = _now()
         spec = _validate_new(body, now)
-        digest = _request_hash(body) if idempotency_key else None
+        if not idempotency_key:
+            created = await creates.submit(
+                store.NewJob(spec=spec, tenant=tenant, source=JobSource.API, name=body.name)
+            )
+            if isinstance(created, Exception):
+                raise created
+            return Created(id=created)
+        digest = _request_hash(body)
         async with pool().acquire() as conn:
             for _ in range(2):
                 if idempotency_key:

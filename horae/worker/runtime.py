@@ -29,6 +29,7 @@ import asyncpg
 import pydantic
 
 from horae import broker, metrics
+from horae.batching import GroupCommit
 from horae.config import Settings
 from horae.errors import PermanentError
 from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
@@ -36,7 +37,6 @@ from horae.store import executions as store
 from horae.store.db import connect_pool
 from horae.store.executions import Claimed
 from horae.worker import alerts
-from horae.worker.batching import GroupCommit
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
 

@@ -58,6 +58,25 @@ async def test_concurrent_creates_with_one_key_make_one_job(
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
 
 
+async def test_concurrent_single_creates_are_committed_together_each_with_its_own_job(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    """Creates without an Idempotency-Key are group-committed: 60 at once, as two tenants,
+    each answered with its own id only once its job and first execution are stored."""
+    callers = [(tenants.alice, tenants.a), (tenants.bob, tenants.b)] * 30
+    results = await asyncio.gather(*(
+        api.post("/jobs", json={**CRON, "payload": {"n": i}}, headers=bearer(token))
+        for i, (token, _) in enumerate(callers)
+    ))  # fmt: skip
+    assert [r.status_code for r in results] == [201] * 60
+    ids = [uuid.UUID(r.json()["id"]) for r in results]
+    assert len(set(ids)) == 60
+    rows = {r["id"]: r for r in await pool.fetch("SELECT id, tenant, payload FROM jobs")}
+    for i, (job_id, (_, tenant)) in enumerate(zip(ids, callers, strict=True)):
+        assert (rows[job_id]["tenant"], rows[job_id]["payload"]) == (tenant, {"n": i})
+    assert await pool.fetchval("SELECT count(DISTINCT job_id) FROM executions") == 60
+
+
 async def test_batch_creates_all_in_one_transaction(
     api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
 ) -> None:

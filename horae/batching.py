@@ -1,10 +1,11 @@
 """Group commit: concurrent single-item writes coalesced into one transaction.
 
-Each execution's claim and outcome is written by its own coroutine; at hundreds a
-second, one transaction each would make Postgres round trips the bottleneck. A
-`GroupCommit` lets every caller await its own item while items submitted in the
-same loop turn, or while the previous flush was in flight, go to the database
-together. There is no timer: an idle worker writes at once, a busy one in batches.
+Each execution's claim and outcome (in a worker) and each single job create (in the
+API) is written by its own coroutine; at hundreds a second, one transaction each would
+make Postgres round trips the bottleneck. A `GroupCommit` lets every caller await its
+own item while items submitted in the same loop turn, or while the previous flush was
+in flight, go to the database together. There is no timer: an idle process writes at
+once, a busy one in batches.
 """
 
 from __future__ import annotations

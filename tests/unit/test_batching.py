@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from horae.worker.batching import GroupCommit
+from horae.batching import GroupCommit
 
 
 async def test_items_submitted_together_share_one_flush_and_get_their_own_answers() -> None:
