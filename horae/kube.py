@@ -52,6 +52,7 @@ class Lease:
     holder: str | None
     resource_version: str
     labels: dict[str, str]
+    acquired: datetime | None = None
 
 
 def _lease(obj: Any) -> Lease:
@@ -60,6 +61,7 @@ def _lease(obj: Any) -> Lease:
         holder=obj.spec.holder_identity or None,
         resource_version=obj.metadata.resource_version,
         labels=dict(obj.metadata.labels or {}),
+        acquired=obj.spec.acquire_time,
     )
 
 
@@ -119,6 +121,9 @@ class Leases:
         }
         if acquire:
             spec["acquireTime"] = _now()
+        elif holder is not None and lease.acquired is not None:
+            # A renewal replaces the whole spec: keep when the holder acquired the Lease.
+            spec["acquireTime"] = lease.acquired.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
