@@ -185,12 +185,16 @@ async def prunes_mirrors(ctx: Ctx, reduced: bool) -> bool:
     """Mirrors are pruned to historyLimit."""
     _runs(ctx, reduced, schedule="* * * * * *", historyLimit=1)
 
-    async def several() -> bool:
-        return len(_mirrors(ctx)) >= 1
+    async def ran_several() -> bool:
+        done = await ctx.pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        return int(done) >= 4
 
-    await until(several, timeout=15, what="a first mirror")
-    await asyncio.sleep(5)  # five more runs
-    return len(_mirrors(ctx)) == 1
+    await until(ran_several, timeout=20, what="four runs")
+
+    async def pruned() -> bool:
+        return len(_mirrors(ctx)) == 1
+
+    return await happens(pruned, 5)
 
 
 async def deletes_mirrors_with_the_job(ctx: Ctx, reduced: bool) -> bool:
@@ -260,9 +264,12 @@ async def holds_shards(ctx: Ctx, reduced: bool) -> bool:
     if not await happens(all_held, 10):
         return False
     before = renewals()
-    await asyncio.sleep(3)  # three renew periods
-    after = renewals()
-    return len(after) == 64 and all(after[name] > before[name] for name in before)
+
+    async def all_renewed() -> bool:
+        after = renewals()
+        return len(after) == 64 and all(after[name] > before[name] for name in before)
+
+    return await happens(all_renewed, 5)  # renewals come every second
 
 
 async def watches_leases(ctx: Ctx, reduced: bool) -> bool:
