@@ -1,0 +1,117 @@
+"""The load every system in the benchmark gets: who is due when.
+
+Plain Python with no Horae import, so the peers' environment (bench/peers/) drives exactly
+the same arrivals as Horae's. A scenario is a list of `Arrival`s; a driver creates one
+job (one-off, due at `due`) per arrival, ahead of time, and the system under test must
+start a no-op handler for each as close to `due` as it can.
+
+Results are reported the same way by every driver (`Result`), one JSON line each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+TENANTS = 10
+
+
+@dataclass(frozen=True)
+class Arrival:
+    seq: int
+    due: datetime
+    tenant: str
+
+
+def sustained(rate: int, seconds: int, start: datetime) -> list[Arrival]:
+    """`rate` executions per second for `seconds`, spread evenly within each second."""
+    return [
+        Arrival(i, start + timedelta(seconds=i / rate), f"t{i % TENANTS}")
+        for i in range(rate * seconds)
+    ]
+
+
+def top_of_hour(count: int, due: datetime) -> list[Arrival]:
+    """`count` executions due in the same second (the same instant)."""
+    return [Arrival(i, due, f"t{i % TENANTS}") for i in range(count)]
+
+
+def by_second(arrivals: list[Arrival]) -> list[list[Arrival]]:
+    """Arrivals grouped by the whole second they are due in, for creating just ahead."""
+    groups: dict[int, list[Arrival]] = {}
+    first = arrivals[0].due
+    for a in arrivals:
+        groups.setdefault(math.floor((a.due - first).total_seconds()), []).append(a)
+    return [groups[k] for k in sorted(groups)]
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+@dataclass
+class Result:
+    """What a driver prints (one JSON line) after a scenario.
+
+    `lags` are handler start - due, in seconds, one per started execution; `starts` are
+    handler start - the first due time of the scenario, in the same order (the
+    throughput-over-time plot is their histogram)."""
+
+    system: str
+    scenario: str
+    expected: int
+    started: int
+    lags: list[float]
+    starts: list[float] = field(default_factory=list)
+    rate: int = 0
+    count: int = 0
+    last_start_s: float = math.nan  # last handler start - the first due time
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    statements_per_execution: float | None = None
+    notes: str = ""
+
+    @property
+    def p50(self) -> float:
+        return pct(self.lags, 50)
+
+    @property
+    def p99(self) -> float:
+        return pct(self.lags, 99)
+
+    @property
+    def max(self) -> float:
+        return max(self.lags) if self.lags else math.nan
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, line: str) -> Result:
+        return cls(**json.loads(line))
+
+
+def starts_per_second(starts: list[float]) -> list[int]:
+    """Handler starts in each second after the first due time (for throughput plots)."""
+    if not starts:
+        return []
+    out = [0] * (math.floor(max(starts)) + 1)
+    for s in starts:
+        out[max(0, math.floor(s))] += 1
+    return out
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a live process, in MiB; NaN once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
