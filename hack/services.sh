@@ -53,11 +53,11 @@ apt_install() {
 
 # ---- PostgreSQL -------------------------------------------------------------
 ensure_postgres() {
+  local ver cluster
   if ! command -v pg_lsclusters >/dev/null || [ -z "$(pg_lsclusters -h 2>/dev/null)" ]; then
     apt_install postgresql postgresql-contrib
   fi
   if ! port_open "$PG_PORT"; then
-    local ver cluster
     read -r ver cluster _ < <(pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p' | head -1) || true
     [ -n "${ver:-}" ] || die "no PostgreSQL cluster is configured on port $PG_PORT"
     log "starting PostgreSQL $ver/$cluster on 127.0.0.1:$PG_PORT"
@@ -68,6 +68,19 @@ ensure_postgres() {
   wait_for postgres runuser -u postgres -- psql -p "$PG_PORT" -tAc 'select 1' \
     || die "PostgreSQL on port $PG_PORT does not answer queries"
   local psql=(runuser -u postgres -- psql -p "$PG_PORT" -v ON_ERROR_STOP=1 -qtA)
+  # Settings a scheduler's database is run with (Debian's defaults are sized for a laptop):
+  # statement statistics for the benchmarks, buffers and connections for 10+ processes.
+  # Applied once, with one restart, the first time this cluster is seen.
+  if [ "$("${psql[@]}" -c 'show shared_preload_libraries')" != pg_stat_statements ]; then
+    "${psql[@]}" -c "alter system set shared_preload_libraries = 'pg_stat_statements'" \
+      -c "alter system set shared_buffers = '1GB'" -c "alter system set max_connections = 300" >/dev/null
+    read -r ver cluster _ < <(pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p' | head -1)
+    log "restarting PostgreSQL $ver/$cluster once to apply its settings"
+    pg_ctlcluster "$ver" "$cluster" restart >/dev/null 2>&1 \
+      || die "PostgreSQL $ver/$cluster did not restart: see /var/log/postgresql/postgresql-$ver-$cluster.log"
+    wait_for postgres runuser -u postgres -- psql -p "$PG_PORT" -tAc 'select 1' \
+      || die "PostgreSQL on port $PG_PORT does not answer queries after its restart"
+  fi
   if [ "$("${psql[@]}" -c "select 1 from pg_roles where rolname = '$PG_USER'")" != 1 ]; then
     "${psql[@]}" -c "create role \"$PG_USER\" login createdb password '$PG_PASSWORD'" >/dev/null
   fi
