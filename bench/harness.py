@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from bench.load import peak_rss_mib
 from horae.store.migrate import migrate
 from tests.support.kube import start_control_plane, stop_control_plane
 
@@ -35,12 +36,27 @@ def pct(values: list[float], p: float) -> float:
 class System:
     db_url: str
     env: dict[str, str]
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    named: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        return list(self.named.values())
 
     def start(self, identity: str, *args: str) -> None:
-        self.processes.append(
-            subprocess.Popen([HORAE, *args], cwd=REPO, env={**self.env, "HORAE_IDENTITY": identity})
+        self.named[identity] = subprocess.Popen(
+            [HORAE, *args], cwd=REPO, env={**self.env, "HORAE_IDENTITY": identity}
         )
+
+    def signal(self, identity: str, sig: int) -> None:
+        self.named[identity].send_signal(sig)
+
+    def wait(self, identity: str, timeout: float = 60) -> int:
+        return self.named[identity].wait(timeout=timeout)
+
+    def peak_rss_mib(self) -> dict[str, float]:
+        """Peak resident memory (VmHWM) of each process still running, in MiB."""
+        live = {name: p for name, p in self.named.items() if p.poll() is None}
+        return {name: round(peak_rss_mib(p.pid), 1) for name, p in live.items()}
 
 
 @asynccontextmanager
@@ -60,7 +76,8 @@ async def horae_system(name: str) -> AsyncIterator[System]:
         yield system
     finally:
         for p in system.processes:
-            p.terminate()
+            if p.poll() is None:
+                p.terminate()
         for p in system.processes:
             p.wait(timeout=30)
         stop_control_plane(plane)

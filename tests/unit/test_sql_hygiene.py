@@ -4,7 +4,10 @@ constant literal, with values passed as parameters: never built from strings in 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+from horae.store.queries import Q
 
 HORAE = Path(__file__).resolve().parents[2] / "horae"
 RUNS_SQL = {"execute", "executemany", "fetch", "fetchval", "fetchrow"}
@@ -44,3 +47,29 @@ def test_the_scan_finds_string_built_sql(tmp_path: Path) -> None:
         "    await conn.fetchval(Q['get_job'], name)\n"
     )
     assert [line.split(": ")[0] for line in built_sql(tmp_path)] == ["bad.py:2", "bad.py:3"]
+
+
+SESSION_STATE = re.compile(
+    r"^\s*(SET\s+(?!LOCAL\b)|RESET\b|LISTEN\b|DECLARE\b)|pg_advisory_lock\(|pg_try_advisory_lock\(",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def session_state(queries: dict[str, str]) -> list[str]:
+    return sorted(name for name, sql in queries.items() if SESSION_STATE.search(sql))
+
+
+def test_named_queries_leave_no_session_state_on_pooled_connections() -> None:
+    # store/db.py releases pooled connections without asyncpg's RESET ALL / UNLISTEN *:
+    # that is only sound while no query sets session state.
+    assert session_state(Q) == []
+
+
+def test_the_session_state_scan_finds_it() -> None:
+    found = session_state({
+        "ok": "SET LOCAL lock_timeout = '1s'; SELECT pg_advisory_xact_lock(1)",
+        "set": "SET statement_timeout = 0",
+        "listen": "LISTEN horae",
+        "lock": "SELECT pg_advisory_lock(42)",
+    })  # fmt: skip
+    assert found == ["listen", "lock", "set"]

@@ -1,0 +1,281 @@
+"""Horae under the shared load (bench/load.py): the same arrivals the peers get, created
+through the job API (`POST /jobs:batch`), run by real `horae` processes on this machine.
+
+    .venv/bin/python -m bench.horae_driver --scenario sustained --rate 2000 --seconds 120
+    .venv/bin/python -m bench.horae_driver --scenario top --count 20000
+    .venv/bin/python -m bench.horae_driver --scenario failover --rate 1000
+
+Processes: one API, one scheduler (two for `failover`), two workers with 64 concurrent
+handlers each (a no-op). Start lag is `started_at - due_at` from the executions table
+(stamped by the worker as it claims, just before the handler runs). Prints progress on
+stderr and one `Result` JSON line on stdout per scenario (two for `failover`: the
+SIGKILL window and the rolling-restart window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import signal
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+
+from bench.harness import BASE_DB, REPO, System, horae_system
+from bench.load import TENANTS as TENANT_COUNT
+from bench.load import Arrival, Result, by_second, sustained, top_of_hour
+from horae.store.db import connect_pool
+
+TASKS = REPO / "bench" / "noop_tasks.py"
+TOKEN = "bench-token"
+TENANTS = [f"t{i}" for i in range(TENANT_COUNT)]  # one bearer token each: f"{TOKEN}-{tenant}"
+PORT = 18081
+AHEAD = 2.0  # seconds: each second's arrivals are created this long before it starts
+BATCH = 1000  # jobs per POST /jobs:batch (the API's limit)
+
+
+
+async def statements(db_url: str) -> int:
+    """Statements run in this run's database so far (pg_stat_statements, read through the
+    base database, where hack/services.sh created the extension)."""
+    conn = await asyncpg.connect(BASE_DB)
+    try:
+        return int(await conn.fetchval(
+            "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1",
+            db_url.rsplit("/", 1)[1],
+        ))  # fmt: skip
+    finally:
+        await conn.close()
+
+
+async def top_statements(db_url: str, limit: int = 12) -> list[tuple[int, float, str]]:
+    """(calls, total ms, query) of the most-called statements in this run's database."""
+    conn = await asyncpg.connect(BASE_DB)
+    try:
+        rows = await conn.fetch(
+            "SELECT s.calls, s.total_exec_time, s.query FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1 "
+            "ORDER BY s.calls DESC LIMIT $2",
+            db_url.rsplit("/", 1)[1], limit,
+        )  # fmt: skip
+        return [(r["calls"], r["total_exec_time"], " ".join(r["query"].split())[:100])
+                for r in rows]  # fmt: skip
+    finally:
+        await conn.close()
+
+
+def log(msg: str) -> None:
+    print(f"[horae {datetime.now(UTC):%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
+
+
+def start_horae(system: System, *, schedulers: int, workers: int, concurrency: int) -> None:
+    tokens = Path(tempfile.mkdtemp()) / "tokens"
+    tokens.write_text("".join(f"{TOKEN}-{t},{t}\n" for t in TENANTS))
+    system.env |= {"HORAE_API_TOKENS_FILE": str(tokens), "HORAE_API_KUBERNETES_AUTH": "false"}
+    system.start("api", "api", "--port", str(PORT))
+    for i in range(schedulers):
+        system.start(f"scheduler-{i}", "scheduler")
+    for i in range(workers):
+        system.start(f"worker-{i}", "worker", "--tasks", str(TASKS),
+                     "--concurrency", str(concurrency))  # fmt: skip
+
+
+async def ready(pool: asyncpg.Pool, http: aiohttp.ClientSession, schedulers: int) -> None:
+    """The API answers and every shard has an owner."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            async with http.get("/readyz") as r:
+                api_up = r.status == 200
+        except aiohttp.ClientError:
+            api_up = False
+        owned = await pool.fetchval(
+            "SELECT count(*) FROM shard_epochs WHERE owner IS NOT NULL"
+        )
+        if api_up and owned == 64:
+            await asyncio.sleep(2)  # workers: queues declared and consuming
+            return
+        await asyncio.sleep(0.5)
+    raise SystemExit("horae did not become ready in 60 s")
+
+
+async def create(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
+    """Each tenant's arrivals as that tenant, in batches, the tenants concurrently."""
+
+    async def as_tenant(tenant: str, mine: list[Arrival]) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}-{tenant}"}
+        jobs = [{"task": "bench.noop", "run_at": a.due.isoformat(), "payload": {"seq": a.seq}}
+                for a in mine]  # fmt: skip
+        for i in range(0, len(jobs), BATCH):
+            body = {"jobs": jobs[i : i + BATCH]}
+            async with http.post("/jobs:batch", json=body, headers=headers) as r:
+                if r.status != 201:
+                    raise SystemExit(f"POST /jobs:batch answered {r.status}: {await r.text()}")
+
+    by_tenant: dict[str, list[Arrival]] = {}
+    for a in arrivals:
+        by_tenant.setdefault(a.tenant, []).append(a)
+    await asyncio.gather(*(as_tenant(t, mine) for t, mine in by_tenant.items()))
+
+
+async def feed(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
+    """Create each second's arrivals AHEAD seconds before that second."""
+    for group in by_second(arrivals):
+        wait = (group[0].due - datetime.now(UTC)).total_seconds() - AHEAD
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await create(http, group)
+
+
+async def settle(pool: asyncpg.Pool, expected: int, last_due: datetime, grace: float) -> None:
+    """Until every execution has started (or `grace` seconds after the last due time)."""
+    while True:
+        started = await pool.fetchval(
+            "SELECT count(*) FROM executions WHERE started_at IS NOT NULL"
+        )
+        late = (datetime.now(UTC) - last_due).total_seconds()
+        if started >= expected or late > grace:
+            return
+        await asyncio.sleep(1)
+
+
+async def lags(
+    pool: asyncpg.Pool, first_due: datetime, due_from: datetime | None = None,
+    due_to: datetime | None = None,
+) -> tuple[list[float], list[float], int]:  # fmt: skip
+    """(start lags, starts since first_due, executions due) for executions due in a window."""
+    rows = await pool.fetch(
+        "SELECT due_at, started_at FROM executions "
+        "WHERE ($1::timestamptz IS NULL OR due_at >= $1) "
+        "AND ($2::timestamptz IS NULL OR due_at < $2)",
+        due_from, due_to,
+    )  # fmt: skip
+    started = [r for r in rows if r["started_at"] is not None]
+    return (
+        [(r["started_at"] - r["due_at"]).total_seconds() for r in started],
+        [(r["started_at"] - first_due).total_seconds() for r in started],
+        len(rows),
+    )
+
+
+def result(
+    scenario: str, expected: int, lag: list[float], starts: list[float], **kw: object
+) -> Result:
+    return Result(system="horae", scenario=scenario, expected=expected, started=len(lag),
+                  lags=lag, starts=starts,
+                  last_start_s=max(starts) if starts else math.nan, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
+    async with horae_system("sustained") as system:
+        start_horae(system, schedulers=schedulers, workers=2, concurrency=64)
+        pool = await connect_pool(system.db_url, size=2)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+            await ready(pool, http, schedulers)
+            first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+            arrivals = sustained(rate, seconds, first_due)
+            before = await statements(system.db_url)
+            log(f"sustained {rate}/s for {seconds}s from {first_due:%H:%M:%S}")
+            await feed(http, arrivals)
+        await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
+        finished = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        # the statements of the whole pipeline: create, dispatch, claim, record
+        await asyncio.sleep(3)  # outcomes still being committed
+        run_statements = (await statements(system.db_url)) - before
+        for calls, ms, query in await top_statements(system.db_url):
+            log(f"statement {calls:8} calls {ms:9.0f} ms  {query}")
+        lag, starts, _ = await lags(pool, first_due)
+        peak = system.peak_rss_mib()
+        await pool.close()
+    print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
+                 statements_per_execution=run_statements / max(1, finished),
+                 notes=f"1 API, {schedulers} scheduler, 2 workers x 64; {finished} succeeded "
+                       "with full history").to_json(), flush=True)  # fmt: skip
+
+
+async def run_top(count: int, lead: float) -> None:
+    async with horae_system("top") as system:
+        start_horae(system, schedulers=1, workers=2, concurrency=64)
+        pool = await connect_pool(system.db_url, size=2)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+            await ready(pool, http, 1)
+            due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=lead)
+            arrivals = top_of_hour(count, due)
+            t0 = time.monotonic()
+            await create(http, arrivals)
+            log(f"top: {count} created in {time.monotonic() - t0:.1f}s, all due {due:%H:%M:%S}")
+        await settle(pool, count, due, grace=120)
+        lag, starts, _ = await lags(pool, due)
+        peak = system.peak_rss_mib()
+        await pool.close()
+    print(result("top", count, lag, starts, count=count, peak_rss_mib=peak,
+                 notes="1 API, 1 scheduler, 2 workers x 64; created through the API "
+                       f"{lead:.0f} s ahead").to_json(), flush=True)  # fmt: skip
+
+
+async def run_failover(rate: int, lease: float) -> None:
+    """Two schedulers under a steady `rate`: at +20 s one is SIGKILLed (and started again,
+    as its Deployment would); at +50 s both are restarted one after the other with SIGTERM
+    (a rolling restart). Start lags of executions due in the 20 s after each event."""
+    seconds = 80
+    async with horae_system("failover") as system:
+        system.env["HORAE_LEASE_DURATION_SECONDS"] = str(lease)
+        start_horae(system, schedulers=2, workers=2, concurrency=64)
+        pool = await connect_pool(system.db_url, size=2)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+            await ready(pool, http, 2)
+            first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+            arrivals = sustained(rate, seconds, first_due)
+            feeding = asyncio.create_task(feed(http, arrivals))
+            await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + 20)
+            killed_at = datetime.now(UTC)
+            system.signal("scheduler-0", signal.SIGKILL)
+            log("scheduler-0 SIGKILLed; started again")
+            system.start("scheduler-0b", "scheduler")
+            await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + 50)
+            rolled_at = datetime.now(UTC)
+            for old, new in (("scheduler-1", "scheduler-1b"), ("scheduler-0b", "scheduler-0c")):
+                system.signal(old, signal.SIGTERM)
+                await asyncio.to_thread(system.wait, old)
+                system.start(new, "scheduler")
+                log(f"{old} stopped (SIGTERM), {new} started")
+            await feeding
+        await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
+        window = timedelta(seconds=20)
+        kill = await lags(pool, first_due, killed_at, killed_at + window)
+        roll = await lags(pool, first_due, rolled_at, rolled_at + window)
+        peak = system.peak_rss_mib()
+        await pool.close()
+    for name, (lag, starts, due) in (("failover-kill", kill), ("failover-rolling", roll)):
+        notes = (f"executions due in the 20 s after the event; {rate}/s steady, "
+                 f"2 schedulers, shard lease {lease:g} s")  # fmt: skip
+        print(result(name, due, lag, starts, rate=rate, peak_rss_mib=peak, notes=notes).to_json(),
+              flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scenario", choices=["sustained", "top", "failover"], required=True)
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--seconds", type=int, default=120)
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--lead", type=float, default=20.0)
+    parser.add_argument("--lease", type=float, default=3.0, help="shard lease seconds")
+    args = parser.parse_args()
+    if args.scenario == "sustained":
+        asyncio.run(run_sustained(args.rate, args.seconds))
+    elif args.scenario == "top":
+        asyncio.run(run_top(args.count, args.lead))
+    else:
+        asyncio.run(run_failover(args.rate, args.lease))
+
+
+if __name__ == "__main__":
+    main()
