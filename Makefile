@@ -7,11 +7,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv services k8s lint typecheck format crds docs unit test demo clean
+.PHONY: help venv services k8s lint typecheck format crds docs unit test demo bench peers-venv clean
 
 help:
 	@echo "make test    set everything up, then lint, type-check and run the whole suite"
 	@echo "make demo    bring services, control plane and Horae up locally and fire example jobs"
+	@echo "make bench   run the benchmark suite, Horae and its peers (about an hour): bench/results/"
 	@echo "make lint | typecheck | format | crds | docs | unit"
 
 $(STAMP): pyproject.toml
@@ -57,5 +58,26 @@ test: venv services k8s lint typecheck
 demo: venv services k8s
 	@hack/demo.sh
 
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	@touch $@
+
+# The peers (Procrastinate, Celery, APScheduler 3) in an environment of their own, pinned
+# in bench/peers/requirements.txt; reinstalled only when that file changes.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+$(PEERS_STAMP): bench/peers/requirements.txt
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --disable-pip-version-check -r bench/peers/requirements.txt
+	@touch $@
+
+peers-venv: $(PEERS_STAMP)
+
+# BENCH_ARGS="--scale 0.5 --only top,sustained --peers celery" narrows a run.
+bench: $(BENCH_STAMP) peers-venv services k8s
+	@set -a; eval "$$(hack/services.sh env)"; set +a; \
+		$(BIN)/python -m bench.run $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(PEERS_VENV) .mypy_cache .ruff_cache .pytest_cache

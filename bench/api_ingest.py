@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -105,11 +106,13 @@ async def main() -> None:
         print(f"api_ingest: {args.workers} API worker(s), PostgreSQL local, {os.cpu_count()} cores")
         print(f"command: {' '.join(cmd)}")
         n, err = await _drive(url, args.seconds, args.concurrency, None)
+        single = n / args.seconds
         print(
             f"single  POST /jobs       : {n / args.seconds:9.0f} creates/s "
             f"({n} in {args.seconds:.0f}s, concurrency {args.concurrency}, {err} errors)"
         )
         n, err = await _drive(url, args.seconds, 4, args.batch_size)
+        batch = n / args.seconds
         print(
             f"batch   POST /jobs:batch : {n / args.seconds:9.0f} jobs/s    "
             f"({n} in {args.seconds:.0f}s, {args.batch_size}/request, 4 in flight, {err} errors)"
@@ -119,6 +122,7 @@ async def main() -> None:
         execs = await conn.fetchval("SELECT count(*) FROM executions")
         await conn.close()
         print(f"stored: {jobs} jobs, {execs} executions")
+        print(json.dumps({"single_per_s": round(single), "batch_jobs_per_s": round(batch)}))
     finally:
         if proc is not None:
             proc.terminate()
