@@ -53,6 +53,9 @@ class System:
     def wait(self, identity: str, timeout: float = 60) -> int:
         return self.named[identity].wait(timeout=timeout)
 
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.named.items() if p.poll() is None}
+
     def peak_rss_mib(self) -> dict[str, float]:
         """Peak resident memory (VmHWM) of each process still running, in MiB."""
         live = {name: p for name, p in self.named.items() if p.poll() is None}

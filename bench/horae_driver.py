@@ -29,7 +29,7 @@ import asyncpg
 
 from bench.harness import BASE_DB, REPO, System, horae_system
 from bench.load import TENANTS as TENANT_COUNT
-from bench.load import Arrival, Result, by_second, sustained, top_of_hour
+from bench.load import Arrival, Result, by_second, cpu_delta, cpu_snapshot, sustained, top_of_hour
 from horae.store.db import connect_pool
 
 TASKS = REPO / "bench" / "noop_tasks.py"
@@ -38,7 +38,6 @@ TENANTS = [f"t{i}" for i in range(TENANT_COUNT)]  # one bearer token each: f"{TO
 PORT = 18081
 AHEAD = 2.0  # seconds: each second's arrivals are created this long before it starts
 BATCH = 1000  # jobs per POST /jobs:batch (the API's limit)
-
 
 
 async def statements(db_url: str) -> int:
@@ -96,14 +95,21 @@ async def ready(pool: asyncpg.Pool, http: aiohttp.ClientSession, schedulers: int
                 api_up = r.status == 200
         except aiohttp.ClientError:
             api_up = False
-        owned = await pool.fetchval(
-            "SELECT count(*) FROM shard_epochs WHERE owner IS NOT NULL"
-        )
+        owned = await pool.fetchval("SELECT count(*) FROM shard_epochs WHERE owner IS NOT NULL")
         if api_up and owned == 64:
             await asyncio.sleep(2)  # workers: queues declared and consuming
             return
         await asyncio.sleep(0.5)
     raise SystemExit("horae did not become ready in 60 s")
+
+
+async def owns_shards(pool: asyncpg.Pool, identity: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await pool.fetchval("SELECT count(*) FROM shard_epochs WHERE owner = $1", identity):
+            return
+        await asyncio.sleep(0.2)
+    log(f"{identity} holds no shard after {timeout:g} s")
 
 
 async def create(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
@@ -182,9 +188,11 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
             first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
             arrivals = sustained(rate, seconds, first_due)
             before = await statements(system.db_url)
+            cpu_before = cpu_snapshot(system.pids())
             log(f"sustained {rate}/s for {seconds}s from {first_due:%H:%M:%S}")
             await feed(http, arrivals)
         await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
+        cpu = cpu_delta(cpu_before, cpu_snapshot(system.pids()))
         finished = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
         # the statements of the whole pipeline: create, dispatch, claim, record
         await asyncio.sleep(3)  # outcomes still being committed
@@ -195,7 +203,7 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
         peak = system.peak_rss_mib()
         await pool.close()
     print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
-                 statements_per_execution=run_statements / max(1, finished),
+                 statements_per_execution=run_statements / max(1, finished), cpu_seconds=cpu,
                  notes=f"1 API, {schedulers} scheduler, 2 workers x 64; {finished} succeeded "
                        "with full history").to_json(), flush=True)  # fmt: skip
 
@@ -209,13 +217,15 @@ async def run_top(count: int, lead: float) -> None:
             due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=lead)
             arrivals = top_of_hour(count, due)
             t0 = time.monotonic()
+            cpu_before = cpu_snapshot(system.pids())
             await create(http, arrivals)
             log(f"top: {count} created in {time.monotonic() - t0:.1f}s, all due {due:%H:%M:%S}")
         await settle(pool, count, due, grace=120)
+        cpu = cpu_delta(cpu_before, cpu_snapshot(system.pids()))
         lag, starts, _ = await lags(pool, due)
         peak = system.peak_rss_mib()
         await pool.close()
-    print(result("top", count, lag, starts, count=count, peak_rss_mib=peak,
+    print(result("top", count, lag, starts, count=count, peak_rss_mib=peak, cpu_seconds=cpu,
                  notes="1 API, 1 scheduler, 2 workers x 64; created through the API "
                        f"{lead:.0f} s ahead").to_json(), flush=True)  # fmt: skip
 
@@ -242,10 +252,13 @@ async def run_failover(rate: int, lease: float) -> None:
             await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + 50)
             rolled_at = datetime.now(UTC)
             for old, new in (("scheduler-1", "scheduler-1b"), ("scheduler-0b", "scheduler-0c")):
+                # as a Deployment rolls: the old pod ends, its replacement becomes ready (here:
+                # holds its share of the shards) before the next old pod is stopped
                 system.signal(old, signal.SIGTERM)
                 await asyncio.to_thread(system.wait, old)
                 system.start(new, "scheduler")
-                log(f"{old} stopped (SIGTERM), {new} started")
+                await owns_shards(pool, new)
+                log(f"{old} stopped (SIGTERM), {new} started and holds shards")
             await feeding
         await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
         window = timedelta(seconds=20)

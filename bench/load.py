@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -73,6 +74,7 @@ class Result:
     last_start_s: float = math.nan  # last handler start - the first due time
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
     statements_per_execution: float | None = None
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # over the measured window
     notes: str = ""
 
     @property
@@ -115,3 +117,37 @@ def peak_rss_mib(pid: int) -> float:
     except OSError:
         pass
     return math.nan
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+SERVERS = {"postgres": "postgres", "beam.smp": "rabbitmq", "kube-apiserver": "kube-apiserver",
+           "etcd": "etcd"}  # fmt: skip
+
+
+def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each named process and, summed over
+    their processes, by the shared servers (PostgreSQL, RabbitMQ, kube-apiserver, etcd).
+    The difference of two snapshots is where a run's CPU went."""
+    out: dict[str, float] = dict.fromkeys([*named, *SERVERS.values()], 0.0)
+    by_pid = {pid: name for name, pid in named.items()}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+        pid = int(entry)
+        if pid in by_pid:
+            out[by_pid[pid]] += seconds
+        elif comm in SERVERS:
+            out[SERVERS[comm]] += seconds
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after.get(k, 0.0) - v, 2) for k, v in before.items()}

@@ -115,6 +115,8 @@ def step_up(system: str, first: int, seconds: int, runs: list[Run]) -> Result | 
             if best is not None:
                 break
             rate = math.floor(rate / STEP / 50) * 50 if rate >= 250 else math.floor(rate / STEP)
+    if best is not None and not any(not ok and k > best.rate for k, ok in tried.items()):
+        best.notes += "; a lower bound: no higher rate was tried"
     return best
 
 
@@ -172,6 +174,24 @@ def result_rows(results: list[Result]) -> list[str]:
                     f"{fmt(r.p50)} | {fmt(r.p99)} | {fmt(r.max)} | {fmt(r.last_start_s)} | "
                     f"{rss} | {spe} |")  # fmt: skip
     return rows
+
+
+def cpu_rows(results: list[Result]) -> list[str]:
+    """Where the CPU went: CPU milliseconds per started execution, by process (the shared
+    servers summed over their processes), over each run's measured window."""
+    measured = [r for r in results if r.cpu_seconds and r.started]
+    if not measured:
+        return []
+    names = list(dict.fromkeys(k for r in measured for k in r.cpu_seconds))
+    rows = ["## Where the CPU went (CPU ms per started execution)", "",
+            "| system | scenario | rate or count | " + " | ".join(names) + " | total |",
+            "|---|---|---|" + "---|" * (len(names) + 1)]  # fmt: skip
+    for r in measured:
+        per = [1000 * r.cpu_seconds.get(n, 0.0) / r.started for n in names]
+        size = f"{r.rate}/s" if r.rate else f"{r.count:,}"
+        rows.append(f"| {r.system} | {r.scenario} | {size} | "
+                    + " | ".join(f"{x:.2f}" for x in per) + f" | {sum(per):.2f} |")  # fmt: skip
+    return ["", *rows]
 
 
 def plot(results: list[Result], path: Path, title: str) -> None:
@@ -259,7 +279,7 @@ def top(args: argparse.Namespace) -> None:
           f"{counts[0]:,} and {counts[1]:,} one-off executions due at the same instant (10 "
           "tenants, all 64 shards), created ahead through each system's own API; start lag = "
           "handler start - due. Peers get the smaller spike.", runs,
-          ["## Figures", "", *result_rows(results)], results)  # fmt: skip
+          ["## Figures", "", *result_rows(results), *cpu_rows(results)], results)  # fmt: skip
 
 
 def sustained(args: argparse.Namespace) -> None:
@@ -282,7 +302,7 @@ def sustained(args: argparse.Namespace) -> None:
         spe = fmt(r.statements_per_execution, "", 2) if r.statements_per_execution else NONE
         body.append(f"| {system} | {r.rate:,}/s | {fmt(r.p50)} | {fmt(r.p99)} | {fmt(r.max)} "
                     f"| {spe} |")  # fmt: skip
-    body += ["", "## Every step", "", *result_rows(every)]
+    body += ["", "## Every step", "", *result_rows(every), *cpu_rows(every)]
     write("sustained", "Sustained capacity: a constant arrival rate, stepped up",
           f"One-off executions due at a constant rate for {args.seconds} s each step, each "
           "second's arrivals created 2 s ahead through the system's API; the rate is stepped "
