@@ -147,10 +147,19 @@ class Worker:
                 log.error("execution failed outside its handler", exc_info=result)
 
     async def _execute(self, body: ExecutionMessage, ack_point: asyncio.Event) -> None:
+        # A slot is a running handler: the outcome's write happens after it is given back
+        # (the message stays unacked until then, so prefetch still bounds the backlog).
         async with self._slots:
-            await self._claim_and_run(body, ack_point)
+            ran = await self._claim_and_run(body, ack_point)
+        if ran is not None:
+            await self._record(body, *ran)
+        ack_point.set()
 
-    async def _claim_and_run(self, body: ExecutionMessage, ack_point: asyncio.Event) -> None:
+    async def _claim_and_run(
+        self, body: ExecutionMessage, ack_point: asyncio.Event
+    ) -> tuple[Claimed, Outcome] | None:
+        """Claim and run the handler; None when there was nothing to run (throttled,
+        duplicate or stale)."""
         claimed = await self._claims.submit(
             store.ClaimRequest(body.execution_id, body.due_at, body.tenant)
         )
@@ -158,22 +167,24 @@ class Worker:
             log.info("execution %s: tenant %s at its limit, due again at %s",
                      body.execution_id, body.tenant, claimed.due_at)  # fmt: skip
             metrics.throttled.inc()
-            ack_point.set()
-            return
+            return None
         if claimed is None:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
-            ack_point.set()
-            return
+            return None
         if self._acks_at_claim(claimed):
             ack_point.set()
         metrics.start_lag.observe((_now() - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
         try:
-            outcome = await self._run(claimed)
+            return claimed, await self._run(claimed)
         finally:
             metrics.in_flight.dec()
             metrics.run_duration.observe(time.monotonic() - started)
+
+    async def _record(self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome) -> None:
+        """Write the outcome (only if this claim still holds the execution); dead-letter and
+        alert on a dead one."""
         recorded = await self._finishes.submit(store.Finish(
             claimed, outcome.status, outcome.error_kind, outcome.error_message,
             retry_at=outcome.retry_at,
@@ -196,7 +207,6 @@ class Worker:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:
                 metrics.retries.inc()
-        ack_point.set()
 
     async def _run(self, claimed: Claimed) -> Outcome:
         policy = RetryPolicy.model_validate(claimed.retry_policy)
