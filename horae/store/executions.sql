@@ -1,6 +1,10 @@
 -- name: insert_executions
 -- Schedule executions (deadline and policy copied from their jobs); a nominal occurrence
--- already scheduled is left alone. Shards of rows due before $11 are told (at COMMIT).
+-- already scheduled is left alone, even one whose due_at has moved since (throttled by a
+-- tenant limit, handed back by a stopping worker: the unique index includes due_at, the
+-- partition key, so only NOT EXISTS sees it; the day's margin, against workers' clocks,
+-- keeps the look-up to a few partitions).
+-- Shards of rows due before $11 are told (at COMMIT).
 WITH inserted AS (
     INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
                             job_version, status, created_at, starting_deadline_seconds,
@@ -11,6 +15,11 @@ WITH inserted AS (
                 $6::timestamptz[], $7::timestamptz[], $8::int[], $9::int[])
          AS u(id, job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version)
     JOIN jobs j ON j.id = u.job_id
+    WHERE u.attempt <> 1 OR NOT EXISTS (
+        SELECT 1 FROM executions x
+        WHERE x.job_id = u.job_id AND x.occurrence_at = u.occurrence_at
+          AND x.due_at >= u.occurrence_at - interval '1 day'
+          AND x.attempt = 1 AND x.status <> 'cancelled')
     ON CONFLICT (job_id, occurrence_at, due_at, shard) WHERE attempt = 1 AND status <> 'cancelled'
     DO NOTHING
     RETURNING id, shard, due_at

@@ -1,0 +1,51 @@
+"""A cron job fires each nominal time exactly once, whatever happened to the occurrence
+before it. (Found by the chaos suite, tests/chaos.)"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from horae.models import JobSource, JobSpec
+from horae.store import executions, jobs
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+LEASE = timedelta(seconds=30)
+
+
+async def first_attempts(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT * FROM executions WHERE job_id = $1 AND attempt = 1 AND status <> 'cancelled' "
+        "ORDER BY occurrence_at, due_at", job_id)  # fmt: skip
+
+
+async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispatch(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        await jobs.set_tenant_limit(conn, "acme", 1)
+        job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"),
+                                       tenant="acme", source=JobSource.API, shards=64,
+                                       now=NOW)  # fmt: skip
+        shard = job_id.int % 64
+        epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
+        [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+        await executions.mark_queued(conn, shard, epoch, [first], NOW)  # schedules the next
+        held = await executions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
+                                      lease=LEASE, tenant="acme")  # fmt: skip
+        assert isinstance(held, executions.Claimed)
+        nxt = (await first_attempts(pool, job_id))[1]
+        throttled = await executions.claim(conn, nxt["id"], nxt["due_at"], owner="w2",
+                                           now=nxt["due_at"], lease=LEASE,
+                                           tenant="acme")  # fmt: skip
+        assert isinstance(throttled, executions.Throttled), "the tenant's one slot is taken"
+        # The first occurrence is dispatched again (a republish after a failed record, or
+        # after its own throttling): its next occurrence exists already, at another due_at.
+        await executions.mark_queued(conn, shard, epoch, [first], NOW)
+    rows = await first_attempts(pool, job_id)
+    occurrences = [r["occurrence_at"] for r in rows]
+    assert len(occurrences) == len(set(occurrences)) == 2, [
+        (str(r["occurrence_at"]), str(r["due_at"]), r["status"]) for r in rows
+    ]
