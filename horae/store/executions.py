@@ -281,7 +281,18 @@ async def claim_many(
             Q["claim_executions"], [r.id for r in claimable], [r.due_at for r in claimable],
             owner, now, lease,
         )  # fmt: skip
-        answers |= {row["id"]: Claimed(**dict(row)) for row in rows}
+        for row in rows:
+            fields = dict(row)
+            del fields["unrecorded"]
+            answers[row["id"]] = Claimed(**fields)
+        # Claimed before the scheduler recorded its dispatch, which may never happen (it
+        # crashed, or its transaction failed): the next occurrence is scheduled here, or a
+        # cron job whose record is lost would never fire again. Idempotent.
+        await _schedule_next(conn, [
+            Due(r["id"], r["job_id"], r["tenant"], r["task"], r["shard"], r["due_at"],
+                r["occurrence_at"], r["attempt"])
+            for r in rows if r["unrecorded"]
+        ], now)  # fmt: skip
         for job_id in sorted({row["job_id"] for row in rows if row["source"] == "crd"}):
             await conn.execute(Q["notify_job"], str(job_id))  # its Execution shows Running
         missed = [r for r in claimable if r.id not in answers]

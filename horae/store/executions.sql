@@ -148,8 +148,9 @@ RETURNING e.job_id
 -- name: claim_executions
 -- Claim dispatched executions for one worker: running, leased, job fresh. Rows missing from
 -- the answer were stale or duplicates. Rows are locked in id order (see mark_queued).
+-- `unrecorded`: the row was still `scheduled` (published, but its dispatch not recorded).
 WITH target AS (
-    SELECT e.id, e.due_at
+    SELECT e.id, e.due_at, e.status = 'scheduled' AS unrecorded
     FROM executions e JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
       ON e.id = u.id AND e.due_at = u.due_at
     WHERE e.status IN ('queued', 'scheduled')
@@ -162,7 +163,8 @@ FROM target t, jobs j
 WHERE e.id = t.id AND e.due_at = t.due_at
   AND j.id = e.job_id AND j.state = 'active' AND j.spec_version = e.job_version
 RETURNING e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
-          e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name
+          e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name,
+          t.unrecorded
 
 -- name: tenant_limits
 -- The limits of those of these tenants that have one (a tenant not answered is unlimited).

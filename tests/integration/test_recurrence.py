@@ -1,5 +1,6 @@
 """A cron job fires each nominal time exactly once, whatever happened to the occurrence
-before it. (Found by the chaos suite, tests/chaos.)"""
+before it: throttled by its tenant's limit, or claimed before its dispatch was recorded.
+(Both found by the chaos suite, tests/chaos.)"""
 
 from __future__ import annotations
 
@@ -49,3 +50,23 @@ async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispa
     assert len(occurrences) == len(set(occurrences)) == 2, [
         (str(r["occurrence_at"]), str(r["due_at"]), r["status"]) for r in rows
     ]
+
+
+async def test_an_occurrence_claimed_before_its_dispatch_was_recorded_still_recurs(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"),
+                                       tenant="acme", source=JobSource.API, shards=64,
+                                       now=NOW)  # fmt: skip
+        shard = job_id.int % 64
+        [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+        # Published, then the scheduler's record failed (deadlock victim, crash): a worker
+        # claims the still-`scheduled` row and finishes it; no scheduler will record it.
+        claimed = await executions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
+                                         lease=LEASE, tenant="acme")  # fmt: skip
+        assert isinstance(claimed, executions.Claimed)
+    rows = await first_attempts(pool, job_id)
+    assert len(rows) == 2, "the next occurrence was scheduled by the claim"
+    assert rows[1]["occurrence_at"] == first.occurrence_at + timedelta(seconds=10)
+    assert rows[1]["status"] == "scheduled"
