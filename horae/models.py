@@ -117,6 +117,23 @@ def _check_time_zone(value: str) -> str:
     return value
 
 
+def contains_nul(value: Any) -> bool:
+    """Whether a JSON value holds the NUL character in a string or a key: Postgres text and
+    jsonb cannot store it, so it is refused at validation rather than failing at INSERT."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 class JobSpec(BaseModel):
     """What to run and when: the store's and the API's view of a job."""
 
@@ -138,6 +155,13 @@ class JobSpec(BaseModel):
     @classmethod
     def _time_zone_known(cls, value: str) -> str:
         return _check_time_zone(value)
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_storable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if contains_nul(value):
+            raise ValueError("strings and keys cannot contain the NUL character (\\u0000)")
+        return value
 
     @field_validator("run_at")
     @classmethod

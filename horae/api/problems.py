@@ -71,9 +71,12 @@ def install(app: FastAPI) -> None:
         errors = []
         for e in exc.errors():
             msg = str(e.get("msg", "invalid"))
+            field = field_path(e.get("loc", ()))
             if e.get("type") == "extra_forbidden":
                 msg = "unknown field"
-            errors.append({"field": field_path(e.get("loc", ())), "message": msg})
+            elif e.get("type") == "json_invalid":  # loc is ("body", offset): name the body
+                field, msg = "body", f"not valid JSON: {e.get('ctx', {}).get('error', msg)}"
+            errors.append({"field": field, "message": msg})
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         return problem_response(
             Problem(422, "Invalid request", f"{first['field']}: {first['message']}", errors=errors)
@@ -89,5 +92,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8, ...)
+            return problem_response(invalid("body", "not valid JSON (UTF-8)"))
         title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
         return problem_response(Problem(exc.status_code, title, str(exc.detail)))

@@ -168,7 +168,10 @@ def build_router(
             await store.create_jobs(conn, new, shards=shards, now=now)
         return BatchCreated(ids=[j.job_id for j in new])
 
-    @router.post("/jobs", status_code=201, response_model=Created, responses=ERRORS)
+    @router.post("/jobs", status_code=201, response_model=Created, responses={
+        200: {"model": Created, "description": "Created earlier by a request with the same "
+              "Idempotency-Key and body: that job"}, **ERRORS,
+    })  # fmt: skip
     async def create(
         body: JobCreate,
         response: Response,

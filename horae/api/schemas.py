@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from horae.api.problems import invalid
 from horae.models import (
@@ -19,6 +19,7 @@ from horae.models import (
     JobSpec,
     JobState,
     RetryPolicy,
+    contains_nul,
 )
 
 
@@ -26,6 +27,13 @@ class JobCreate(JobSpec):
     """A job to create: a task, a payload, and either `run_at` or `cron`."""
 
     name: str | None = Field(default=None, min_length=1, max_length=253)
+
+    @field_validator("name")
+    @classmethod
+    def _name_storable(cls, value: str | None) -> str | None:
+        if value is not None and contains_nul(value):
+            raise ValueError("cannot contain the NUL character (\\u0000)")
+        return value
 
     def spec(self) -> JobSpec:
         """The validated spec without `name` (no second validation: this one passed)."""

@@ -86,3 +86,10 @@ def test_shard_is_stable_and_in_range() -> None:
     job = uuid.UUID("12345678-1234-5678-1234-567812345678")
     assert shard_of(job, 64) == shard_of(job, 64) == job.int % 64
     assert all(0 <= shard_of(uuid.uuid4(), 64) < 64 for _ in range(200))
+
+
+def test_a_payload_or_key_holding_nul_is_refused_as_postgres_cannot_store_it() -> None:
+    for payload in ({"a": "x\x00"}, {"\x00": 1}, {"a": [{"b": ["\x00"]}]}):
+        with pytest.raises(pydantic.ValidationError, match="NUL"):
+            JobSpec(task="t", cron="* * * * *", payload=payload)
+    JobSpec(task="t", cron="* * * * *", payload={"a": "\\u0000 as text is fine"})

@@ -3,8 +3,11 @@ TokenReview/SubjectAccessReview against the real kube-apiserver."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +18,11 @@ import pytest_asyncio
 from horae.api.app import create_app
 from horae.api.auth import KubernetesAuth
 from horae.kube import Reviews, load_api_client
-from tests.support.kube import ControlPlane
+from tests.support.kube import ControlPlane, free_port
+from tests.support.processes import HORAE, REPO
+
+FUZZ_TOKEN = "fuzz-token"
+"""The static token of `api_url`'s process: tenant `fuzz`, every verb."""
 
 ROLE = """
 apiVersion: rbac.authorization.k8s.io/v1
@@ -79,3 +86,38 @@ async def api(
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def api_url(db_url: str, tmp_path: Path) -> Iterator[str]:
+    """A real `horae api` process on a fresh database, with one static token (FUZZ_TOKEN,
+    tenant `fuzz`) and no Kubernetes authentication."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{FUZZ_TOKEN},fuzz\n")
+    port = free_port()
+    log = (tmp_path / "api.log").open("wb")
+    proc = subprocess.Popen(
+        [HORAE, "api", "--port", str(port)],
+        env={**os.environ, "HORAE_DATABASE_URL": db_url, "HORAE_API_TOKENS_FILE": str(tokens),
+             "HORAE_API_KUBERNETES_AUTH": "false", "HORAE_LOG_LEVEL": "WARNING"},
+        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.1"], check=True)  # the server is another process
+        else:
+            raise AssertionError("horae api did not become ready")
+        assert proc.poll() is None, (tmp_path / "api.log").read_text()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        print((tmp_path / "api.log").read_text(), file=sys.stderr)

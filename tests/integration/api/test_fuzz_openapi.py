@@ -3,56 +3,13 @@ no 5xx, and every response conforms to the documented schema."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
-from tests.support.kube import free_port
-from tests.support.processes import HORAE, REPO
-
-TOKEN = "fuzz-token"
-
-
-@pytest.fixture
-def api_url(db_url: str, tmp_path: Path) -> Iterator[str]:
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"{TOKEN},fuzz\n")
-    port = free_port()
-    log = (tmp_path / "api.log").open("wb")
-    proc = subprocess.Popen(
-        [HORAE, "api", "--port", str(port)],
-        env={**os.environ, "HORAE_DATABASE_URL": db_url, "HORAE_API_TOKENS_FILE": str(tokens),
-             "HORAE_API_KUBERNETES_AUTH": "false", "HORAE_LOG_LEVEL": "WARNING"},
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.1"], check=True)  # the server is another process
-        else:
-            raise AssertionError("horae api did not become ready")
-        assert proc.poll() is None, (tmp_path / "api.log").read_text()
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        print((tmp_path / "api.log").read_text(), file=sys.stderr)
+from tests.integration.api.conftest import FUZZ_TOKEN as TOKEN
 
 
 def test_no_input_makes_the_api_fail_or_break_its_schema(api_url: str) -> None:
