@@ -4,12 +4,16 @@
     .venv-peers/bin/python -m bench.peers.celery_driver --scenario top --count N [--lead 20]
 
 Each run gets a fresh RabbitMQ vhost (rabbitmqctl, removed afterwards). Two
-`python -m celery worker` processes run a sync no-op task; the pool is `solo` by default
-(the task runs inline on the worker's event loop, no hand-off to a thread or a child
-process: the fastest for a no-op) and can be set with BENCH_PEERS_CELERY_POOL, e.g.
-`threads:64` or `prefork:2`. Tasks are published with `apply_async(eta=due)` on one
-producer, each second's ~2 s ahead; a Celery worker holds ETA tasks in its memory until
-they are due (unacknowledged), so there is no beat process for one-off tasks.
+`python -m celery worker` processes run a sync no-op task in the gevent pool, 64
+greenlets each. Not the default prefork pool nor `solo`/`threads`: with those the worker
+fires due ETA timers from its event loop, at most 10 per loop turn and then waits up to
+1 s for I/O (kombu's Hub.fire_timers), so 2,000 tasks due in one second took 106 s to
+start here with `solo`, and `solo` at 800/s sustained left p99 at 113 s; the gevent pool
+has a timer of its own (gevent: 2,000 at once all started in 0.7 s; 800/s p99 0.28 s).
+BENCH_PEERS_CELERY_POOL overrides it (`solo`, `threads:64`, `prefork:2`). Tasks are
+published with `apply_async(eta=due)` on one producer, each second's ~2 s ahead; a Celery
+worker holds ETA tasks in its memory (unacknowledged) until they are due, so there is no
+beat process for one-off tasks.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from bench.peers.common import (
 )
 
 WORKERS = 2
-POOL = os.environ.get("BENCH_PEERS_CELERY_POOL", "solo")  # "solo" | "threads:N" | "prefork:N"
+POOL = os.environ.get("BENCH_PEERS_CELERY_POOL", "gevent:64")  # or "solo", "threads:N", ...
 
 
 def rabbitmqctl(*args: str) -> None:
