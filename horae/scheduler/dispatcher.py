@@ -84,7 +84,8 @@ class Dispatcher:
         self._last_full = 0.0
         self._last_deep = 0.0
         self._full_needed = True
-        self._notified: set[int] = set()
+        self._notified: dict[int, tuple[datetime, uuid.UUID] | None] = {}
+        """Shards told of new rows: the smallest new (due_at, id), None = re-read the window."""
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
 
@@ -116,12 +117,16 @@ class Dispatcher:
         self._full_needed = True
         self._refresh_now.set()
 
-    def notified(self, _conn: object, _pid: int, channel: str, _payload: object) -> None:
-        """A near-term execution was inserted for one of our shards: re-read it now."""
+    def notified(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
+        """Near-term executions were inserted for one of our shards: read them now."""
         try:
-            self._notified.add(int(channel.rsplit("_", 1)[1]))
+            shard = int(channel.rsplit("_", 1)[1])
         except ValueError:
             self._full_needed = True
+        else:
+            key = store.parse_notify(str(payload))
+            known = self._notified.get(shard, key)
+            self._notified[shard] = None if key is None or known is None else min(key, known)
         self._refresh_now.set()
 
     # -- preload -------------------------------------------------------------
@@ -165,13 +170,24 @@ class Dispatcher:
                 start = MIN_CURSOR
             added, self._cursor = await self._read(shards, until, start)
             return added
-        behind = sorted(self._notified & set(shards))
-        self._notified.clear()
-        if behind:
+        # New rows ahead of the cursor are read by the cursor's read below; only those that
+        # sorted behind it are read again, from the smallest of them (time-ordered ids keep
+        # that rare); rows put back under their old ids mean a re-read of the shard.
+        notified, self._notified = self._notified, {}
+        owned = set(shards)
+        whole = sorted(s for s, key in notified.items() if key is None and s in owned)
+        behind = {s: key for s, key in notified.items()
+                  if key is not None and s in owned and key <= self._cursor}  # fmt: skip
+        if whole:
             lookback = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
-            added += (await self._read(behind, until, lookback))[0]
+            added += (await self._read(whole, until, lookback))[0]
+        if behind:
+            due_at, first = min(behind.values())
+            start = (due_at, uuid.UUID(int=max(0, first.int - 1)))  # from `first` inclusive
+            added += (await self._read(sorted(behind), until, start))[0]
         more, self._cursor = await self._read(shards, until, self._cursor)
-        log.debug("refresh: %d shards re-read on NOTIFY, %d new", len(behind), added + more)
+        log.debug("refresh: %d shards re-read whole and %d from a key on NOTIFY, %d new",
+                  len(whole), len(behind), added + more)  # fmt: skip
         return added + more
 
     async def run_refresh(self, stop: asyncio.Event) -> None:

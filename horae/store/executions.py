@@ -46,6 +46,18 @@ class Due:
 MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
 
 
+def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
+    """A shard NOTIFY's payload: the smallest (due_at, id) among the executions just
+    inserted for that shard, as "<epoch microseconds> <uuid>"; None for any other payload
+    (rows moved back to scheduled under their old ids: the shard's window is re-read)."""
+    micros, _, ident = payload.partition(" ")
+    try:
+        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(micros))
+        return at, uuid.UUID(ident)
+    except ValueError:
+        return None
+
+
 async def preload(
     conn: Conn,
     shards: Sequence[int],

@@ -24,8 +24,11 @@ WITH inserted AS (
     DO NOTHING
     RETURNING id, shard, due_at
 ), notified AS (
-    SELECT pg_notify('horae_shard_' || s.shard::text, s.id::text)
-    FROM (SELECT DISTINCT ON (shard) shard, id FROM inserted WHERE due_at < $11) s
+    -- the payload is the shard's smallest new (due_at, id): the scheduler reads from there
+    SELECT pg_notify('horae_shard_' || s.shard::text,
+                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' ' || s.id::text)
+    FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM inserted WHERE due_at < $11
+          ORDER BY shard, due_at, id) s
 )
 SELECT i.id, (SELECT count(*) FROM notified) AS notified FROM inserted i
 

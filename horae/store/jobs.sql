@@ -27,8 +27,11 @@ WITH new_jobs AS (
               starting_deadline_seconds, concurrency_policy)
     RETURNING id, shard, due_at
 ), notified AS (
-    SELECT pg_notify('horae_shard_' || s.shard::text, s.id::text)
-    FROM (SELECT DISTINCT ON (shard) shard, id FROM new_executions WHERE due_at < $29) s
+    -- the payload is the shard's smallest new (due_at, id): the scheduler reads from there
+    SELECT pg_notify('horae_shard_' || s.shard::text,
+                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' ' || s.id::text)
+    FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM new_executions WHERE due_at < $29
+          ORDER BY shard, due_at, id) s
 )
 SELECT (SELECT count(*) FROM new_jobs) AS jobs,
        (SELECT count(*) FROM new_executions) AS executions,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from horae import broker
 from horae.models import JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store import jobs
+from horae.store.db import connect
 
 
 @pytest_asyncio.fixture
@@ -55,3 +57,38 @@ async def test_a_shard_taken_later_loads_rows_the_cursor_already_passed(
     await d.refresh()
     held = {due.job_id for due in d.held()}
     assert held == {early, late}
+
+
+async def test_a_notified_row_behind_the_cursor_is_read_and_one_ahead_needs_no_reread(
+    pool: asyncpg.Pool, publisher: broker.Publisher, db_url: str
+) -> None:
+    async def never_fenced(shard: int) -> None:
+        raise AssertionError(f"fenced out of {shard}")
+
+    d = Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
+                   refresh_period=timedelta(seconds=2), lease_valid=lambda s: True,
+                   on_fenced=never_fenced)  # fmt: skip
+    heard: list[tuple[str, str]] = []
+    listener = await connect(db_url)
+    await listener.add_listener("horae_shard_1", lambda *a: heard.append((a[2], a[3])))
+    try:
+        due = (datetime.now(UTC) + timedelta(seconds=40)).replace(microsecond=0)
+        first = await job_in_shard(pool, 1, due)
+        await d.gain(1)
+        await d.refresh()  # full: the cursor now stands at (due, <first's execution>)
+        ahead = await job_in_shard(pool, 1, due + timedelta(seconds=5))
+        behind = await job_in_shard(pool, 1, due - timedelta(seconds=10))
+        for _ in range(50):  # NOTIFY arrives after COMMIT, asynchronously
+            if len(heard) == 2:
+                break
+            await asyncio.sleep(0.1)
+        # without its NOTIFY, the row behind the cursor stays unread: the cursor read only
+        # moves forward
+        await d.refresh()
+        assert {x.job_id for x in d.held()} == {first, ahead}
+        for channel, payload in heard:
+            d.notified(None, 0, channel, payload)
+        await d.refresh()
+        assert {x.job_id for x in d.held()} == {first, ahead, behind}
+    finally:
+        await listener.close()

@@ -11,6 +11,7 @@ import asyncpg
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
+from horae.store.executions import parse_notify
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -56,7 +57,8 @@ async def test_near_term_execution_notifies_its_shard(pool: asyncpg.Pool, db_url
             )  # fmt: skip
         payload = await asyncio.wait_for(heard.get(), timeout=5)
         [execution] = await rows(pool, job_id)
-        assert payload == str(execution["id"])
+        # the shard's smallest new (due_at, id), which the scheduler reads from
+        assert parse_notify(payload) == (execution["due_at"], execution["id"])
     finally:
         await listener.close()
 

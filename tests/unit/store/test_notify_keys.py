@@ -1,0 +1,33 @@
+"""Execution ids sort by creation time; shard NOTIFY payloads carry the smallest new key."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+
+from horae.store.executions import parse_notify
+from horae.store.jobs import new_execution_id
+
+
+def test_execution_ids_are_uuidv7_and_later_ones_sort_after_earlier_ones() -> None:
+    first = [new_execution_id() for _ in range(100)]
+    time.sleep(0.002)
+    later = [new_execution_id() for _ in range(100)]
+    assert {u.version for u in first + later} == {7}
+    assert {u.variant for u in first + later} == {uuid.RFC_4122}
+    assert max(first) < min(later)
+    assert len(set(first + later)) == 200
+    # the leading 48 bits are the creation time in milliseconds
+    assert abs((first[0].int >> 80) - time.time() * 1000) < 5_000
+
+
+def test_a_notify_payload_is_a_key_and_anything_else_means_reread() -> None:
+    ident = uuid.uuid4()
+    at = datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=UTC)
+    micros = int((at - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000 + 123456
+    assert parse_notify(f"{micros} {ident}") == (at, ident)
+    assert parse_notify("throttled") is None
+    assert parse_notify("released") is None
+    assert parse_notify(str(ident)) is None  # the payload of an older release
+    assert parse_notify("12 not-a-uuid") is None
