@@ -6,7 +6,7 @@ One driver per peer, each runnable from the repo root and printing one `Result` 
 as the last line of stdout (a human summary goes to stderr):
 
     .venv-peers/bin/python -m bench.peers.procrastinate_driver --scenario sustained --rate R --seconds S
-    .venv-peers/bin/python -m bench.peers.celery_driver --scenario top --count N [--lead 20]
+    .venv-peers/bin/python -m bench.peers.celery_driver --scenario top --count N [--lead S]
     .venv-peers/bin/python -m bench.peers.apscheduler_driver ...
 
 - `procrastinate_driver` (+ `procrastinate_app`): jobs deferred with `schedule_at`,

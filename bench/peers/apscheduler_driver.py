@@ -2,7 +2,7 @@
 one scheduler process that also runs them.
 
     .venv-peers/bin/python -m bench.peers.apscheduler_driver --scenario sustained --rate R --seconds S
-    .venv-peers/bin/python -m bench.peers.apscheduler_driver --scenario top --count N [--lead 20]
+    .venv-peers/bin/python -m bench.peers.apscheduler_driver --scenario top --count N [--lead S]
 
 APScheduler 3 has no separate workers: the scheduler process runs each due job in its
 executor (a thread pool of 20 here; a process pool would pickle every job to a child,
@@ -37,6 +37,8 @@ from bench.peers.common import (
 )
 
 CHUNK = 1000  # jobs per RPC call
+# ~4 ms per add_job here (one INSERT each): the top scenario's default lead allows for it
+CREATE_S = 0.005
 
 
 def connect(socket: str, processes: Processes, seconds: float) -> Connection:
@@ -80,4 +82,4 @@ async def drive(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(drive(parse_args(__doc__)))
+    asyncio.run(drive(parse_args(__doc__, create_seconds_per_job=CREATE_S)))

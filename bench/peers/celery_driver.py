@@ -1,7 +1,7 @@
 """Celery (RabbitMQ broker) as a peer: ETA tasks, two workers, no result backend.
 
     .venv-peers/bin/python -m bench.peers.celery_driver --scenario sustained --rate R --seconds S
-    .venv-peers/bin/python -m bench.peers.celery_driver --scenario top --count N [--lead 20]
+    .venv-peers/bin/python -m bench.peers.celery_driver --scenario top --count N [--lead S]
 
 Each run gets a fresh RabbitMQ vhost (rabbitmqctl, removed afterwards). Two
 `python -m celery worker` processes run a sync no-op task in the gevent pool, 64
@@ -47,6 +47,8 @@ from bench.peers.common import (
 
 WORKERS = 2
 POOL = os.environ.get("BENCH_PEERS_CELERY_POOL", "gevent:64")  # or "solo", "threads:N", ...
+# ~1,000 apply_async/s here: the top scenario's default lead allows for it
+CREATE_S = 0.001
 
 
 def rabbitmqctl(*args: str) -> None:
@@ -111,4 +113,4 @@ async def drive(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(drive(parse_args(__doc__)))
+    asyncio.run(drive(parse_args(__doc__, create_seconds_per_job=CREATE_S)))

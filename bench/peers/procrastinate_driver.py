@@ -1,7 +1,7 @@
 """Procrastinate as a peer: one-off jobs deferred with `schedule_at`, two workers.
 
     .venv-peers/bin/python -m bench.peers.procrastinate_driver --scenario sustained --rate R --seconds S
-    .venv-peers/bin/python -m bench.peers.procrastinate_driver --scenario top --count N [--lead 20]
+    .venv-peers/bin/python -m bench.peers.procrastinate_driver --scenario top --count N [--lead S]
 
 A fresh database gets Procrastinate's schema; two `python -m procrastinate worker`
 processes (log level warning) run an async no-op task with concurrency 64 each. A job scheduled in the future is found by a
