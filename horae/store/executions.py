@@ -425,10 +425,13 @@ async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> asyncp
     return await conn.fetchrow(Q["get_execution"], execution_id, tenant)
 
 
-async def heartbeat(conn: Conn, *, owner: str, now: datetime, lease: timedelta) -> list[uuid.UUID]:
-    """Extend the leases of all of `owner`'s running executions in one statement; return
-    those marked for cancellation (job cancelled, or replaced under `Replace`)."""
-    rows = await conn.fetch(Q["heartbeat"], owner, now, lease)
+async def heartbeat(
+    conn: Conn, *, owner: str, now: datetime, lease: timedelta, ids: Sequence[uuid.UUID]
+) -> list[uuid.UUID]:
+    """Extend the leases of `owner`'s running executions among `ids` (those it still works
+    on) in one statement; return those marked for cancellation (job cancelled, or replaced
+    under `Replace`)."""
+    rows = await conn.fetch(Q["heartbeat"], owner, now, lease, list(ids))
     return [r["id"] for r in rows if r["cancel_requested"]]
 
 

@@ -263,11 +263,11 @@ WHERE lease_owner = $1 AND status = 'running' AND id = ANY($2::uuid[])
 RETURNING id, shard
 
 -- name: heartbeat
--- Extend the leases of every execution this worker runs (locked in id order, as outcomes
--- are recorded); report those marked for cancellation.
+-- Extend the leases of the executions this worker still works on ($4; locked in id order,
+-- as outcomes are recorded); report those marked for cancellation.
 WITH target AS (
     SELECT id, due_at FROM executions
-    WHERE lease_owner = $1 AND status = 'running'
+    WHERE lease_owner = $1 AND status = 'running' AND id = ANY($4::uuid[])
     ORDER BY id
     FOR UPDATE
 )

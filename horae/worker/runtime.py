@@ -62,6 +62,15 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+TRANSIENT = (
+    OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+)  # fmt: skip
+"""Errors of the database connection, not of a message: the execution stays `queued` and the
+reaper publishes it again. Any other error before an execution's ack point means the message
+itself cannot be processed (a poison message): it is dead-lettered."""
+
+
 async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
     """Run a write transaction again when Postgres chose it as a deadlock victim (rolled
     back, so safe to repeat): batched writes of two workers can lock rows in crossing
@@ -84,6 +93,10 @@ class Worker:
         self._pool = pool
         self._publisher = publisher
         self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._held: set[uuid.UUID] = set()
+        """Executions claimed and not yet recorded: the only ones heartbeats keep. One whose
+        claim's answer or outcome's write was lost (Postgres restarted, the connection was
+        cut) is let go, so its lease runs out and the reaper recovers it."""
         self._slots = asyncio.Semaphore(self._cfg.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -95,13 +108,36 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _claim_batch(
+    async def _claim(
         self, requests: Sequence[store.ClaimRequest]
     ) -> list[Claimed | store.Throttled | None]:
         async with self._pool.acquire() as conn:
             return await _retrying(lambda: store.claim_many(
                 conn, requests, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease
             ))  # fmt: skip
+
+    async def _claim_batch(
+        self, requests: Sequence[store.ClaimRequest]
+    ) -> Sequence[Claimed | store.Throttled | Exception | None]:
+        """Claims committed together; when the group fails for a reason other than the
+        connection, each is tried alone, so that one unclaimable request (a poison message)
+        fails only itself, not the executions that happened to share its transaction."""
+        try:
+            return await self._claim(requests)
+        except TRANSIENT:
+            raise
+        except Exception:
+            if len(requests) == 1:
+                raise
+        answers: list[Claimed | store.Throttled | Exception | None] = []
+        for request in requests:
+            try:
+                answers += await self._claim([request])
+            except TRANSIENT:
+                raise
+            except Exception as exc:
+                answers.append(exc)
+        return answers
 
     async def _finish_batch(self, outcomes: Sequence[store.Finish]) -> list[bool]:
         async with self._pool.acquire() as conn:
@@ -118,18 +154,36 @@ class Worker:
         )
         return seconds is None or seconds > self._cfg.consumer_timeout.total_seconds() / 2
 
+    async def _refuse(self, message: broker.IncomingMessage, reason: str, why: str) -> None:
+        """Dead-letter a message that cannot be processed (the head of its body, its reason
+        in the `reason` header), then ack it: it is never redelivered."""
+        log.error("message %s dead-lettered (%s): %s", message.message_id, reason, why)
+        await self._publisher.dead_letter(
+            message.body[: broker.DEAD_LETTER_BODY_BYTES], str(message.message_id or ""),
+            {"reason": reason, "error": why[:1000]},
+        )  # fmt: skip
+        metrics.dead_letters.inc()
+        await message.ack()
+
     async def handle(self, message: broker.IncomingMessage) -> None:
         """One dispatch message: each of its executions runs on its own (within the
         concurrency limit); the message is acked once every execution in it has reached
-        its ack point, and never if one was interrupted (shutdown) before that."""
+        its ack point, and never if one was interrupted (shutdown) before that.
+
+        A message that is too big, not an `ExecutionBatch`, or whose executions cannot be
+        claimed for a reason other than the database connection is dead-lettered. One whose
+        claim failed on the connection is rejected without requeue (its rows stay `queued`
+        and the reaper publishes them again), so it never holds a prefetch slot for good."""
+        if len(message.body) > broker.MAX_MESSAGE_BYTES:
+            await self._refuse(message, "oversized", f"{len(message.body)} bytes; the limit "
+                               f"is {broker.MAX_MESSAGE_BYTES}")  # fmt: skip
+            return
         try:
             batch = ExecutionBatch.model_validate_json(message.body).executions
         except pydantic.ValidationError as exc:
-            log.error("malformed message %s dead-lettered: %s", message.message_id, exc)
-            await self._publisher.dead_letter(
-                message.body[:65536], str(message.message_id or ""), {"reason": "malformed"}
-            )
-            await message.ack()
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            await self._refuse(message, "malformed", f"{where}: {first['msg']}")
             return
         ready = [asyncio.Event() for _ in batch]
         runs = [
@@ -139,8 +193,20 @@ class Worker:
             waiter = asyncio.ensure_future(point.wait())
             await asyncio.wait([run, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
+        failed = [
+            (run, m) for run, m, point in zip(runs, batch, ready, strict=True)
+            if not point.is_set() and run.done()
+        ]  # fmt: skip
         if all(point.is_set() for point in ready):
             await message.ack()
+        elif any(run.cancelled() for run, _ in failed):
+            pass  # shutting down: left unacked, RabbitMQ gives it back
+        elif any(isinstance(run.exception(), TRANSIENT) for run, _ in failed):
+            await message.nack(requeue=False)
+        else:
+            errors = "; ".join(f"{m.execution_id}: {type(run.exception()).__name__}"
+                               for run, m in failed)  # fmt: skip
+            await self._refuse(message, "unprocessable", errors)
         results = await asyncio.gather(*runs, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
@@ -152,7 +218,10 @@ class Worker:
         async with self._slots:
             ran = await self._claim_and_run(body, ack_point)
         if ran is not None:
-            await self._record(body, *ran)
+            try:
+                await self._record(body, *ran)
+            finally:
+                self._held.discard(ran[0].id)
         ack_point.set()
 
     async def _claim_and_run(
@@ -163,6 +232,8 @@ class Worker:
         claimed = await self._claims.submit(
             store.ClaimRequest(body.execution_id, body.due_at, body.tenant)
         )
+        if isinstance(claimed, Exception):
+            raise claimed
         if isinstance(claimed, store.Throttled):
             log.info("execution %s: tenant %s at its limit, due again at %s",
                      body.execution_id, body.tenant, claimed.due_at)  # fmt: skip
@@ -171,6 +242,7 @@ class Worker:
         if claimed is None:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
             return None
+        self._held.add(claimed.id)
         if self._acks_at_claim(claimed):
             ack_point.set()
         metrics.start_lag.observe((_now() - claimed.due_at).total_seconds())
@@ -178,6 +250,9 @@ class Worker:
         started = time.monotonic()
         try:
             return claimed, await self._run(claimed)
+        except BaseException:
+            self._held.discard(claimed.id)
+            raise
         finally:
             metrics.in_flight.dec()
             metrics.run_duration.observe(time.monotonic() - started)
@@ -185,10 +260,21 @@ class Worker:
     async def _record(self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome) -> None:
         """Write the outcome (only if this claim still holds the execution); dead-letter and
         alert on a dead one."""
-        recorded = await self._finishes.submit(store.Finish(
-            claimed, outcome.status, outcome.error_kind, outcome.error_message,
-            retry_at=outcome.retry_at,
-        ))  # fmt: skip
+        finish = store.Finish(claimed, outcome.status, outcome.error_kind, outcome.error_message,
+                              retry_at=outcome.retry_at)  # fmt: skip
+        # Postgres restarting or the connection cut: try again while the lease lasts (after
+        # that the reaper has ended the attempt and the write would find nothing to record).
+        give_up = time.monotonic() + self._cfg.lease.total_seconds()
+        while True:
+            try:
+                recorded = await self._finishes.submit(finish)
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                if time.monotonic() > give_up:
+                    log.exception("execution %s: outcome not recorded; its lease will run out",
+                                  claimed.id)  # fmt: skip
+                    return
+                await asyncio.sleep(0.5)
         if recorded and outcome.status == "dead":
             await self._publisher.dead_letter(
                 body.model_dump_json().encode(), str(claimed.id),
@@ -281,8 +367,9 @@ class Worker:
             try:
                 async with self._pool.acquire() as conn:
                     cancel = await store.heartbeat(
-                        conn, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease
-                    )
+                        conn, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease,
+                        ids=list(self._held),
+                    )  # fmt: skip
                 for execution_id in cancel:
                     handler = self._handlers.get(execution_id)
                     if handler is not None and not handler.done():

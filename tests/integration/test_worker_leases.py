@@ -1,0 +1,91 @@
+"""A worker's heartbeats keep only the executions it still works on: one whose outcome it
+could not record (Postgres unreachable past the lease) is let go, so the reaper can
+recover it. Before, the heartbeats kept it `running` for as long as the worker lived.
+(Found by the chaos suite, tests/chaos.)"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from horae import broker
+from horae.config import Settings
+from horae.models import ExecutionMessage, JobSource, JobSpec
+from horae.store import jobs
+from horae.store.db import connect_pool
+from horae.worker.runtime import Worker
+from horae.worker.sdk import REGISTRY, TaskContext, task
+from tests.support.wait import until
+
+TASK = "itest.blocks-until-told"
+
+
+async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeats(
+    pool: asyncpg.Pool, db_url: str, broker_url: str, broker_prefix: str
+) -> None:
+    release = asyncio.Event()
+
+    @task(TASK)
+    async def blocks(ctx: TaskContext, payload: dict[str, Any]) -> None:
+        await release.wait()
+
+    settings = Settings.from_env({"HORAE_DATABASE_URL": db_url, "HORAE_IDENTITY": "w-itest",
+                                  "HORAE_EXECUTION_LEASE_SECONDS": "2"})  # fmt: skip
+    worker_pool = await connect_pool(db_url, size=2)
+    connection = await broker.connect(broker_url)
+    admin = await asyncpg.connect(db_url)
+    stop = asyncio.Event()
+    database = db_url.rsplit("/", 1)[1]
+    try:
+        publisher = broker.Publisher(connection, broker.Names(broker_prefix))
+        await publisher.start()
+        worker = Worker(settings, worker_pool, publisher)
+        heartbeats = asyncio.create_task(worker.heartbeat(stop))
+        now = datetime.now(UTC)
+        async with pool.acquire() as conn:
+            job_id = await jobs.create_job(conn, JobSpec(task=TASK, run_at=now), tenant="t",
+                                           source=JobSource.API, shards=64, now=now)  # fmt: skip
+        row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job_id)
+        body = ExecutionMessage(
+            execution_id=row["id"], job_id=job_id, task=TASK, tenant="t",
+            due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
+        )  # fmt: skip
+        run = asyncio.create_task(worker._execute(body, asyncio.Event()))
+
+        async def running() -> bool:
+            return await admin.fetchval("SELECT status FROM executions WHERE id = $1",
+                                        row["id"]) == "running"  # fmt: skip
+
+        await until(running, timeout=10, what="the claim")
+        # Postgres out of reach for the worker: no new connection, the open ones cut.
+        await admin.execute(f'ALTER DATABASE "{database}" CONNECTION LIMIT 0')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        release.set()  # the handler returns; its outcome cannot be written
+        await asyncio.wait_for(run, timeout=15)  # the worker gives up after the lease
+        await admin.execute(f'ALTER DATABASE "{database}" CONNECTION LIMIT -1')
+
+        async def lapsed() -> bool:
+            lease_until = await admin.fetchval(
+                "SELECT lease_until FROM executions WHERE id = $1 AND status = 'running'",
+                row["id"],
+            )
+            return lease_until is not None and lease_until < datetime.now(UTC)
+
+        for _ in range(3):  # and stays lapsed over several heartbeat periods (2/3 s)
+            await until(lapsed, timeout=5, interval=0.1, what="the lease to run out")
+            await asyncio.sleep(0.7)
+        assert await lapsed(), "a heartbeat extended the lease of an execution given up"
+        heartbeats.cancel()
+    finally:
+        stop.set()
+        REGISTRY.pop(TASK, None)
+        await admin.execute(f'ALTER DATABASE "{database}" CONNECTION LIMIT -1')
+        await admin.close()
+        await connection.close()
+        await worker_pool.close()
