@@ -195,7 +195,7 @@ class Dispatcher:
             self._refresh_now.clear()
             try:
                 await self.refresh()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except Exception:  # the loop must outlive any one failure
                 log.exception("preload failed; retrying")
                 self._full_needed = True
                 await asyncio.sleep(0.5)
@@ -216,7 +216,7 @@ class Dispatcher:
             if batch:
                 try:
                     await self._dispatch(batch)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                except Exception:  # the loop must outlive any one failure
                     log.exception("dispatch failed; the batch stays scheduled and is re-read")
                     self._forget(batch)
                     self._full_needed = True
@@ -269,11 +269,17 @@ class Dispatcher:
 
     async def _dispatch(self, batch: list[Due]) -> None:
         by_shard: dict[int, list[Due]] = defaultdict(list)
+        lapsed: set[int] = set()
         for due in batch:
             if due.shard in self.epochs and self._lease_valid(due.shard):
                 by_shard[due.shard].append(due)
             else:
                 self._known.discard(due.id)  # not ours (any more): forget it
+                if due.shard in self.epochs:
+                    lapsed.add(due.shard)
+        if lapsed:  # held, but not renewed within the lease duration by our clock
+            log.warning("not dispatching for shards %s: their Leases were not renewed in time",
+                        sorted(lapsed))  # fmt: skip
         if not by_shard:
             return
         now = _now()
