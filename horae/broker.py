@@ -36,6 +36,13 @@ from horae.models import ExecutionBatch, ExecutionMessage
 BATCH_SIZE = 100
 """Executions per dispatch message."""
 
+MAX_MESSAGE_BYTES = 1024 * 1024
+"""Largest dispatch message a worker reads: a full `ExecutionBatch` (1,000 executions) is
+well under it. A bigger one is dead-lettered unread."""
+
+DEAD_LETTER_BODY_BYTES = 65536
+"""A dead letter keeps at most this much of a refused message's body."""
+
 
 @dataclass(frozen=True)
 class Names:

@@ -202,8 +202,15 @@ class ExecutionMessage(BaseModel):
 
     execution_id: uuid.UUID
     job_id: uuid.UUID
-    task: str
-    tenant: str
+    task: str = Field(min_length=1, max_length=253)
+    tenant: str = Field(min_length=1, max_length=253)
     due_at: datetime
     occurrence_at: datetime
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=1_000_000)
+
+    @field_validator("task", "tenant")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        if contains_nul(value):
+            raise ValueError("cannot contain the NUL character")
+        return value
