@@ -7,12 +7,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv services k8s lint typecheck format crds docs unit test demo bench peers-venv clean
+.PHONY: help venv services k8s lint typecheck format crds docs unit test demo bench peers-venv chaos clean
 
 help:
 	@echo "make test    set everything up, then lint, type-check and run the whole suite"
 	@echo "make demo    bring services, control plane and Horae up locally and fire example jobs"
 	@echo "make bench   run the benchmark suite, Horae and its peers (about an hour): bench/results/"
+	@echo "make chaos   a chaos run of DURATION seconds of faults: make chaos SEED=7 DURATION=1800"
 	@echo "make lint | typecheck | format | crds | docs | unit"
 
 $(STAMP): pyproject.toml
@@ -54,6 +55,14 @@ unit: venv
 test: venv services k8s lint typecheck
 	@set -a; eval "$$(hack/services.sh env)"; set +a; \
 		$(BIN)/pytest -q -p no:cacheprovider
+
+# A longer chaos run than the one `make test` includes (docs/reliability.md).
+SEED     ?= 20261130
+DURATION ?= 1800
+chaos: venv services k8s
+	@set -a; eval "$$(hack/services.sh env)"; set +a; \
+		HORAE_CHAOS_SEED=$(SEED) HORAE_CHAOS_DURATION=$(DURATION) \
+		$(BIN)/pytest -q -p no:cacheprovider -s -m chaos tests/chaos
 
 demo: venv services k8s
 	@hack/demo.sh

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,12 +69,16 @@ class Processes:
         """Extra environment per `horae` command, e.g. the operator's own kubeconfig."""
         self.started: list[Component] = []
 
-    def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Component:
+    def start(
+        self, name: str, *args: str, env: Mapping[str, str] | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> Component:  # fmt: skip
+        """`wrapper`: a command the component runs under, e.g. `ip netns exec NAME`."""
         identity = f"{name}-{len(self.started)}"
         log_path = self.log_dir / f"{identity}.log"
         log = log_path.open("wb")
         popen = subprocess.Popen(
-            [HORAE, *args],
+            [*wrapper, HORAE, *args],
             env={
                 **self.env,
                 **self.command_env.get(args[0] if args else "", {}),

@@ -1,0 +1,314 @@
+"""The history checker: what was promised, what ran, what Postgres says; pure logic.
+
+Inputs, all read after the run:
+- promises: every create the API acknowledged (job, tenant, the nominal fire times it
+  owes in the checked window);
+- invocations: every handler start, with its end or failure, from the workers' history
+  files (worker identity, execution id, idempotency key, real start time);
+- faults: what was done to whom and when;
+- observations: Postgres sampled during the run (terminal statuses, shard epochs,
+  running executions per tenant) and its final state.
+
+Invariants (a violation fails the run): lost = 0, double claims = 0, unexplained
+duplicates = 0, stuck = 0, terminal statuses changed = 0, epochs backwards = 0,
+tenant limits exceeded = 0, phantom runs = 0, start lag p99 of executions no fault
+touched <= 2 s. Duplicates that a fault explains are counted and reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+WORKER_FAULTS = {"kill", "pause", "term", "clock"}
+"""Faults aimed at one process: they explain a duplicate of a run that process held."""
+GLOBAL_FAULTS = {"pg_restart", "pg_terminate", "mq_restart", "partition"}
+"""Faults that can cut any process's writes: they explain a duplicate of any run."""
+LAG_LIMIT = 2.0
+LAG_MARGIN = 5.0
+"""A fault this long before a run's due time counts as touching it: a crashed scheduler's
+shards move within lease + renew period (3 + 1 s in the suite)."""
+
+
+@dataclass(frozen=True)
+class Promise:
+    """An acknowledged create and the fire times it owes (epoch seconds)."""
+
+    job_id: str
+    tenant: str
+    kind: str
+    occurrences: tuple[float, ...]
+    acked_at: float
+    valid: tuple[float, ...] = ()
+    """Fire times of the job outside the checked window that may run too (cron jobs: all
+    of its nominal times); an invocation at any other time is a phantom."""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    execution_id: str
+    job_id: str
+    attempt: int
+    occurrence_at: float
+    due_at: float
+    tenant: str
+    worker: str
+    at: float
+    ended_at: float | None = None
+    failed: bool = False
+    """The handler raised on purpose (a retryable failure the workload asked for)."""
+
+    @property
+    def key(self) -> tuple[str, float]:
+        return (self.job_id, round(self.occurrence_at, 3))
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    target: str
+    """A component identity (`worker-3`), or `postgres`, `rabbitmq`, `scheduler-2`..."""
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Postgres, seen at one moment of the run."""
+
+    at: float
+    terminal: Mapping[str, str] = field(default_factory=dict)
+    """execution id -> terminal status"""
+    epochs: Mapping[int, int] = field(default_factory=dict)
+    running: Mapping[str, int] = field(default_factory=dict)
+    """tenant -> executions running"""
+
+
+@dataclass(frozen=True)
+class History:
+    promises: Sequence[Promise]
+    invocations: Sequence[Invocation]
+    faults: Sequence[Fault]
+    samples: Sequence[Sample]
+    final: Mapping[str, str]
+    """execution id -> status, after quiescence"""
+    limits: Mapping[str, int]
+    lease_seconds: float
+    withdrawn: frozenset[tuple[str, float]] = frozenset()
+    """(job id, occurrence) of limited tenants' executions still waiting for a slot when
+    their job was cancelled, and cancelled with it: not owed any more."""
+
+
+@dataclass
+class Report:
+    promised: int = 0
+    invocations: int = 0
+    lost: list[str] = field(default_factory=list)
+    withdrawn: int = 0
+    double_claims: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    """Explained: the first run's owner was faulted."""
+    unexplained_duplicates: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    changed_terminal: list[str] = field(default_factory=list)
+    epochs_backwards: list[str] = field(default_factory=list)
+    over_limit: list[str] = field(default_factory=list)
+    phantoms: list[str] = field(default_factory=list)
+    lag_samples: int = 0
+    lag_p50: float = 0.0
+    lag_p99: float = 0.0
+    lag_max: float = 0.0
+    faults: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost or self.double_claims or self.unexplained_duplicates or self.stuck
+            or self.changed_terminal or self.epochs_backwards or self.over_limit
+            or self.phantoms
+        ) and self.lag_p99 <= LAG_LIMIT  # fmt: skip
+
+    def format(self, limit: int = 10) -> str:
+        def line(name: str, items: list[str], must_be_zero: bool = True) -> list[str]:
+            flag = "" if not must_be_zero else ("  ok" if not items else "  VIOLATION")
+            out = [f"{name:<34}{len(items):>8}{flag}"]
+            out += [f"    {item}" for item in items[:limit]]
+            if len(items) > limit:
+                out.append(f"    ... and {len(items) - limit} more")
+            return out
+
+        rows = [
+            f"{'occurrences promised':<34}{self.promised:>8}",
+            f"{'handler invocations':<34}{self.invocations:>8}",
+            f"{'faults injected':<34}{sum(self.faults.values()):>8}  "
+            + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),
+            *line("lost", self.lost),
+            f"{'withdrawn (backlog, job cancelled)':<34}{self.withdrawn:>8}",
+            *line("double claims", self.double_claims),
+            *line("duplicates (explained by a fault)", self.duplicates, must_be_zero=False),
+            *line("duplicates unexplained", self.unexplained_duplicates),
+            *line("stuck (not terminal)", self.stuck),
+            *line("terminal statuses changed", self.changed_terminal),
+            *line("epochs gone backwards", self.epochs_backwards),
+            *line("tenant limits exceeded", self.over_limit),
+            *line("phantom runs", self.phantoms),
+            f"{'start lag, untouched by faults':<34}{self.lag_samples:>8} runs: p50 "
+            f"{self.lag_p50:.3f} s, p99 {self.lag_p99:.3f} s, max {self.lag_max:.3f} s"
+            + ("  ok" if self.lag_p99 <= LAG_LIMIT else f"  VIOLATION (> {LAG_LIMIT} s)"),
+            "verdict: " + ("PASS" if self.ok else "FAIL"),
+        ]
+        return "\n".join(rows)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class _Faults:
+    def __init__(self, faults: Iterable[Fault]) -> None:
+        self._by_target: dict[str, list[Fault]] = defaultdict(list)
+        self._global: list[Fault] = []
+        for f in faults:
+            if f.kind in GLOBAL_FAULTS:
+                self._global.append(f)
+            else:
+                self._by_target[f.target].append(f)
+
+    def on(self, target: str, start: float, end: float) -> Fault | None:
+        """A fault of `target` itself overlapping [start, end]."""
+        return next((f for f in self._by_target.get(target, ())
+                     if f.start <= end and f.end >= start), None)  # fmt: skip
+
+    def anywhere(self, start: float, end: float) -> Fault | None:
+        return next((f for f in self._global if f.start <= end and f.end >= start), None)
+
+    def touching(self, start: float, end: float) -> bool:
+        """Any fault that can delay a run overlapping [start, end] (a long transaction
+        holding back vacuum is not one: start lag is measured under it)."""
+        return self.anywhere(start, end) is not None or any(
+            f.start <= end and f.end >= start and f.kind != "long_txn"
+            for fs in self._by_target.values()
+            for f in fs
+        )
+
+
+def check(history: History) -> Report:
+    report = Report(invocations=len(history.invocations))
+    faults = _Faults(history.faults)
+    lease = history.lease_seconds
+    for f in history.faults:
+        report.faults[f.kind] = report.faults.get(f.kind, 0) + 1
+
+    runs: dict[tuple[str, float], list[Invocation]] = defaultdict(list)
+    for inv in sorted(history.invocations, key=lambda i: i.at):
+        runs[inv.key].append(inv)
+
+    # Lost and phantom runs.
+    promises = {p.job_id: p for p in history.promises}
+    for p in history.promises:
+        for occurrence in p.occurrences:
+            report.promised += 1
+            done = runs.get((p.job_id, round(occurrence, 3)), [])
+            withdrawn = (p.job_id, round(occurrence, 3)) in history.withdrawn
+            if not done and withdrawn and p.tenant in history.limits:
+                report.withdrawn += 1
+                continue
+            if not any(r.ended_at is not None and not r.failed for r in done):
+                started = f"started {len(done)}x, never completed" if done else "never started"
+                report.lost.append(f"job {p.job_id} ({p.kind}, {p.tenant}) occurrence "
+                                   f"{occurrence:.3f}: {started}")  # fmt: skip
+    for key in runs:
+        promise = promises.get(key[0])
+        if promise is None:
+            continue  # a create the API never acknowledged may still have run
+        allowed = {round(t, 3) for t in (*promise.occurrences, *promise.valid)}
+        if key[1] not in allowed:
+            report.phantoms.append(f"job {key[0]} ran occurrence {key[1]:.3f}, not a fire time")
+
+    # Double claims: one execution id run twice while the first claim's lease was valid.
+    by_execution: dict[str, list[Invocation]] = defaultdict(list)
+    for inv in history.invocations:
+        by_execution[inv.execution_id].append(inv)
+    for execution_id, invs in by_execution.items():
+        invs.sort(key=lambda i: i.at)
+        for first, second in itertools.pairwise(invs):
+            if first.ended_at is not None and first.ended_at <= second.at:
+                continue  # not concurrent; a rerun of a finished execution is a duplicate
+            granted = second.at < first.at + lease - 1.0  # the lease as granted at claim
+            kept = (
+                faults.on(first.worker, first.at, second.at) is None
+                and faults.anywhere(first.at - lease, second.at) is None
+            )  # an untouched owner keeps heartbeating
+            if granted or kept:
+                report.double_claims.append(
+                    f"execution {execution_id}: {first.worker} from {first.at:.3f}, "
+                    f"{second.worker} from {second.at:.3f} (lease {lease:.0f} s)"
+                )
+
+    # Duplicates: an occurrence started again although an earlier run did not fail on
+    # purpose (it completed, or its owner died, paused or lost its lease).
+    for key, invs in runs.items():
+        for i, later in enumerate(invs):
+            earlier = [r for r in invs[:i] if not r.failed]
+            if not earlier:
+                continue
+            first = earlier[-1]
+            cause = faults.on(first.worker, first.at, later.at) or faults.anywhere(
+                first.at - lease, later.at
+            )
+            text = (f"occurrence {key[0]}@{key[1]:.3f}: attempt {first.attempt} on "
+                    f"{first.worker} at {first.at:.3f}, again attempt {later.attempt} on "
+                    f"{later.worker} at {later.at:.3f}")  # fmt: skip
+            if cause is not None:
+                report.duplicates.append(f"{text}; {cause.kind} of {cause.target}")
+            else:
+                report.unexplained_duplicates.append(text)
+
+    # Stuck executions, terminal statuses that changed, epochs, tenant limits.
+    report.stuck = [
+        f"execution {eid}: {status}" for eid, status in history.final.items()
+        if status in ("scheduled", "queued", "running")
+    ]  # fmt: skip
+    seen_terminal: dict[str, str] = {}
+    last_epoch: dict[int, int] = {}
+    for sample in sorted(history.samples, key=lambda s: s.at):
+        for eid, status in sample.terminal.items():
+            before = seen_terminal.setdefault(eid, status)
+            if before != status:
+                report.changed_terminal.append(f"execution {eid}: {before} -> {status}")
+                seen_terminal[eid] = status
+        for shard, epoch in sample.epochs.items():
+            if epoch < last_epoch.get(shard, 0):
+                report.epochs_backwards.append(
+                    f"shard {shard}: {last_epoch[shard]} -> {epoch} at {sample.at:.3f}"
+                )
+            last_epoch[shard] = max(epoch, last_epoch.get(shard, 0))
+        for tenant, running in sample.running.items():
+            limit = history.limits.get(tenant)
+            if limit is not None and running > limit:
+                report.over_limit.append(f"tenant {tenant}: {running} running > {limit} "
+                                         f"at {sample.at:.3f}")  # fmt: skip
+    for eid, status in history.final.items():
+        before = seen_terminal.get(eid)
+        if before is not None and before != status:
+            report.changed_terminal.append(f"execution {eid}: {before} -> {status} (final)")
+
+    # Start lag of first runs no fault touched, of tenants no limit held back.
+    lags = []
+    for invs in runs.values():
+        first = invs[0]
+        if first.tenant in history.limits:
+            continue  # a throttled execution waits for a slot on purpose
+        if faults.touching(first.due_at - LAG_MARGIN, first.at):
+            continue
+        lags.append(first.at - first.due_at)
+    report.lag_samples = len(lags)
+    report.lag_p50, report.lag_p99 = percentile(lags, 0.5), percentile(lags, 0.99)
+    report.lag_max = max(lags, default=0.0)
+    return report

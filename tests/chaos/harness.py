@@ -1,0 +1,358 @@
+"""One chaos run: private servers, 2 API / 3 scheduler / 3 worker / 2 operator processes,
+a workload, a seeded fault schedule, quiescence, then the checker over the history.
+
+Timeline: set up -> crons and ScheduledJobs -> fault phase (one-offs created at a steady
+pace, faults injected) -> calm (every replica up, nothing injected) -> crons cancelled
+-> wait until no execution is pending -> read the history and check it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from horae.store.migrate import migrate
+from tests.chaos import checker
+from tests.chaos.faults import Cluster, Injector, plan
+from tests.chaos.partition import Partition
+from tests.chaos.servers import Postgres, RabbitMQ
+from tests.chaos.workload import TENANTS, ScheduledJobs, Workload, cron_promise
+from tests.support.kube import ControlPlane, free_port
+from tests.support.processes import Component, Processes
+from tests.support.scheduling import holders
+from tests.support.wait import until
+
+TASKS = "tests/chaos/tasks.py"
+OBSERVER = {"application_name": "chaos-observer"}
+DUMPS = {
+    "executions": "SELECT * FROM executions ORDER BY job_id, occurrence_at, attempt",
+    "jobs": "SELECT * FROM jobs",
+    "shard_epochs": "SELECT * FROM shard_epochs",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int = 20261130
+    duration: float = 120.0
+    """Seconds of the fault phase (one-offs are created all along it)."""
+    jobs: int = 3000
+    """One-off jobs created during the fault phase."""
+    lease: float = 6.0
+    """Workers' execution lease (HORAE_EXECUTION_LEASE_SECONDS), shortened from 30 s."""
+    scheduler_lease: float = 3.0
+    calm: float = 12.0
+    quiesce_timeout: float = 120.0
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        duration = float(env.get("HORAE_CHAOS_DURATION") or cls.duration)
+        return cls(
+            seed=int(env.get("HORAE_CHAOS_SEED") or cls.seed),
+            duration=duration,
+            jobs=int(env.get("HORAE_CHAOS_JOBS") or 25 * duration),  # 25 creates a second
+        )
+
+
+class Run:
+    def __init__(self, cfg: Settings, plane: ControlPlane, namespace: str,
+                 kubeconfigs: dict[str, Path], base: Path,
+                 postgres: Postgres, rabbitmq: RabbitMQ) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.plane = plane
+        self.namespace = namespace
+        self.base = base
+        self.postgres = postgres
+        self.rabbitmq = rabbitmq
+        self.history_dir = base / "history"
+        self.history_dir.mkdir(mode=0o777)
+        self.history_dir.chmod(0o777)
+        tokens = {tenant: f"chaos-token-{tenant}" for tenant in TENANTS}
+        (base / "tokens").write_text("".join(f"{t},{tenant}\n" for tenant, t in tokens.items()))
+        self.tokens = tokens
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("HORAE_")},
+            **plane.env,
+            "HORAE_DATABASE_URL": postgres.url, "HORAE_BROKER_URL": rabbitmq.url,
+            "HORAE_BROKER_PREFIX": "horae", "HORAE_NAMESPACE": namespace,
+            "HORAE_LOG_LEVEL": "INFO", "HORAE_API_TOKENS_FILE": str(base / "tokens"),
+            "HORAE_EXECUTION_LEASE_SECONDS": str(cfg.lease),
+            "HORAE_LEASE_DURATION_SECONDS": str(cfg.scheduler_lease),
+            "HORAE_REDELIVERY_TIMEOUT_SECONDS": "10", "HORAE_SHUTDOWN_GRACE_SECONDS": "5",
+            "HORAE_OPERATOR_LEASE_SECONDS": "5", "HORAE_RESYNC_SECONDS": "20",
+            "HORAE_DATABASE_POOL_SIZE": "8", "HORAE_CHAOS_HISTORY": str(self.history_dir),
+        }  # fmt: skip
+        self.procs = Processes(env, base, command_env={
+            c: {"KUBECONFIG": str(p)} for c, p in kubeconfigs.items()})  # fmt: skip
+        self.api_ports = [free_port(), free_port()]
+        roles = ("api", "scheduler", "worker", "operator")
+        self.replicas: dict[str, list[Component]] = {r: [] for r in roles}
+        self.samples: list[checker.Sample] = []
+        self.withdrawn: frozenset[tuple[str, float]] = frozenset()
+        self.partition: Partition | None = None
+
+    # ---- processes -------------------------------------------------------------------
+    def start(self, role: str, wrapper: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> Component:  # fmt: skip
+        if role == "api":
+            used = {int(c.args[-1]) for c in self.replicas["api"]}
+            port = next(p for p in self.api_ports if p not in used)
+            args = ["api", "--port", str(port)]
+        elif role == "worker":
+            args = ["worker", "--tasks", TASKS, "--concurrency", "32"]
+        else:
+            args = [role]
+        component = self.procs.start(role, *args, env=env, wrapper=wrapper)
+        self.replicas[role].append(component)
+        return component
+
+    async def bring_up(self) -> None:
+        for role, count in (("operator", 2), ("scheduler", 3), ("api", 2), ("worker", 3)):
+            for _ in range(count):
+                self.start(role)
+        async with httpx.AsyncClient() as http:
+            for port in self.api_ports:
+
+                async def up(port: int = port) -> bool:
+                    try:
+                        return (await http.get(f"http://127.0.0.1:{port}/readyz")).is_success
+                    except httpx.TransportError:
+                        return False
+
+                await until(up, timeout=60, interval=0.2, what=f"the API on {port}")
+
+        async def shards_held() -> bool:
+            held = await asyncio.to_thread(holders, self.plane, self.namespace)
+            return sum(len(s) for h, s in held.items() if h) == 64
+
+        await until(shards_held, timeout=60, interval=0.5, what="all 64 shards held")
+
+    def apiserver_port(self) -> int:
+        server = self.plane.kubectl("config", "view", "--minify", "-o",
+                                    "jsonpath={.clusters[0].cluster.server}").stdout  # fmt: skip
+        return int(server.rsplit(":", 1)[1].strip("/"))
+
+    async def partitioned(self, seconds: float) -> str:
+        """A fourth scheduler in the network namespace takes its share of the shards, is
+        cut off for `seconds` (its Leases expire, the others take over and fence it),
+        then rejoins and stops. Returns its identity."""
+        assert self.partition is not None
+        comp = self.procs.start("scheduler", "scheduler", wrapper=self.partition.wrapper)
+
+        async def holds() -> bool:
+            return bool((await asyncio.to_thread(holders, self.plane, self.namespace))
+                        .get(comp.identity))  # fmt: skip
+
+        try:
+            await until(holds, timeout=30, interval=0.5, what="the cut-off scheduler's shards")
+        except AssertionError:
+            pass  # cut it off anyway: its member Lease is enough to unsettle the others
+        await asyncio.to_thread(self.partition.cut)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await asyncio.to_thread(self.partition.heal)
+        await asyncio.sleep(2)  # it wakes up believing it owns shards: fencing's moment
+        await asyncio.to_thread(comp.stop, 30)
+        return comp.identity
+
+    def close(self) -> None:
+        self.procs.stop_all()
+        if self.partition is not None:
+            self.partition.destroy()
+
+    # ---- observation -----------------------------------------------------------------
+    async def observe(self, stop: asyncio.Event) -> None:
+        """Sample Postgres all along: epochs and running counts often, terminal statuses
+        every few seconds. A sample that fails (Postgres restarting) is skipped."""
+        conn: asyncpg.Connection | None = None
+        tick = 0
+        while not stop.is_set():
+            try:
+                if conn is None or conn.is_closed():
+                    conn = await asyncpg.connect(self.postgres.url, timeout=5,
+                                                 server_settings=OBSERVER)  # fmt: skip
+                now = time.time()
+                epochs = {r[0]: r[1] for r in await conn.fetch(
+                    "SELECT shard, epoch FROM shard_epochs")}  # fmt: skip
+                running = {r[0]: r[1] for r in await conn.fetch(
+                    "SELECT tenant, count(*) FROM executions WHERE status = 'running' "
+                    "GROUP BY tenant")}  # fmt: skip
+                terminal: dict[str, str] = {}
+                if tick % 6 == 0:
+                    terminal = {str(r[0]): r[1] for r in await conn.fetch(
+                        "SELECT id, status::text FROM executions "
+                        "WHERE status NOT IN ('scheduled', 'queued', 'running')")}  # fmt: skip
+                self.samples.append(checker.Sample(now, terminal, epochs, running))
+                tick += 1
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+                conn = None
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=0.5)
+            except TimeoutError:
+                pass
+        if conn is not None:
+            await conn.close()
+
+    async def _db(self) -> asyncpg.Connection:
+        async def connect() -> asyncpg.Connection | None:
+            try:
+                return await asyncpg.connect(self.postgres.url, timeout=5,
+                                             server_settings=OBSERVER)  # fmt: skip
+            except (OSError, asyncpg.PostgresError, TimeoutError):
+                return None
+
+        return await until(connect, timeout=60, interval=0.5, what="Postgres")
+
+    async def crd_jobs_acked(self, names: list[str]) -> dict[str, tuple[str, float]]:
+        """name -> (job id, when first seen in the store): a ScheduledJob's promise starts
+        once the operator stored it."""
+        seen: dict[str, tuple[str, float]] = {}
+        conn = await self._db()
+        try:
+
+            async def stored() -> bool:
+                rows = await conn.fetch(
+                    "SELECT name, id FROM jobs WHERE source = 'crd' AND name = ANY($1) "
+                    "AND state = 'active'", names)  # fmt: skip
+                for row in rows:
+                    seen.setdefault(row["name"], (str(row["id"]), time.time()))
+                return len(seen) == len(names)
+
+            await until(stored, timeout=60, interval=0.2, what="ScheduledJobs stored")
+        finally:
+            await conn.close()
+        return seen
+
+    async def pending(self) -> int:
+        conn = await self._db()
+        try:
+            return int(await conn.fetchval(
+                "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', "
+                "'running')"))  # fmt: skip
+        finally:
+            await conn.close()
+
+    async def final(self) -> dict[str, str]:
+        conn = await self._db()
+        try:  # the store's last word, kept beside the history for a post-mortem
+            for name, query in DUMPS.items():
+                await conn.copy_from_query(query, output=str(self.base / f"{name}.csv"),
+                                           format="csv", header=True)  # fmt: skip
+            rows = await conn.fetch("SELECT id, status::text FROM executions")
+            withdrawn = await conn.fetch(
+                "SELECT job_id, occurrence_at FROM executions WHERE attempt = 1 "
+                "AND status = 'cancelled' AND error_kind = 'cancelled'")  # fmt: skip
+            self.withdrawn = frozenset((str(r[0]), round(r[1].timestamp(), 3)) for r in withdrawn)
+            return {str(r[0]): r[1] for r in rows}
+        finally:
+            await conn.close()
+
+    def invocations(self) -> list[checker.Invocation]:
+        events: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+        for path in sorted(self.history_dir.glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by SIGKILL
+                events.setdefault((entry["execution_id"], entry["pid"]), {})[entry["event"]] = entry
+        out = []
+        for seen in events.values():
+            start = seen.get("start")
+            if start is None:
+                continue
+            end = seen.get("end") or seen.get("fail")
+            out.append(checker.Invocation(
+                start["execution_id"], start["job_id"], start["attempt"],
+                start["occurrence_at"], start["due_at"], start["tenant"], start["worker"],
+                start["at"], end["at"] if end else None, "fail" in seen,
+            ))  # fmt: skip
+        return out
+
+    # ---- the run ---------------------------------------------------------------------
+    async def go(self) -> tuple[checker.Report, str]:
+        cfg = self.cfg
+        await migrate(self.postgres.url)
+        await self.bring_up()
+        rng = random.Random(cfg.seed)
+        workload = Workload([f"http://127.0.0.1:{p}" for p in self.api_ports], self.tokens,
+                            rng, self.base / "promises.jsonl")  # fmt: skip
+        await workload.set_limits()
+        await workload.start_crons()
+        acked = {job: p for job, p in ((j, time.time()) for j, _, _ in workload.crons)}
+        crds = ScheduledJobs(self.plane, self.namespace)
+        await asyncio.to_thread(crds.apply)
+        crd_acked = await self.crd_jobs_acked(crds.names())
+
+        made = await asyncio.to_thread(Partition.create, [
+            self.postgres.port, self.rabbitmq.port, self.apiserver_port()])  # fmt: skip
+        cluster = Cluster(self.replicas, self.start, self.postgres, self.rabbitmq)
+        if isinstance(made, Partition):
+            self.partition = made
+            cluster.partition = self.partitioned
+        else:
+            cluster.partition_skipped = made
+        injector = Injector(cluster)
+        schedule = plan(cfg.seed, cfg.duration, lease=cfg.lease,
+                        scheduler_lease=cfg.scheduler_lease)  # fmt: skip
+        stop_observing = asyncio.Event()
+        observer = asyncio.create_task(self.observe(stop_observing))
+        began = time.time()
+        await asyncio.gather(workload.one_offs(cfg.jobs, cfg.duration),
+                             injector.run(schedule, began))  # fmt: skip
+        await injector.heal()
+        faults_ended = time.time()
+        await asyncio.sleep(cfg.calm)
+        await workload.stop_crons(acked)
+        crd_cancelled = await asyncio.to_thread(crds.delete)
+        for name, (job, seen_at) in crd_acked.items():
+            step = int(name.split("-")[-1].rstrip("s"))
+            workload.promises.append(cron_promise(job, self.namespace, step, seen_at,
+                                                  crd_cancelled))  # fmt: skip
+
+        quiet_from = time.time()
+
+        async def quiet() -> bool:
+            try:
+                return await self.pending() == 0
+            except AssertionError:
+                return False
+
+        try:
+            await until(quiet, timeout=cfg.quiesce_timeout, interval=1, what="quiescence")
+        except AssertionError:
+            pass  # what is left is reported as stuck
+        quiesced_in = time.time() - quiet_from
+        stop_observing.set()
+        await observer
+        history = checker.History(
+            workload.promises, self.invocations(), injector.faults, self.samples,
+            await self.final(), {t: n for t, n in TENANTS.items() if n is not None}, cfg.lease,
+            self.withdrawn,
+        )  # fmt: skip
+        report = checker.check(history)
+        header = [
+            f"seed {cfg.seed}, fault phase {cfg.duration:.0f} s, {len(schedule)} faults planned, "
+            f"one-offs {cfg.jobs} sent ({workload.unacknowledged} unacknowledged), "
+            f"crons {len(workload.crons)} API + {len(crd_acked)} ScheduledJobs",
+            f"faults ended {faults_ended - began:.0f} s in; quiescent {quiesced_in:.0f} s "
+            "after the crons were cancelled",
+            *(f"skipped fault: {s}" for s in sorted(set(injector.skipped))),
+        ]
+        text = "\n".join(header) + "\n" + report.format()
+        (self.base / "report.txt").write_text(text)
+        (self.base / "faults.jsonl").write_text(
+            "".join(json.dumps(f.__dict__) + "\n" for f in injector.faults)
+        )
+        return report, text

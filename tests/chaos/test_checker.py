@@ -1,0 +1,159 @@
+"""The history checker on small hand-made histories: each invariant caught, and a clean
+history passing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tests.chaos.checker import Fault, History, Invocation, Promise, Sample, check
+
+LEASE = 6.0
+
+
+def run(execution: str, job: str, at: float, *, occurrence: float = 100.0, worker: str = "w-1",
+        attempt: int = 1, ended: float | None = 0.1, failed: bool = False,
+        tenant: str = "a", due: float | None = None) -> Invocation:  # fmt: skip
+    return Invocation(
+        execution, job, attempt, occurrence, occurrence if due is None else due, tenant,
+        worker, at, None if ended is None else at + ended, failed,
+    )  # fmt: skip
+
+
+def history(
+    invocations: Sequence[Invocation],
+    *,
+    promises: Sequence[Promise] = (Promise("j1", "a", "one-off", (100.0,), 90.0),),
+    faults: Sequence[Fault] = (),
+    samples: Sequence[Sample] = (),
+    final: dict[str, str] | None = None,
+    limits: dict[str, int] | None = None,
+) -> History:
+    statuses = final if final is not None else {i.execution_id: "succeeded" for i in invocations}
+    return History(promises, invocations, faults, samples, statuses, limits or {}, LEASE)
+
+
+def test_a_clean_history_passes() -> None:
+    report = check(history([run("e1", "j1", 100.2)]))
+    assert report.ok, report.format()
+    assert (report.promised, report.lag_samples) == (1, 1)
+    assert abs(report.lag_p99 - 0.2) < 1e-9
+
+
+def test_an_occurrence_that_never_ran_is_lost() -> None:
+    report = check(history([]))
+    assert len(report.lost) == 1 and "never started" in report.lost[0]
+    assert not report.ok
+
+
+def test_an_occurrence_whose_every_run_died_midway_is_lost() -> None:
+    report = check(history([run("e1", "j1", 100.2, ended=None)]))
+    assert len(report.lost) == 1 and "never completed" in report.lost[0]
+
+
+def test_retries_after_failures_on_purpose_are_neither_lost_nor_duplicates() -> None:
+    invocations = [
+        run("e1", "j1", 100.1, failed=True),
+        run("e2", "j1", 101.0, attempt=2, failed=True, worker="w-2"),
+        run("e3", "j1", 102.0, attempt=3),
+    ]
+    report = check(history(invocations))
+    assert report.ok, report.format()
+    assert report.duplicates == []
+
+
+def test_one_execution_run_twice_within_its_lease_is_a_double_claim() -> None:
+    report = check(history([run("e1", "j1", 100.1, ended=None), run("e1", "j1", 101.0,
+                                                                    worker="w-2")]))  # fmt: skip
+    assert len(report.double_claims) == 1
+    assert not report.ok
+
+
+def test_one_execution_run_again_after_a_healthy_owner_kept_heartbeating_is_a_double_claim(
+) -> None:  # fmt: skip
+    report = check(history([run("e1", "j1", 100.1, ended=None), run("e1", "j1", 130.0,
+                                                                    worker="w-2")]))  # fmt: skip
+    assert len(report.double_claims) == 1
+
+
+def test_an_execution_handed_back_by_a_stopping_worker_may_run_again() -> None:
+    term = Fault("term", "w-1", 105.0, 106.0)
+    invocations = [run("e1", "j1", 100.1, ended=None), run("e1", "j1", 120.0, worker="w-2")]
+    report = check(history(invocations, faults=[term]))
+    assert report.double_claims == []
+    assert len(report.duplicates) == 1 and "term of w-1" in report.duplicates[0]
+    assert report.ok, report.format()
+
+
+def test_a_duplicate_after_a_paused_owner_lost_its_lease_is_explained() -> None:
+    pause = Fault("pause", "w-1", 100.5, 112.0)
+    invocations = [
+        run("e1", "j1", 100.1, ended=12.0),  # the zombie finishes when it wakes
+        run("e2", "j1", 108.0, attempt=2, worker="w-2"),
+    ]
+    report = check(history(invocations, faults=[pause]))
+    assert report.ok, report.format()
+    assert len(report.duplicates) == 1 and "pause of w-1" in report.duplicates[0]
+
+
+def test_a_duplicate_no_fault_explains_fails_the_run() -> None:
+    invocations = [run("e1", "j1", 100.1), run("e2", "j1", 108.0, attempt=2, worker="w-2")]
+    report = check(history(invocations))
+    assert len(report.unexplained_duplicates) == 1
+    assert not report.ok
+
+
+def test_an_execution_not_terminal_after_quiescence_is_stuck() -> None:
+    report = check(history([run("e1", "j1", 100.1)], final={"e1": "succeeded", "e2": "running"}))
+    assert report.stuck == ["execution e2: running"]
+    assert not report.ok
+
+
+def test_a_terminal_status_that_changes_is_reported() -> None:
+    samples = [Sample(101.0, terminal={"e1": "failed"}), Sample(102.0, terminal={"e1": "dead"})]
+    report = check(history([run("e1", "j1", 100.1)], samples=samples, final={"e1": "dead"}))
+    assert report.changed_terminal == ["execution e1: failed -> dead"]
+
+
+def test_a_terminal_status_that_changes_after_the_last_sample_is_reported() -> None:
+    samples = [Sample(101.0, terminal={"e1": "failed"})]
+    report = check(history([run("e1", "j1", 100.1)], samples=samples))
+    assert len(report.changed_terminal) == 1 and "(final)" in report.changed_terminal[0]
+
+
+def test_an_epoch_that_goes_backwards_is_reported() -> None:
+    samples = [Sample(101.0, epochs={3: 5}), Sample(102.0, epochs={3: 4})]
+    report = check(history([run("e1", "j1", 100.1)], samples=samples))
+    assert len(report.epochs_backwards) == 1 and not report.ok
+
+
+def test_more_running_than_a_tenant_limit_is_reported() -> None:
+    samples = [Sample(101.0, running={"a": 3}), Sample(102.0, running={"a": 2})]
+    report = check(history([run("e1", "j1", 100.1)], samples=samples, limits={"a": 2}))
+    assert len(report.over_limit) == 1 and not report.ok
+
+
+def test_a_run_of_a_time_the_job_never_fires_is_a_phantom() -> None:
+    report = check(history([run("e1", "j1", 100.1), run("e2", "j1", 107.0, occurrence=107.0)]))
+    assert len(report.phantoms) == 1 and not report.ok
+
+
+def test_start_lag_counts_only_runs_no_fault_touched() -> None:
+    promises = [Promise("j1", "a", "one-off", (100.0,), 90.0),
+                Promise("j2", "a", "one-off", (200.0,), 90.0)]  # fmt: skip
+    invocations = [run("e1", "j1", 105.0), run("e2", "j2", 200.5, occurrence=200.0)]
+    kill = Fault("kill", "scheduler-1", 99.0, 99.0)
+    report = check(history(invocations, promises=promises, faults=[kill]))
+    assert report.lag_samples == 1 and abs(report.lag_p99 - 0.5) < 1e-9
+    assert report.ok, report.format()
+    late = check(history(invocations, promises=promises))
+    assert late.lag_p99 == 5.0 and not late.ok
+
+
+def test_a_limited_tenants_backlog_cancelled_with_its_job_is_withdrawn_not_lost() -> None:
+    withdrawn = frozenset({("j1", 100.0)})
+    base = history([])
+    limited = History(base.promises, [], [], [], {}, {"a": 2}, LEASE, withdrawn)
+    report = check(limited)
+    assert report.lost == [] and report.withdrawn == 1
+    unlimited = History(base.promises, [], [], [], {}, {}, LEASE, withdrawn)
+    assert len(check(unlimited).lost) == 1, "an unlimited tenant's occurrence is owed"
