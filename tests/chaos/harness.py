@@ -177,6 +177,7 @@ class Run:
         every few seconds. A sample that fails (Postgres restarting) is skipped."""
         conn: asyncpg.Connection | None = None
         tick = 0
+        seen: dict[str, str] = {}
         while not stop.is_set():
             try:
                 if conn is None or conn.is_closed():
@@ -189,13 +190,17 @@ class Run:
                     "SELECT tenant, count(*) FROM executions WHERE status = 'running' "
                     "GROUP BY tenant")}  # fmt: skip
                 terminal: dict[str, str] = {}
-                if tick % 6 == 0:
-                    terminal = {str(r[0]): r[1] for r in await conn.fetch(
+                if tick % 6 == 0:  # kept: only what is new or changed since the last look
+                    for r in await conn.fetch(
                         "SELECT id, status::text FROM executions "
-                        "WHERE status NOT IN ('scheduled', 'queued', 'running')")}  # fmt: skip
+                        "WHERE status NOT IN ('scheduled', 'queued', 'running')"
+                    ):  # fmt: skip
+                        key = str(r[0])
+                        if seen.get(key) != r[1]:
+                            terminal[key] = seen[key] = r[1]
                 self.samples.append(checker.Sample(now, terminal, epochs, running))
                 tick += 1
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+            except Exception:  # Postgres restarting, the connection cut: skip this sample
                 conn = None
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
