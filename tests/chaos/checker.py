@@ -295,9 +295,9 @@ def check(history: History) -> Report:
                 report.over_limit.append(f"tenant {tenant}: {running} running > {limit} "
                                          f"at {sample.at:.3f}")  # fmt: skip
     for eid, status in history.final.items():
-        before = seen_terminal.get(eid)
-        if before is not None and before != status:
-            report.changed_terminal.append(f"execution {eid}: {before} -> {status} (final)")
+        seen = seen_terminal.get(eid)
+        if seen is not None and seen != status:
+            report.changed_terminal.append(f"execution {eid}: {seen} -> {status} (final)")
 
     # Start lag of first runs no fault touched, of tenants no limit held back.
     lags = []

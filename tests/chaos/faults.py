@@ -106,8 +106,11 @@ class Injector:
     skipped: list[str] = field(default_factory=list)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def _pick(self, p: Planned) -> Component:
+    def _pick(self, p: Planned) -> Component | None:
         live = [c for c in self.cluster.replicas[p.role] if c.alive()]
+        if not live:
+            self.skipped.append(f"{p.kind}: no live {p.role} at that moment")
+            return None
         return live[p.pick % len(live)]
 
     def _log(self, kind: str, target: str, start: float) -> None:
@@ -130,12 +133,16 @@ class Injector:
         start = time.time()
         if p.kind == "kill":
             victim = self._pick(p)
+            if victim is None:
+                return
             victim.kill()
             await asyncio.sleep(p.duration)
             self._log("kill", victim.identity, start)
             await self._replace(victim)
         elif p.kind in ("pause", "zombie"):
             victim = self._pick(p)
+            if victim is None:
+                return
             victim.signal(signal.SIGSTOP)
             try:
                 await asyncio.sleep(p.duration)
@@ -144,6 +151,8 @@ class Injector:
             self._log(p.kind, victim.identity, start)
         elif p.kind == "term":
             victim = self._pick(p)
+            if victim is None:
+                return
             await asyncio.to_thread(victim.stop, 30)
             self._log("term", victim.identity, start)
             await self._replace(victim)
@@ -175,6 +184,8 @@ class Injector:
                 self.skipped.append(f"clock: no {FAKETIME_LIB} (apt-get install faketime)")
                 return
             victim = self._pick(p)
+            if victim is None:
+                return
             await asyncio.to_thread(victim.stop, 30)
             self._log("term", victim.identity, start)
             # libfaketime preloaded into the worker itself (the `faketime` command would stand
