@@ -42,8 +42,8 @@ STEP = 1.25  # sustained: the next rate tried is this many times the last
 # from short probes on this machine (see bench/results/README.md); the step-up goes down
 # from there as well as up, so a bad guess costs a step, not the answer.
 PEERS: dict[str, tuple[str, int]] = {
-    "procrastinate": ("bench.peers.procrastinate_driver", 200),
-    "celery": ("bench.peers.celery_driver", 400),
+    "procrastinate": ("bench.peers.procrastinate_driver", 300),
+    "celery": ("bench.peers.celery_driver", 1100),
     "apscheduler": ("bench.peers.apscheduler_driver", 200),
 }
 HORAE_FIRST_RATE = 2000
