@@ -188,6 +188,7 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
             first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
             arrivals = sustained(rate, seconds, first_due)
             before = await statements(system.db_url)
+            wal_before = await pool.fetchval("SELECT pg_current_wal_lsn()::text")
             cpu_before = cpu_snapshot(system.pids())
             log(f"sustained {rate}/s for {seconds}s from {first_due:%H:%M:%S}")
             await feed(http, arrivals)
@@ -197,6 +198,9 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
         # the statements of the whole pipeline: create, dispatch, claim, record
         await asyncio.sleep(3)  # outcomes still being committed
         run_statements = (await statements(system.db_url)) - before
+        wal = await pool.fetchval(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", wal_before
+        )  # the whole cluster's WAL: nothing else should run during a benchmark
         for calls, ms, query in await top_statements(system.db_url):
             log(f"statement {calls:8} calls {ms:9.0f} ms  {query}")
         lag, starts, _ = await lags(pool, first_due)
@@ -205,7 +209,8 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
     print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
                  statements_per_execution=run_statements / max(1, finished), cpu_seconds=cpu,
                  notes=f"1 API, {schedulers} scheduler, 2 workers x 64; {finished} succeeded "
-                       "with full history").to_json(), flush=True)  # fmt: skip
+                       f"with full history; WAL {float(wal) / max(1, finished) / 1024:.1f} KiB "
+                       "per execution").to_json(), flush=True)  # fmt: skip
 
 
 async def run_top(count: int, lead: float) -> None:

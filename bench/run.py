@@ -2,7 +2,7 @@
 other on this machine; writes `bench/results/<date>-<scenario>.md`, PNG plots beside them
 and the one-page comparison `bench/results/README.md`. Results are data, not assertions.
 
-    .venv/bin/python -m bench.run [--scale 1.0] [--only top,sustained,ingest,scan,failover]
+    .venv/bin/python -m bench.run [--scale 1.0] [--only top,sustained,failover,ingest,scan]
                                   [--peers procrastinate,celery,apscheduler] [--seconds 120]
 
 Scenarios (issue 8): top of the hour (20,000 and 50,000 due in one second), sustained
@@ -173,7 +173,9 @@ def result_rows(results: list[Result]) -> list[str]:
         rows.append(f"| {r.system} | {r.scenario} | {size} | {r.started:,} / {r.expected:,} | "
                     f"{fmt(r.p50)} | {fmt(r.p99)} | {fmt(r.max)} | {fmt(r.last_start_s)} | "
                     f"{rss} | {spe} |")  # fmt: skip
-    return rows
+    notes = [f"- {r.system} {r.scenario} {f'{r.rate}/s' if r.rate else f'{r.count:,}'}: {r.notes}"
+             for r in results if r.notes]  # fmt: skip
+    return [*rows, "", *notes] if notes else rows
 
 
 def cpu_rows(results: list[Result]) -> list[str]:
@@ -342,7 +344,7 @@ def failover(args: argparse.Namespace) -> None:
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "top": top, "sustained": sustained, "ingest": ingest, "scan": scan, "failover": failover,
+    "top": top, "sustained": sustained, "failover": failover, "ingest": ingest, "scan": scan,
 }  # fmt: skip
 
 
