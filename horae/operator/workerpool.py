@@ -123,18 +123,40 @@ def _env(pool: Pool) -> list[dict[str, Any]]:
     return [e for e in ours if e["name"] not in theirs] + list(pool.spec.env)
 
 
+IMAGE_USER = 10001
+"""The numeric user and group of worker/Dockerfile (a pool's own image should keep them)."""
+
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True, "runAsUser": IMAGE_USER, "runAsGroup": IMAGE_USER,
+    "fsGroup": IMAGE_USER, "seccompProfile": {"type": "RuntimeDefault"},
+}  # fmt: skip
+"""As the chart's pods (charts/horae/templates/_helpers.tpl, horae.podSecurity)."""
+
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}  # fmt: skip
+"""As the chart's containers (horae.containerSecurity); /tmp is an emptyDir."""
+
+
 def deployment_body(pool: Pool) -> dict[str, Any]:
-    """The Deployment fields the operator owns. No replicas: only the autoscaler sets them."""
+    """The Deployment fields the operator owns. No replicas: only the autoscaler sets them.
+    Its pods run as the chart's do: non-root, read-only root filesystem, no capabilities."""
     labels = {POOL_LABEL: pool.name}
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": pool.spec.image,
         "command": ["horae", "worker", "--tasks", pool.spec.tasks],
         "env": _env(pool),
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if pool.spec.resources:
         container["resources"] = pool.spec.resources
-    pod: dict[str, Any] = {"containers": [container]}
+    pod: dict[str, Any] = {
+        "containers": [container], "securityContext": POD_SECURITY,
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }  # fmt: skip
     if pool.spec.service_account_name:
         # Also the deprecated alias, which the API server would otherwise fill in, own
         # nobody's, and copy back into serviceAccountName once the pool drops it.
