@@ -52,7 +52,7 @@ docs: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-test: venv services k8s lint typecheck
+test: venv services k8s lint typecheck audit
 	@set -a; eval "$$(hack/services.sh env)"; set +a; \
 		$(BIN)/pytest -q -p no:cacheprovider
 
@@ -63,6 +63,25 @@ chaos: venv services k8s
 	@set -a; eval "$$(hack/services.sh env)"; set +a; \
 		HORAE_CHAOS_SEED=$(SEED) HORAE_CHAOS_DURATION=$(DURATION) \
 		$(BIN)/pytest -q -p no:cacheprovider -s -m chaos tests/chaos
+
+# requirements.lock pins horae's runtime and dev dependencies (their whole closure) as
+# installed in the venv; `make lock` regenerates it after a dependency change.
+.PHONY: lock audit
+lock: venv
+	@{ echo "# horae's runtime + dev dependencies, pinned as installed by pip install -e '.[dev]'."; \
+	   echo "# Regenerate with \`make lock\` (hack/lock.py); \`make audit\` checks it."; \
+	   $(BIN)/python hack/lock.py; } >requirements.lock
+
+# Known vulnerabilities (PyPI's advisory data) in the locked versions; no resolution, no
+# install: the lock is already pinned. --strict: a package the service cannot answer for
+# fails the audit (without it, an unreachable service reads as "no known vulnerabilities").
+audit: venv
+	@$(BIN)/pip-audit --strict --disable-pip --no-deps --progress-spinner off \
+		-r requirements.lock; \
+	rc=$$?; [ $$rc -eq 0 ] || { echo "make audit: FAILED (pip-audit exit $$rc):" \
+		"either a locked version has a known vulnerability (bump it in pyproject.toml, then" \
+		"make lock) or PyPI's vulnerability data (https://pypi.org/pypi/NAME/VERSION/json)" \
+		"could not be read from here (\"could not be audited\" above)" >&2; exit $$rc; }
 
 demo: venv services k8s
 	@hack/demo.sh
