@@ -121,7 +121,11 @@ class Injector:
             delay = began + p.at - time.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self.inject(p)
+            try:
+                await self.inject(p)
+            except Exception as exc:  # a tool failing (rabbitmqctl, ip) must not end the run
+                self.skipped.append(f"{p.kind} at {p.at:.0f} s failed: {exc!r}"[:300])
+                await self.heal_processes()
 
     async def _replace(self, victim: Component, **kwargs: object) -> Component:
         role = victim.name
@@ -237,6 +241,9 @@ class Injector:
     async def heal(self) -> None:
         """After the schedule: every replica running and not stopped."""
         await asyncio.gather(*self._background)
+        await self.heal_processes()
+
+    async def heal_processes(self) -> None:
         for replicas in self.cluster.replicas.values():
             for component in list(replicas):
                 component.signal(signal.SIGCONT)
