@@ -143,7 +143,7 @@ class JobSpec(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict)
     run_at: datetime | None = None
     cron: str | None = Field(default=None, min_length=1, max_length=200)
-    time_zone: str = "UTC"
+    time_zone: str = Field(default="UTC", min_length=1, max_length=64)
     jitter_seconds: int = Field(default=0, ge=0, le=3600)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     timeout_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)

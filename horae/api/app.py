@@ -109,6 +109,9 @@ def create_app(
         description="Register and manage timed jobs; inspect their executions. Errors are "
         "application/problem+json naming the offending field.",
         lifespan=lifespan,
+        # Also bodies sent without Content-Length (chunked), which BodyLimit cannot see:
+        # counted as they stream in, refused with 413 once past the limit.
+        max_body_size=MAX_BODY_BYTES,
     )
     problems.install(app)
 

@@ -94,5 +94,7 @@ def install(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8, ...)
             return problem_response(invalid("body", "not valid JSON (UTF-8)"))
+        if exc.status_code == 413:  # a streamed body went past the app's max_body_size
+            return problem_response(invalid("body", "request body too large", 413))
         title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
         return problem_response(Problem(exc.status_code, title, str(exc.detail)))

@@ -50,7 +50,7 @@ class JobPatch(BaseModel):
     payload: dict[str, Any] | None = None
     run_at: datetime | None = None
     cron: str | None = None
-    time_zone: str | None = None
+    time_zone: str | None = Field(default=None, min_length=1, max_length=64)
     jitter_seconds: int | None = None
     retry: RetryPolicy | None = None
     timeout_seconds: int | None = None
@@ -150,7 +150,7 @@ class PreviewRequest(BaseModel):
 
     cron: str | None = Field(default=None, min_length=1, max_length=200)
     run_at: datetime | None = None
-    time_zone: str = "UTC"
+    time_zone: str = Field(default="UTC", min_length=1, max_length=64)
     after: datetime | None = None
     count: int = Field(default=10, ge=1, le=100)
 

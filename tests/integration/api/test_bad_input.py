@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,6 +46,11 @@ BAD_JOBS = [
     ({"task": "t", "cron": "* * * * *", "payload": {"k": ["a\u0000"]}}, "payload"),
     ({"task": "t", "cron": "* * * * *", "payload": {"\u0000": 1}}, "payload"),
     ({"task": "t", "cron": "* * * * *", "name": "a\u0000b"}, "name"),
+    # Every string has a size limit.
+    ({"task": "t" * 254, "cron": "* * * * *"}, "task"),
+    ({"task": "t", "cron": "* * * * *", "name": "n" * 254}, "name"),
+    ({"task": "t", "cron": "* " * 101}, "cron"),
+    ({"task": "t", "cron": "* * * * *", "time_zone": "Europe/" + "x" * 100_000}, "time_zone"),
 ]  # fmt: skip
 
 
@@ -89,6 +95,22 @@ async def test_oversized_payload_is_413(
     body = {"task": "t", "cron": "* * * * *", "payload": {"blob": "x" * (256 * 1024)}}
     r = await api.post("/jobs", json=body, headers=bearer(tenants.alice))
     await assert_problem(r, 413, "payload")
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_body_over_the_limit_is_413_even_when_streamed_without_a_length(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    # Valid JSON padded with whitespace past 32 MiB: the Content-Length check alone let a
+    # chunked upload through, read whole into memory, and create the job.
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"task": "t", "cron": "* * * * *"'
+        for _ in range(33):
+            yield b" " * (1024 * 1024)
+        yield b"}"
+
+    headers = {**bearer(tenants.alice), "Content-Type": "application/json"}
+    await assert_problem(await api.post("/jobs", content=chunks(), headers=headers), 413, "body")
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
