@@ -404,14 +404,21 @@ async def run(settings: Settings, tasks_module: str) -> None:
 
     inflight: set[asyncio.Task[None]] = set()
 
+    def settled(work: asyncio.Task[None]) -> None:
+        inflight.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            log.warning("message not acknowledged: %s", work.exception())
+
     async def on_message(message: broker.IncomingMessage) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        inflight.add(task)
-        try:
-            await worker.handle(message)
-        finally:
-            inflight.discard(task)
+        # aio-pika cancels its consumer's callbacks when the broker connection drops. The
+        # work goes on regardless: its claims hold leases in Postgres and its outcomes are
+        # recorded there; only the ack is lost (the message comes back, finds its
+        # executions finished, and is dropped). Cancelled, the handlers would be abandoned,
+        # neither recorded nor handed back, and run again once their leases ran out.
+        work = asyncio.ensure_future(worker.handle(message))
+        inflight.add(work)
+        work.add_done_callback(settled)
+        await asyncio.shield(work)
 
     heartbeat_stop = asyncio.Event()  # heartbeats go on through the grace period
     heartbeat = asyncio.create_task(worker.heartbeat(heartbeat_stop))
