@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import httpx
 
-from tests.support.kube import ControlPlane, free_port
+from tests.support.kube import ControlPlane, free_port, jobs_editor_token
 from tests.support.processes import Processes
-from tests.support.wait import until
+from tests.support.wait import until, until_serving
 
 
 async def test_tokens_credentials_and_payloads_never_reach_the_logs(
@@ -19,11 +19,7 @@ async def test_tokens_credentials_and_payloads_never_reach_the_logs(
     db_url: str, broker_url: str,
 ) -> None:  # fmt: skip
     marker = f"card-{uuid.uuid4().hex}"
-    control_plane.kubectl("create", "serviceaccount", "caller", "-n", namespace)
-    control_plane.kubectl("create", "rolebinding", "caller", "-n", namespace,
-                          "--clusterrole=horae-jobs-editor",
-                          f"--serviceaccount={namespace}:caller")  # fmt: skip
-    token = control_plane.kubectl("create", "token", "caller", "-n", namespace).stdout.strip()
+    token = jobs_editor_token(control_plane, namespace)
     port = free_port()
     debug = {"HORAE_LOG_LEVEL": "DEBUG"}  # the most talkative they get
     processes.start("api", "api", "--port", str(port), env=debug)
@@ -38,14 +34,7 @@ spec: {{task: e2e.broken, schedule: "* * * * * *", payload: {{card: {marker}}}}}
 """)  # fmt: skip
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-
-        async def up() -> bool:
-            try:
-                return (await http.get("/healthz")).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await until(up, timeout=20, what="the API")
+        await until_serving(http)
         run_at = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
         created = await http.post("/jobs", headers=headers, json={
             "task": "e2e.echo", "run_at": run_at, "payload": {"card": marker}})  # fmt: skip

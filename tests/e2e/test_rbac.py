@@ -24,9 +24,14 @@ import yaml
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
 from tests.support.chart import INSTALL_NAMESPACE, chart_cluster_roles
-from tests.support.kube import ControlPlane, free_port, service_account_kubeconfig
+from tests.support.kube import (
+    ControlPlane,
+    free_port,
+    jobs_editor_token,
+    service_account_kubeconfig,
+)
 from tests.support.processes import Component, Processes
-from tests.support.wait import until
+from tests.support.wait import until, until_serving
 
 SJ = ("scheduledjobs", "workerpools")
 STATUS = ("scheduledjobs/status", "workerpools/status")
@@ -293,22 +298,11 @@ async def leaves_on_sigterm(ctx: Ctx, reduced: bool) -> bool:
 
 async def serves_callers(ctx: Ctx, reduced: bool) -> bool:
     """A caller with a valid token and the jobs-editor role lists its jobs."""
-    ctx.plane.kubectl("create", "serviceaccount", "caller", "-n", ctx.namespace)
-    ctx.plane.kubectl("create", "rolebinding", "caller", "-n", ctx.namespace,
-                      "--clusterrole=horae-jobs-editor",
-                      f"--serviceaccount={ctx.namespace}:caller")  # fmt: skip
-    token = ctx.plane.kubectl("create", "token", "caller", "-n", ctx.namespace).stdout.strip()
+    token = jobs_editor_token(ctx.plane, ctx.namespace)
     port = free_port()
     ctx.start("api", "--port", str(port), reduced=reduced)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-
-        async def up() -> bool:
-            try:
-                return (await http.get("/healthz")).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await until(up, timeout=20, what="the API up")
+        await until_serving(http)
         response = await http.get("/jobs", headers={"Authorization": f"Bearer {token}"})
     return response.status_code == 200
 

@@ -98,3 +98,12 @@ def start_control_plane(base: Path) -> ControlPlane:
 
 def stop_control_plane(plane: ControlPlane) -> None:
     subprocess.run([str(REPO / "hack" / "k8s-down.sh"), str(plane.dir)], timeout=30, check=False)
+
+
+def jobs_editor_token(plane: ControlPlane, namespace: str, name: str = "caller") -> str:
+    """A ServiceAccount bound to horae-jobs-editor in `namespace`, and a token for it."""
+    plane.kubectl("create", "serviceaccount", name, "-n", namespace)
+    plane.kubectl("create", "rolebinding", name, "-n", namespace,
+                  "--clusterrole=horae-jobs-editor",
+                  f"--serviceaccount={namespace}:{name}")  # fmt: skip
+    return plane.kubectl("create", "token", name, "-n", namespace).stdout.strip()

@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import httpx
+
 T = TypeVar("T")
 
 
@@ -25,3 +27,15 @@ async def until(
                 f"timed out after {timeout}s waiting for {what or probe}: {last!r}"
             )
         await asyncio.sleep(interval)
+
+
+async def until_serving(http: httpx.AsyncClient, *, timeout: float = 20) -> None:
+    """Until the API behind `http` answers /healthz with 200."""
+
+    async def up() -> bool:
+        try:
+            return (await http.get("/healthz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await until(up, timeout=timeout, what=f"{http.base_url} to serve")
