@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -15,6 +14,7 @@ from horae.models import JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store import jobs
 from horae.store.db import connect
+from tests.support.wait import until
 
 
 @pytest_asyncio.fixture
@@ -24,6 +24,18 @@ async def publisher(broker_url: str, broker_prefix: str) -> AsyncIterator[broker
     await pub.start()
     yield pub
     await connection.close()
+
+
+@pytest_asyncio.fixture
+async def d(pool: asyncpg.Pool, publisher: broker.Publisher) -> Dispatcher:
+    """A dispatcher whose leases always hold (it is never fenced out)."""
+
+    async def never_fenced(shard: int) -> None:
+        raise AssertionError(f"fenced out of {shard}")
+
+    return Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
+                      refresh_period=timedelta(seconds=2), lease_valid=lambda s: True,
+                      on_fenced=never_fenced)  # fmt: skip
 
 
 async def job_in_shard(
@@ -40,14 +52,8 @@ async def job_in_shard(
 
 
 async def test_a_shard_taken_later_loads_rows_the_cursor_already_passed(
-    pool: asyncpg.Pool, publisher: broker.Publisher
+    pool: asyncpg.Pool, d: Dispatcher
 ) -> None:
-    async def never_fenced(shard: int) -> None:
-        raise AssertionError(f"fenced out of {shard}")
-
-    d = Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
-                   refresh_period=timedelta(seconds=2), lease_valid=lambda s: True,
-                   on_fenced=never_fenced)  # fmt: skip
     due = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
     early = await job_in_shard(pool, 1, due)
     late = await job_in_shard(pool, 2, due, below=early)  # sorts before shard 1's row
@@ -60,14 +66,8 @@ async def test_a_shard_taken_later_loads_rows_the_cursor_already_passed(
 
 
 async def test_a_notified_row_behind_the_cursor_is_read_and_one_ahead_needs_no_reread(
-    pool: asyncpg.Pool, publisher: broker.Publisher, db_url: str
+    pool: asyncpg.Pool, d: Dispatcher, db_url: str
 ) -> None:
-    async def never_fenced(shard: int) -> None:
-        raise AssertionError(f"fenced out of {shard}")
-
-    d = Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
-                   refresh_period=timedelta(seconds=2), lease_valid=lambda s: True,
-                   on_fenced=never_fenced)  # fmt: skip
     heard: list[tuple[str, str]] = []
     listener = await connect(db_url)
     await listener.add_listener("horae_shard_1", lambda *a: heard.append((a[2], a[3])))
@@ -78,10 +78,11 @@ async def test_a_notified_row_behind_the_cursor_is_read_and_one_ahead_needs_no_r
         await d.refresh()  # full: the cursor now stands at (due, <first's execution>)
         ahead = await job_in_shard(pool, 1, due + timedelta(seconds=5))
         behind = await job_in_shard(pool, 1, due - timedelta(seconds=10))
-        for _ in range(50):  # NOTIFY arrives after COMMIT, asynchronously
-            if len(heard) == 2:
-                break
-            await asyncio.sleep(0.1)
+
+        async def all_heard() -> bool:  # NOTIFY arrives after COMMIT, asynchronously
+            return len(heard) == 3  # first, ahead, behind: all due within NOTIFY_WITHIN
+
+        await until(all_heard, timeout=5, what="the three NOTIFYs")
         # without its NOTIFY, the row behind the cursor stays unread: the cursor read only
         # moves forward
         await d.refresh()
