@@ -14,6 +14,7 @@ ingest, preload cost vs history (0, 1 M, 10 M rows), failover (SIGKILL, rolling 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -129,7 +130,9 @@ def fmt(x: float | None, unit: str = "s", digits: int = 3) -> str:
     return f"{x:.{digits}f} {unit}".strip()
 
 
+@functools.cache
 def machine() -> str:
+    """The machine and versions (read once: every result file repeats them)."""
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     cpu = next((x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?")
     meminfo = Path("/proc/meminfo").read_text().splitlines()
@@ -144,9 +147,8 @@ def machine() -> str:
 
     sha = version(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
     rabbit = version(["rabbitmqctl", "-q", "eval", "rabbit_misc:version()."]).strip('"')
-    peers = version([PEERS_PY, "-m", "pip", "freeze"]) if Path(PEERS_PY).exists() else ""
     freeze = ""
-    if peers:
+    if Path(PEERS_PY).exists():
         out = subprocess.run([PEERS_PY, "-m", "pip", "freeze"], capture_output=True, text=True,
                              check=False).stdout  # fmt: skip
         wanted = ("procrastinate", "celery", "apscheduler", "kombu", "sqlalchemy", "psycopg")

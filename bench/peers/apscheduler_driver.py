@@ -25,15 +25,14 @@ from bench.peers.common import (
     RECORD_DIR_ENV,
     Args,
     Processes,
-    create_paced,
     fresh_database,
     parse_args,
     python_m,
     report,
     result,
     run_dir,
+    run_load,
     version,
-    wait_for_starts,
 )
 
 CHUNK = 1000  # jobs per RPC call
@@ -67,9 +66,7 @@ async def drive(args: Args) -> None:
                         rpc.send([(a.seq, a.due) for a in group[i : i + CHUNK]])
                         rpc.recv()
 
-                late = await create_paced(args, arrivals, create)
-            await asyncio.to_thread(wait_for_starts, records, arrivals, args.timeout)
-            peak = processes.peak_rss()
+                late, peak = await run_load(args, arrivals, records, processes, create)
         finally:
             processes.stop()
         notes = (

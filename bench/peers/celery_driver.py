@@ -35,13 +35,12 @@ from bench.peers.common import (
     RECORD_DIR_ENV,
     Args,
     Processes,
-    create_paced,
     parse_args,
     report,
     result,
     run_dir,
+    run_load,
     version,
-    wait_for_starts,
     wait_until,
 )
 
@@ -98,9 +97,7 @@ async def drive(args: Args) -> None:
                     for a in group:
                         noop.apply_async((a.seq,), eta=a.due, producer=producer)
 
-                late = await create_paced(args, arrivals, create)
-            await asyncio.to_thread(wait_for_starts, records, arrivals, args.timeout)
-            peak = processes.peak_rss()
+                late, peak = await run_load(args, arrivals, records, processes, create)
         finally:
             processes.stop()
         notes = (

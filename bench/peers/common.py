@@ -233,6 +233,17 @@ async def create_paced(
     return late
 
 
+async def run_load(
+    args: Args, arrivals: list[Arrival], records: Path, processes: Processes,
+    create: Callable[[list[Arrival]], Awaitable[None]],
+) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """Create the arrivals paced (`create_paced`), wait until all started (or the timeout),
+    then read each process's peak memory. Returns (how late the last creation was, peak)."""
+    late = await create_paced(args, arrivals, create)
+    await asyncio.to_thread(wait_for_starts, records, arrivals, args.timeout)
+    return late, processes.peak_rss()
+
+
 def wait_for_starts(directory: Path, arrivals: list[Arrival], timeout: float) -> None:
     last_due = max(a.due for a in arrivals)
     deadline = last_due + timedelta(seconds=timeout)

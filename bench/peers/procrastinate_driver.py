@@ -25,14 +25,13 @@ from bench.peers.common import (
     RECORD_DIR_ENV,
     Args,
     Processes,
-    create_paced,
     fresh_database,
     parse_args,
     report,
     result,
     run_dir,
+    run_load,
     version,
-    wait_for_starts,
     wait_until,
 )
 from bench.peers.procrastinate_app import APP, DB_ENV, POOL, make_app
@@ -78,9 +77,7 @@ async def drive(args: Args) -> None:
                         ]
                         await peers.job_manager.batch_defer_jobs_async(jobs=jobs)
 
-                late = await create_paced(args, arrivals, create)
-                await asyncio.to_thread(wait_for_starts, records, arrivals, args.timeout)
-                peak = processes.peak_rss()
+                late, peak = await run_load(args, arrivals, records, processes, create)
             finally:
                 processes.stop()
         notes = (
