@@ -79,7 +79,10 @@ class Dispatcher:
         self._on_fenced = on_fenced
         self.epochs: dict[int, int] = {}
         self._heap: list[tuple[datetime, uuid.UUID, Due]] = []
-        self._known: set[uuid.UUID] = set()
+        self._known: set[tuple[uuid.UUID, datetime]] = set()
+        """(id, due_at) of the executions in the heap or being dispatched. A row put back
+        under its id (throttled, handed back) is due at a new moment, so it is a new key: a
+        re-read loads it even before the dispatch of its old one has finished."""
         self._cursor = MIN_CURSOR
         self._last_full = 0.0
         self._last_deep = 0.0
@@ -133,8 +136,9 @@ class Dispatcher:
     def _add(self, rows: Sequence[Due]) -> int:
         added = 0
         for due in rows:
-            if due.id not in self._known and due.shard in self.epochs:
-                self._known.add(due.id)
+            key = (due.id, due.due_at)
+            if key not in self._known and due.shard in self.epochs:
+                self._known.add(key)
                 heapq.heappush(self._heap, (due.due_at, due.id, due))
                 added += 1
         if added:
@@ -231,7 +235,7 @@ class Dispatcher:
 
     def _forget(self, dues: Sequence[Due]) -> None:
         for d in dues:
-            self._known.discard(d.id)
+            self._known.discard((d.id, d.due_at))
 
     async def _decide(
         self, conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record], dues: list[Due],
@@ -274,12 +278,14 @@ class Dispatcher:
             if due.shard in self.epochs and self._lease_valid(due.shard):
                 by_shard[due.shard].append(due)
             else:
-                self._known.discard(due.id)  # not ours (any more): forget it
+                self._known.discard((due.id, due.due_at))  # not ours (any more): forget it
                 if due.shard in self.epochs:
                     lapsed.add(due.shard)
         if lapsed:  # held, but not renewed within the lease duration by our clock
             log.warning("not dispatching for shards %s: their Leases were not renewed in time",
                         sorted(lapsed))  # fmt: skip
+            for shard in lapsed:  # re-read at the next refresh, not the next full one
+                self._notified[shard] = None
         if not by_shard:
             return
         now = _now()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -93,3 +94,54 @@ async def test_a_notified_row_behind_the_cursor_is_read_and_one_ahead_needs_no_r
         assert {x.job_id for x in d.held()} == {first, ahead, behind}
     finally:
         await listener.close()
+
+
+async def test_a_row_put_back_under_its_id_while_still_known_is_read_again(
+    pool: asyncpg.Pool, d: Dispatcher
+) -> None:
+    # A worker throttles (or hands back) an execution the dispatcher has just published
+    # but not yet forgotten: the row is `scheduled` again, under its id, due a moment
+    # later. The NOTIFY's re-read must load it at its new due time, not wait for the
+    # next full re-read (a 30 s stall that lost a tenant-limit e2e test its deadline).
+    due = (datetime.now(UTC) + timedelta(seconds=20)).replace(microsecond=0)
+    job_id = await job_in_shard(pool, 1, due)
+    await d.gain(1)
+    await d.refresh()
+    [before] = d.held()
+    later = due + timedelta(seconds=1)
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE executions SET due_at = $2 WHERE id = $1", before.id, later)
+    d.notified(None, 0, "horae_shard_1", "throttled")
+    await d.refresh()
+    assert {(x.job_id, x.due_at) for x in d.held()} == {(job_id, due), (job_id, later)}
+
+
+async def test_rows_held_back_while_a_lease_lapsed_go_out_once_it_is_renewed(
+    pool: asyncpg.Pool, publisher: broker.Publisher
+) -> None:
+    valid = False
+
+    async def never_fenced(shard: int) -> None:
+        raise AssertionError(f"fenced out of {shard}")
+
+    d = Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
+                   refresh_period=timedelta(seconds=2), lease_valid=lambda s: valid,
+                   on_fenced=never_fenced)  # fmt: skip
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    job_id = await job_in_shard(pool, 1, due)
+    await d.gain(1)
+    await d.refresh()
+    stop = asyncio.Event()
+    loop = asyncio.ensure_future(d.run_dispatch(stop))
+
+    async def dropped() -> bool:
+        return not d.held()
+
+    await until(dropped, timeout=5, what="the due row taken off the heap")
+    stop.set()
+    await loop
+    status = "SELECT status::text FROM executions WHERE job_id = $1"
+    assert await pool.fetchval(status, job_id) == "scheduled", "not published while lapsed"
+    valid = True  # renewed: the next (periodic, not full) refresh loads the row again
+    await d.refresh()
+    assert [x.job_id for x in d.held()] == [job_id]
