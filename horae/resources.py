@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -73,11 +74,59 @@ class ScheduledJobSpec(_Camel):
 # -- CRD generation ------------------------------------------------------------
 
 _CRON_FIELD = r"[0-9A-Za-z*/,#?-]+"
-# Shape only (the operator validates fully): 5 or 6 fields, or a macro.
+# The shape: 5 or 6 fields, or a macro (each field's values: CRON_FIELDS).
 CRON_SHAPE = (
     r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
     + rf"{_CRON_FIELD}( +{_CRON_FIELD}){{4,5}})$"
 )
+
+
+def _cron_field(number: str, stepped: str = "", plain: str = "") -> str:
+    """An RE2 pattern (case-insensitive, as cron is) for a comma list of one field's
+    items: `*`, a number or a range (or a `stepped` form), with an optional step; or a
+    `plain` form. Never stricter than cronsim, which the operator and the API use."""
+    base = rf"\*|{number}(?:-{number})?" + (f"|{stepped}" if stepped else "")
+    item = rf"(?:(?:{base})(?:/0*[1-9][0-9]*)?" + (f"|{plain}" if plain else "") + ")"
+    return rf"(?i)^{item}(?:,{item})*$"
+
+
+_MONTHS = "|".join(SYMBOLIC_MONTHS)
+_DAYS = "|".join(SYMBOLIC_DAYS)
+CRON_FIELDS = {
+    "second": _cron_field(r"0*[1-5]?[0-9]"),
+    "minute": _cron_field(r"0*[1-5]?[0-9]"),
+    "hour": _cron_field(r"0*(?:2[0-3]|1?[0-9])"),
+    "day-of-month": _cron_field(r"0*(?:3[01]|[12][0-9]|[1-9])", stepped="LW|L"),
+    "month": _cron_field(rf"(?:0*(?:1[0-2]|[1-9])|{_MONTHS})"),
+    "day-of-week": _cron_field(
+        rf"(?:0*[0-7]|{_DAYS})", plain=rf"0*[0-7]L|(?:0*[0-7]|{_DAYS})#0*[1-5]"
+    ),
+}
+"""Each cron field's allowed values, checked by CEL at `kubectl apply` (field by field,
+so the message names the one that is out of range)."""
+
+_RANGES = {
+    "second": "0-59", "minute": "0-59", "hour": "0-23", "day-of-month": "1-31, L or LW",
+    "month": "1-12 or JAN-DEC", "day-of-week": "0-7 or SUN-SAT, nL or n#1-5",
+}  # fmt: skip
+
+
+def _cron_rules() -> list[dict[str, str]]:
+    """One CEL rule per cron field: fields counted from the end (a sixth, first, field is
+    seconds); a macro is left to the shape pattern."""
+    fields = "self.split(' ').filter(f, f != '')"
+    rules = []
+    for back, name in enumerate(reversed(list(CRON_FIELDS))):
+        pattern = CRON_FIELDS[name].replace("\\", "\\\\")
+        field = f"{fields}[size({fields}) - {back + 1}]"
+        guard = f"self.startsWith('@') || size({fields}) < {back + 1}"
+        rules.append({
+            "rule": f"{guard} || {field}.matches('{pattern}')",
+            "message": f"the {name} field must be {_RANGES[name]}",
+        })  # fmt: skip
+    return rules
+
+
 TIME_ZONE_SHAPE = r"^(UTC|[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2})$"
 
 
@@ -133,6 +182,7 @@ def scheduledjob_schema() -> dict[str, Any]:
                 "minLength": 1,
                 "maxLength": 200,
                 "pattern": CRON_SHAPE,
+                "x-kubernetes-validations": _cron_rules(),
                 "description": "Cron expression: 5 fields, 6 with seconds first, or a macro.",
             },
             "timeZone": {

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from horae.schedule import validate_cron
 from tests.support.kube import ControlPlane
 
 GOOD = {"task": "send-invoice", "schedule": "0 9 * * 1"}
@@ -25,6 +26,14 @@ BAD = [
     ({"task": "t", "schedule": "* * * * *", "payload": [1, 2]}, "spec.payload"),
     ({"task": "Not A Task", "schedule": "* * * * *"}, "spec.task"),
     ({"task": "t", "schedule": "* * * * *", "jitterSeconds": 99999}, "spec.jitterSeconds"),
+    ({"task": "t", "schedule": "61 * * * *"}, "spec.schedule: Invalid value: \"string\": the "
+                                              "minute field must be 0-59"),
+    ({"task": "t", "schedule": "0 24 * * *"}, "the hour field must be 0-23"),
+    ({"task": "t", "schedule": "0 0 32 * *"}, "the day-of-month field must be 1-31"),
+    ({"task": "t", "schedule": "0 0 * 13 *"}, "the month field must be 1-12"),
+    ({"task": "t", "schedule": "0 0 * * 8"}, "the day-of-week field must be 0-7"),
+    ({"task": "t", "schedule": "*/0 * * * *"}, "the minute field must be 0-59"),
+    ({"task": "t", "schedule": "60  */2 * * * *"}, "the second field must be 0-59"),
 ]  # fmt: skip
 
 
@@ -62,3 +71,21 @@ def test_a_good_manifest_is_accepted_with_defaults(
     assert obj["spec"]["timeZone"] == "UTC" and obj["spec"]["concurrencyPolicy"] == "Allow"
     names = control_plane.kubectl("get", "horae", "-n", namespace).stdout
     assert "scheduledjob.horae.dev/j" in names
+
+
+GOOD_SCHEDULES = [
+    "*/2 * * * * *", "0 0 L * *", "0 0 LW * *", "0 9 * * MON-FRI", "0 0 * * 5L",
+    "0 0 * * mon#2", "0 0 1 jan,JUL *", "@hourly", "15,45 */2 1-15/3 * *", "00 09 * * 7",
+    "59  23   31 12 6", "30 0-59/15 * * * sun",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", GOOD_SCHEDULES)
+def test_every_form_of_cron_the_operator_accepts_passes_the_api_server(
+    control_plane: ControlPlane, namespace: str, schedule: str
+) -> None:
+    validate_cron(schedule)  # the operator's own check accepts it
+    spec = {"task": "t", "schedule": schedule}
+    result = control_plane.kubectl("apply", "--dry-run=server", "-f", "-",
+                                   input=manifest(namespace, spec), check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr

@@ -6,8 +6,9 @@ type, a number out of range, a string too long or off its pattern (bad cron, bad
 bad task name), a value outside an enum, an unknown field, a required field removed, or a
 broken cross-field rule. Bounded (it is one kubectl call per example).
 
-The CRD checks a schedule's shape (field count, characters); out-of-range cron values
-("61 * * * *") are left to the operator, which refuses them with an InvalidSpec Event.
+The CRD checks a schedule's shape (field count, characters) and each field's values
+(test_crd_validation); a range written backwards ("5-1 * * * *") is left to the operator,
+which refuses it with an InvalidSpec Event.
 """
 
 from __future__ import annotations

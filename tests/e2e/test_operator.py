@@ -273,9 +273,10 @@ def test_the_operators_service_account_may_do_only_what_the_operator_does(
 async def test_a_spec_only_the_operator_can_judge_is_reported_in_status_and_an_event(
     control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
 ) -> None:
-    """`61 * * * *` has the shape the CRD checks but no minute 61: the operator refuses it."""
+    """`5-1 * * * *` passes the CRD's per-field patterns, but the range runs backwards:
+    the operator refuses it."""
     processes.start("operator", "operator")
-    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "61 * * * *"))
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "5-1 * * * *"))
 
     async def refused() -> dict[str, Any] | None:
         status = control_plane.get_json("sj", "ticker", "-n", namespace).get("status", {})
