@@ -52,11 +52,10 @@ docs: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-# The chaos run is left out (`make chaos` runs it): its 2-minute run failed once in four
-# here with occurrences lost near its end, not yet explained (issue 9).
+# The whole suite, the short chaos run (120 s of faults, seed 20261130) included.
 test: venv services k8s lint typecheck audit
 	@set -a; eval "$$(hack/services.sh env)"; set +a; \
-		$(BIN)/pytest -q -p no:cacheprovider -m "not chaos"
+		$(BIN)/pytest -q -p no:cacheprovider
 
 # A longer chaos run than the one `make test` includes (docs/reliability.md).
 SEED     ?= 20261130

@@ -210,21 +210,21 @@ class CustomObjects:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = client.CustomObjectsApi(api)
 
+    async def _call(
+        self, method: Callable[..., Any], *args: Any, timeout: float = 10, **kwargs: Any
+    ) -> Any:
+        """`method(GROUP, VERSION, *args)` on a thread, with a request timeout."""
+        return await asyncio.to_thread(
+            method, GROUP, VERSION, *args, _request_timeout=timeout, **kwargs
+        )
+
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> bool:
         """Merge-patch `status`; False when the object is gone."""
         try:
-            await asyncio.to_thread(
-                self._api.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                {"status": status},
-                _request_timeout=10,
-            )
+            await self._call(self._api.patch_namespaced_custom_object_status, namespace, plural,
+                             name, {"status": status})  # fmt: skip
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -233,17 +233,12 @@ class CustomObjects:
 
     async def list_all(self, plural: str) -> list[dict[str, Any]]:
         """Every object of `plural` in every namespace."""
-        result = await asyncio.to_thread(
-            self._api.list_cluster_custom_object, GROUP, VERSION, plural, _request_timeout=60
-        )
+        result = await self._call(self._api.list_cluster_custom_object, plural, timeout=60)
         return list(result["items"])
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            obj = await asyncio.to_thread(
-                self._api.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name,
-                _request_timeout=10,
-            )  # fmt: skip
+            obj = await self._call(self._api.get_namespaced_custom_object, namespace, plural, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -253,42 +248,30 @@ class CustomObjects:
     async def list(
         self, plural: str, namespace: str, *, label_selector: str = ""
     ) -> list[dict[str, Any]]:
-        result = await asyncio.to_thread(
-            self._api.list_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-            label_selector=label_selector, _request_timeout=30,
-        )  # fmt: skip
+        result = await self._call(self._api.list_namespaced_custom_object, namespace, plural,
+                                  label_selector=label_selector, timeout=30)  # fmt: skip
         return list(result["items"])
 
     async def upsert(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> None:
         """Create the object, or merge-patch it when it exists."""
         try:
-            await asyncio.to_thread(
-                self._api.create_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-                body, _request_timeout=10,
-            )  # fmt: skip
+            await self._call(self._api.create_namespaced_custom_object, namespace, plural, body)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            await asyncio.to_thread(
-                self._api.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-                name, body, _request_timeout=10,
-            )  # fmt: skip
+            await self._call(self._api.patch_namespaced_custom_object, namespace, plural, name,
+                             body)  # fmt: skip
 
     async def delete(self, plural: str, namespace: str, name: str) -> None:
         try:
-            await asyncio.to_thread(
-                self._api.delete_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-                name, _request_timeout=10,
-            )  # fmt: skip
+            await self._call(self._api.delete_namespaced_custom_object, namespace, plural, name)
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
     async def delete_all(self, plural: str, namespace: str, *, label_selector: str) -> None:
-        await asyncio.to_thread(
-            self._api.delete_collection_namespaced_custom_object, GROUP, VERSION, namespace,
-            plural, label_selector=label_selector, _request_timeout=30,
-        )  # fmt: skip
+        await self._call(self._api.delete_collection_namespaced_custom_object, namespace,
+                         plural, label_selector=label_selector, timeout=30)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,10 @@ TRANSIENT = (
 reaper publishes it again. Any other error before an execution's ack point means the message
 itself cannot be processed (a poison message): it is dead-lettered."""
 
+OUTCOME_RETRIED = (*TRANSIENT, asyncpg.PostgresError)
+"""Errors an outcome's write is tried again after while the lease lasts: the connection's,
+and any the server raised (a restart's, a deadlock): the outcome itself is never at fault."""
+
 
 async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
     """Run a write transaction again when Postgres chose it as a deadlock victim (rolled
@@ -269,7 +273,7 @@ class Worker:
             try:
                 recorded = await self._finishes.submit(finish)
                 break
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except OUTCOME_RETRIED:
                 if time.monotonic() > give_up:
                     log.exception("execution %s: outcome not recorded; its lease will run out",
                                   claimed.id)  # fmt: skip

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import asyncpg
@@ -21,6 +21,7 @@ import asyncpg
 from horae.models import JobSpec, RetryPolicy
 from tests.e2e.test_worker import create, terminal
 from tests.support.processes import Processes
+from tests.support.webhook import loopback_server
 
 HTTP_CHECK = "worker/examples/http_check.py"
 PAYMENT = "worker/examples/payment.py"
@@ -51,14 +52,8 @@ def web_service(
         def log_message(self, *_: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as base:
+        yield base, seen
 
 
 async def test_http_check_retries_a_503_after_its_retry_after_and_fails_a_404_at_once(

@@ -73,7 +73,14 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
         return state == "paused"
 
     await until(paused, timeout=15, what="the job paused")
-    await asyncio.sleep(1)  # an execution already on the queue may still finish
+
+    async def settled() -> bool:  # one already on the queue may still run and finish
+        live = (
+            "SELECT count(*) FROM executions WHERE job_id = $1 AND status IN ('queued', 'running')"
+        )
+        return await pool.fetchval(live, job_id) == 0
+
+    await until(settled, timeout=15, what="no execution of the paused job queued or running")
     before = await succeeded()
     await asyncio.sleep(5)  # two and a half periods of the schedule
     assert await succeeded() == before, "a suspended job fired"

@@ -1,4 +1,4 @@
-"""A webhook receiver on loopback: records the JSON bodies POSTed to it."""
+"""HTTP servers on loopback for tests: a webhook receiver, and whatever a handler serves."""
 
 from __future__ import annotations
 
@@ -8,6 +8,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+@contextmanager
+def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` on a free loopback port in a thread: its base URL, while the block
+    runs."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextmanager
@@ -25,11 +39,5 @@ def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/hooks/horae", received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as base:
+        yield f"{base}/hooks/horae", received
