@@ -264,12 +264,14 @@ RETURNING id, shard
 
 -- name: heartbeat
 -- Extend the leases of the executions this worker still works on ($4; locked in id order,
--- as outcomes are recorded); report those marked for cancellation.
+-- as outcomes are recorded); report those marked for cancellation. A row locked by another
+-- transaction (its outcome being written, the reaper) is skipped, not waited for: one slow
+-- lock must not let every other lease of the worker run out.
 WITH target AS (
     SELECT id, due_at FROM executions
     WHERE lease_owner = $1 AND status = 'running' AND id = ANY($4::uuid[])
     ORDER BY id
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE executions e SET lease_until = $2::timestamptz + $3::interval
 FROM target t

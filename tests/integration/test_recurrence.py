@@ -1,10 +1,12 @@
 """A cron job fires each nominal time exactly once, whatever happened to the occurrence
-before it: throttled by its tenant's limit, or claimed before its dispatch was recorded.
-(Both found by the chaos suite, tests/chaos.)"""
+before it: throttled by its tenant's limit, claimed before its dispatch was recorded, or
+dispatched in one batch with a stale copy of its predecessor. (All found by the chaos
+suite, tests/chaos.)"""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -70,3 +72,30 @@ async def test_an_occurrence_claimed_before_its_dispatch_was_recorded_still_recu
     assert len(rows) == 2, "the next occurrence was scheduled by the claim"
     assert rows[1]["occurrence_at"] == first.occurrence_at + timedelta(seconds=10)
     assert rows[1]["status"] == "scheduled"
+
+
+async def test_a_batch_holding_an_occurrence_and_a_stale_copy_of_its_predecessor_recurs(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"),
+                                       tenant="acme", source=JobSource.API, shards=64,
+                                       now=NOW)  # fmt: skip
+        shard = job_id.int % 64
+        epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
+        [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+        # Published, its record failed, then claimed by a worker (which schedules the next
+        # occurrence); the dispatcher re-read it before the claim, so it holds it still.
+        claimed = await executions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
+                                         lease=LEASE, tenant="acme")  # fmt: skip
+        assert isinstance(claimed, executions.Claimed)
+        second = next(d for d in await executions.preload(
+            conn, [shard], NOW + timedelta(minutes=5), 100) if d.job_id == job_id)  # fmt: skip
+        # One batch, in due order: the next occurrence, then the stale predecessor (its
+        # due_at moved later by throttling, say).
+        stale = replace(first, due_at=second.due_at + timedelta(seconds=1))
+        await executions.mark_queued(conn, shard, epoch, [second, stale], NOW)
+    rows = await first_attempts(pool, job_id)
+    assert [r["occurrence_at"] - first.occurrence_at for r in rows] == [
+        timedelta(seconds=s) for s in (0, 10, 20)
+    ], "the occurrence after the latest one dispatched is scheduled"

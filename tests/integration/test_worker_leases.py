@@ -6,7 +6,7 @@ recover it. Before, the heartbeats kept it `running` for as long as the worker l
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -14,6 +14,7 @@ import asyncpg
 from horae import broker
 from horae.config import Settings
 from horae.models import ExecutionMessage, JobSource, JobSpec
+from horae.store import executions as store
 from horae.store import jobs
 from horae.store.db import connect_pool
 from horae.worker.runtime import Worker
@@ -89,3 +90,40 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         await admin.close()
         await connection.close()
         await worker_pool.close()
+
+
+async def test_a_heartbeat_never_waits_on_a_locked_row_and_extends_the_others(
+    pool: asyncpg.Pool,
+) -> None:
+    # A row of the worker's is locked by a slow transaction (its own outcome's write,
+    # queued behind a job row another writer holds; a reaper): the heartbeat must still
+    # extend every other lease at once. Before, it waited for the lock, and every lease
+    # of the worker ran out (the chaos suite's long run saw a 6 s stall).
+    now = datetime.now(UTC)
+    async with pool.acquire() as conn:
+        for _ in range(2):
+            await jobs.create_job(conn, JobSpec(task="t", run_at=now), tenant="hb",
+                                  source=JobSource.API, shards=64, now=now)  # fmt: skip
+        rows = await conn.fetch("SELECT id, due_at FROM executions WHERE tenant = 'hb'")
+        ids = [r["id"] for r in rows]
+        await conn.execute(
+            "UPDATE executions SET status = 'running', lease_owner = 'w-hb', "
+            "lease_until = $2, started_at = $2 WHERE id = ANY($1::uuid[])", ids, now,
+        )  # fmt: skip
+    locker = await pool.acquire()
+    try:
+        tx = locker.transaction()
+        await tx.start()
+        await locker.execute("SELECT 1 FROM executions WHERE id = $1 FOR UPDATE", ids[0])
+        async with pool.acquire() as conn:
+            await asyncio.wait_for(
+                store.heartbeat(conn, owner="w-hb", now=now, lease=timedelta(seconds=30),
+                                ids=ids),
+                timeout=5,
+            )  # fmt: skip
+        await tx.rollback()
+    finally:
+        await pool.release(locker)
+    leases = dict(await pool.fetch("SELECT id, lease_until FROM executions WHERE tenant = 'hb'"))
+    assert leases[ids[1]] == now + timedelta(seconds=30), "the unlocked row was extended"
+    assert leases[ids[0]] == now, "the locked row is left for the next heartbeat"
