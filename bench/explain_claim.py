@@ -1,0 +1,75 @@
+"""The claim statement's plan on a scratch database: `EXPLAIN (ANALYZE, BUFFERS)` of one
+worker claim of `--claim` queued rows among `--rows` executions (rolled back).
+
+    .venv/bin/python -m bench.explain_claim --rows 100000 --claim 1000
+
+Creates and drops the database `horae_explain` next to HORAE_DATABASE_URL's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
+from horae.store.db import connect_pool
+from horae.store.migrate import migrate
+from horae.store.queries import Q
+
+SCRATCH = "horae_explain"
+
+
+async def main(rows: int, claim: int) -> None:
+    base = os.environ["HORAE_DATABASE_URL"]
+    url = base.rsplit("/", 1)[0] + "/" + SCRATCH
+    admin = await asyncpg.connect(base)
+    await admin.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
+    await admin.execute(f"CREATE DATABASE {SCRATCH}")
+    try:
+        await migrate(url)
+        print("\n".join(await plan(url, rows, claim)))
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
+        await admin.close()
+
+
+async def plan(url: str, rows: int, claim: int) -> list[str]:
+    now = datetime.now(UTC)
+    pool = await connect_pool(url, size=2)
+    try:
+        async with pool.acquire() as conn:
+            for start in range(0, rows, 5000):
+                await jobs.create_jobs(conn, [
+                    jobs.NewJob(spec=JobSpec(task="t", run_at=now + timedelta(seconds=1 + i % 60)),
+                                tenant=f"t{i % 10}", source=JobSource.API)
+                    for i in range(start, min(rows, start + 5000))
+                ], shards=64, now=now)  # fmt: skip
+            await conn.execute("ANALYZE")
+            picked = sorted(await conn.fetch(
+                "SELECT id, due_at FROM executions ORDER BY random() LIMIT $1", claim
+            ))  # fmt: skip
+            ids, dues = [r["id"] for r in picked], [r["due_at"] for r in picked]
+            await conn.execute("UPDATE executions SET status = 'queued' WHERE id = ANY($1)", ids)
+            claim_tx = conn.transaction()
+            await claim_tx.start()
+            try:
+                lines = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + Q["claim_executions"],
+                                         ids, dues, "w", now, timedelta(seconds=30))  # fmt: skip
+            finally:
+                await claim_tx.rollback()
+            return [r[0] for r in lines]
+    finally:
+        await pool.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--claim", type=int, default=1000)
+    args = parser.parse_args()
+    asyncio.run(main(args.rows, args.claim))
