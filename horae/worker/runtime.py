@@ -64,11 +64,12 @@ def _now() -> datetime:
 
 TRANSIENT = (
     OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,
+    asyncpg.OperatorInterventionError, asyncpg.InternalClientError,
 )  # fmt: skip
 """Errors of the database connection, not of a message: the execution stays `queued` and the
 reaper publishes it again. Any other error before an execution's ack point means the message
-itself cannot be processed (a poison message): it is dead-lettered."""
+itself cannot be processed (a poison message): it is dead-lettered. `InternalClientError`
+("cannot switch to state ...") is what asyncpg raises on a connection cut mid-operation."""
 
 OUTCOME_RETRIED = (*TRANSIENT, asyncpg.PostgresError)
 """Errors an outcome's write is tried again after while the lease lasts: the connection's,
@@ -379,7 +380,7 @@ class Worker:
                     if handler is not None and not handler.done():
                         self._cancel_requested.add(execution_id)
                         handler.cancel()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except Exception:  # the loop must outlive any one failure, or every lease lapses
                 log.exception("heartbeat failed")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=period)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 
 from horae import broker
 from horae.config import Settings
@@ -127,3 +128,51 @@ async def test_a_heartbeat_never_waits_on_a_locked_row_and_extends_the_others(
     leases = dict(await pool.fetch("SELECT id, lease_until FROM executions WHERE tenant = 'hb'"))
     assert leases[ids[1]] == now + timedelta(seconds=30), "the unlocked row was extended"
     assert leases[ids[0]] == now, "the locked row is left for the next heartbeat"
+
+
+async def test_the_heartbeat_loop_outlives_an_unexpected_error(
+    pool: asyncpg.Pool, db_url: str, broker_url: str, broker_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # asyncpg raises InternalClientError ("cannot switch to state 15") on a connection cut
+    # mid-operation; the loop used to catch only connection errors and died on it, so every
+    # lease of the worker ran out (the chaos suite's 30-minute run, after pg_terminate).
+    now = datetime.now(UTC)
+    async with pool.acquire() as conn:
+        await jobs.create_job(conn, JobSpec(task="t", run_at=now), tenant="hb2",
+                              source=JobSource.API, shards=64, now=now)  # fmt: skip
+        execution_id = await conn.fetchval("SELECT id FROM executions WHERE tenant = 'hb2'")
+        await conn.execute(
+            "UPDATE executions SET status = 'running', lease_owner = 'w-hb2', lease_until = $2, "
+            "started_at = $2 WHERE id = $1", execution_id, now,
+        )  # fmt: skip
+    real = store.heartbeat
+    failures = [asyncpg.InternalClientError("cannot switch to state 15")]
+
+    async def fails_once(*args: Any, **kwargs: Any) -> list[Any]:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "heartbeat", fails_once)
+    settings = Settings.from_env({"HORAE_DATABASE_URL": db_url, "HORAE_IDENTITY": "w-hb2",
+                                  "HORAE_EXECUTION_LEASE_SECONDS": "1.5"})  # fmt: skip
+    connection = await broker.connect(broker_url)
+    stop = asyncio.Event()
+    try:
+        publisher = broker.Publisher(connection, broker.Names(broker_prefix))
+        worker = Worker(settings, pool, publisher)
+        worker._held.add(execution_id)
+        beats = asyncio.create_task(worker.heartbeat(stop))
+
+        async def extended() -> bool:
+            lease = await pool.fetchval(
+                "SELECT lease_until FROM executions WHERE id = $1", execution_id
+            )
+            return bool(lease > now)
+
+        await until(extended, timeout=5, what="a heartbeat after the failed one")
+        assert not failures and not beats.done()
+    finally:
+        stop.set()
+        await connection.close()
