@@ -17,23 +17,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
 
-from horae.store.migrate import migrate
+from bench.harness import scratch_database
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
 TOKEN = "bench-token"
-
-
-def _db(name: str) -> str:
-    return urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
 
 
 def _job(i: int) -> dict[str, object]:
@@ -79,15 +72,16 @@ async def main() -> None:
     parser.add_argument("--port", type=int, default=18080)
     args = parser.parse_args()
 
-    name = f"horae_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(BASE_DB)
-    await admin.execute(f'CREATE DATABASE "{name}"')
     tokens = Path(tempfile.mkdtemp()) / "tokens"
     tokens.write_text(f"{TOKEN},bench\n")
+    async with scratch_database("horae_bench") as db:
+        await _measure(args, db, tokens)
+
+
+async def _measure(args: argparse.Namespace, db: str, tokens: Path) -> None:
     proc = None
     try:
-        await migrate(_db(name))
-        env = {**os.environ, "HORAE_DATABASE_URL": _db(name), "HORAE_API_TOKENS_FILE": str(tokens),
+        env = {**os.environ, "HORAE_DATABASE_URL": db, "HORAE_API_TOKENS_FILE": str(tokens),
                "HORAE_API_KUBERNETES_AUTH": "false", "HORAE_LOG_LEVEL": "WARNING",
                "HORAE_DATABASE_POOL_SIZE": "20"}  # fmt: skip
         cmd = [str(Path(sys.executable).parent / "horae"), "api", "--port", str(args.port),
@@ -117,7 +111,7 @@ async def main() -> None:
             f"batch   POST /jobs:batch : {n / args.seconds:9.0f} jobs/s    "
             f"({n} in {args.seconds:.0f}s, {args.batch_size}/request, 4 in flight, {err} errors)"
         )
-        conn = await asyncpg.connect(_db(name))
+        conn = await asyncpg.connect(db)
         jobs = await conn.fetchval("SELECT count(*) FROM jobs")
         execs = await conn.fetchval("SELECT count(*) FROM executions")
         await conn.close()
@@ -127,8 +121,6 @@ async def main() -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=20)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 if __name__ == "__main__":

@@ -3,39 +3,25 @@ worker claim of `--claim` queued rows among `--rows` executions (rolled back).
 
     .venv/bin/python -m bench.explain_claim --rows 100000 --claim 1000
 
-Creates and drops the database `horae_explain` next to HORAE_DATABASE_URL's.
+Creates and drops a scratch database next to HORAE_DATABASE_URL's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
+from bench.harness import scratch_database
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
 from horae.store.db import connect_pool
-from horae.store.migrate import migrate
 from horae.store.queries import Q
-
-SCRATCH = "horae_explain"
 
 
 async def main(rows: int, claim: int) -> None:
-    base = os.environ["HORAE_DATABASE_URL"]
-    url = base.rsplit("/", 1)[0] + "/" + SCRATCH
-    admin = await asyncpg.connect(base)
-    await admin.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
-    await admin.execute(f"CREATE DATABASE {SCRATCH}")
-    try:
-        await migrate(url)
+    async with scratch_database("horae_explain") as url:
         print("\n".join(await plan(url, rows, claim)))
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
-        await admin.close()
 
 
 async def plan(url: str, rows: int, claim: int) -> list[str]:

@@ -63,26 +63,35 @@ class System:
 
 
 @asynccontextmanager
-async def horae_system(name: str) -> AsyncIterator[System]:
-    db = f"horae_{name}_{uuid.uuid4().hex[:8]}"
-    db_url = urlunsplit(urlsplit(BASE_DB)._replace(path="/" + db))
+async def scratch_database(prefix: str) -> AsyncIterator[str]:
+    """A migrated database of its own next to BASE_DB (its URL), dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(BASE_DB)
-    await admin.execute(f'CREATE DATABASE "{db}"')
-    plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
-    system = System(db_url, {
-        **os.environ, **plane.env, "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": BROKER,
-        "HORAE_BROKER_PREFIX": f"{name}{uuid.uuid4().hex[:6]}", "HORAE_NAMESPACE": "default",
-        "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING"),
-    })  # fmt: skip
+    await admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        await migrate(db_url)
-        yield system
+        url = urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
+        await migrate(url)
+        yield url
     finally:
-        for p in system.processes:
-            if p.poll() is None:
-                p.terminate()
-        for p in system.processes:
-            p.wait(timeout=30)
-        stop_control_plane(plane)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@asynccontextmanager
+async def horae_system(name: str) -> AsyncIterator[System]:
+    async with scratch_database(f"horae_{name}") as db_url:
+        plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
+        system = System(db_url, {
+            **os.environ, **plane.env, "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": BROKER,
+            "HORAE_BROKER_PREFIX": f"{name}{uuid.uuid4().hex[:6]}", "HORAE_NAMESPACE": "default",
+            "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING"),
+        })  # fmt: skip
+        try:
+            yield system
+        finally:
+            for p in system.processes:
+                if p.poll() is None:
+                    p.terminate()
+            for p in system.processes:
+                p.wait(timeout=30)
+            stop_control_plane(plane)

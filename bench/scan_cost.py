@@ -14,14 +14,11 @@ import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from horae.store.migrate import migrate
+from bench.harness import scratch_database
 from horae.store.queries import Q
-
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
 
 HISTORY = """
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
@@ -42,10 +39,6 @@ INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, 
 SELECT gen_random_uuid(), id, 't', 'bench.noop', shard, $1::timestamptz, $1::timestamptz, 1, 1
 FROM j
 """
-
-
-def _db(name: str) -> str:
-    return urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
 
 
 def buffers(plan: Any) -> tuple[int, int]:
@@ -86,12 +79,8 @@ async def main() -> None:
     parser.add_argument("--rows", default="0,1000000,5000000")
     args = parser.parse_args()
     targets = [int(x) for x in args.rows.split(",")]
-    name = f"horae_scan_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(BASE_DB)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        await migrate(_db(name))
-        conn = await asyncpg.connect(_db(name))
+    async with scratch_database("horae_scan") as db:
+        conn = await asyncpg.connect(db)
         now = datetime.now(UTC)
         for back in range(31):
             await conn.execute(
@@ -118,9 +107,6 @@ async def main() -> None:
         for f in figures:
             print(json.dumps(f))
         await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 if __name__ == "__main__":
