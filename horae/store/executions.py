@@ -193,14 +193,10 @@ async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None
     One query finds which jobs recur, one inserts their next occurrences and one records
     them on the jobs, so a spike costs the same three statements whatever its size.
     """
-    # Per job, the latest occurrence: a batch may also hold a stale copy of an earlier one
-    # (re-read before a worker claimed it), whose next occurrence exists already.
-    firsts: dict[uuid.UUID, Due] = {}
-    for d in dues:
-        if d.attempt == 1 and (
-            d.job_id not in firsts or d.occurrence_at > firsts[d.job_id].occurrence_at
-        ):
-            firsts[d.job_id] = d
+    # Per job, the latest occurrence (later ones overwrite): a batch may also hold a stale
+    # copy of an earlier one (re-read before a worker claimed it), whose next one exists.
+    ordered = sorted((d for d in dues if d.attempt == 1), key=lambda d: d.occurrence_at)
+    firsts = {d.job_id: d for d in ordered}
     if not firsts:
         return
     new: list[NewExecution] = []

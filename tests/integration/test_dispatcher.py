@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -27,16 +27,23 @@ async def publisher(broker_url: str, broker_prefix: str) -> AsyncIterator[broker
     await connection.close()
 
 
-@pytest_asyncio.fixture
-async def d(pool: asyncpg.Pool, publisher: broker.Publisher) -> Dispatcher:
-    """A dispatcher whose leases always hold (it is never fenced out)."""
+def dispatcher(
+    pool: asyncpg.Pool, publisher: broker.Publisher, lease_valid: Callable[[int], bool]
+) -> Dispatcher:
+    """A dispatcher that is never fenced out, its leases valid while `lease_valid` says."""
 
     async def never_fenced(shard: int) -> None:
         raise AssertionError(f"fenced out of {shard}")
 
     return Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
-                      refresh_period=timedelta(seconds=2), lease_valid=lambda s: True,
+                      refresh_period=timedelta(seconds=2), lease_valid=lease_valid,
                       on_fenced=never_fenced)  # fmt: skip
+
+
+@pytest_asyncio.fixture
+async def d(pool: asyncpg.Pool, publisher: broker.Publisher) -> Dispatcher:
+    """A dispatcher whose leases always hold."""
+    return dispatcher(pool, publisher, lambda s: True)
 
 
 async def job_in_shard(
@@ -120,13 +127,7 @@ async def test_rows_held_back_while_a_lease_lapsed_go_out_once_it_is_renewed(
     pool: asyncpg.Pool, publisher: broker.Publisher
 ) -> None:
     valid = False
-
-    async def never_fenced(shard: int) -> None:
-        raise AssertionError(f"fenced out of {shard}")
-
-    d = Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
-                   refresh_period=timedelta(seconds=2), lease_valid=lambda s: valid,
-                   on_fenced=never_fenced)  # fmt: skip
+    d = dispatcher(pool, publisher, lambda s: valid)
     due = datetime.now(UTC) - timedelta(seconds=1)
     job_id = await job_in_shard(pool, 1, due)
     await d.gain(1)

@@ -24,17 +24,22 @@ async def first_attempts(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[asyncpg.
         "ORDER BY occurrence_at, due_at", job_id)  # fmt: skip
 
 
+async def every_ten_seconds(conn: asyncpg.Connection) -> tuple[uuid.UUID, int, executions.Due]:
+    """A cron job firing every 10 s in tenant acme: its id, its shard, its first occurrence."""
+    job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"), tenant="acme",
+                                   source=JobSource.API, shards=64, now=NOW)  # fmt: skip
+    shard = job_id.int % 64
+    [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+    return job_id, shard, first
+
+
 async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispatch(
     pool: asyncpg.Pool,
 ) -> None:
     async with pool.acquire() as conn:
         await jobs.set_tenant_limit(conn, "acme", 1)
-        job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"),
-                                       tenant="acme", source=JobSource.API, shards=64,
-                                       now=NOW)  # fmt: skip
-        shard = job_id.int % 64
+        job_id, shard, first = await every_ten_seconds(conn)
         epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
-        [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
         await executions.mark_queued(conn, shard, epoch, [first], NOW)  # schedules the next
         held = await executions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
                                       lease=LEASE, tenant="acme")  # fmt: skip
@@ -58,11 +63,7 @@ async def test_an_occurrence_claimed_before_its_dispatch_was_recorded_still_recu
     pool: asyncpg.Pool,
 ) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"),
-                                       tenant="acme", source=JobSource.API, shards=64,
-                                       now=NOW)  # fmt: skip
-        shard = job_id.int % 64
-        [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+        job_id, _, first = await every_ten_seconds(conn)
         # Published, then the scheduler's record failed (deadlock victim, crash): a worker
         # claims the still-`scheduled` row and finishes it; no scheduler will record it.
         claimed = await executions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
@@ -78,12 +79,8 @@ async def test_a_batch_holding_an_occurrence_and_a_stale_copy_of_its_predecessor
     pool: asyncpg.Pool,
 ) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(conn, JobSpec(task="t", cron="*/10 * * * * *"),
-                                       tenant="acme", source=JobSource.API, shards=64,
-                                       now=NOW)  # fmt: skip
-        shard = job_id.int % 64
+        job_id, shard, first = await every_ten_seconds(conn)
         epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
-        [first] = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
         # Published, its record failed, then claimed by a worker (which schedules the next
         # occurrence); the dispatcher re-read it before the claim, so it holds it still.
         claimed = await executions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,

@@ -93,6 +93,21 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         await worker_pool.close()
 
 
+async def running(pool: asyncpg.Pool, owner: str, count: int, now: datetime) -> list[Any]:
+    """`count` executions of new one-off jobs, `running` for `owner` with leases ending `now`."""
+    async with pool.acquire() as conn:
+        ids = []
+        for _ in range(count):
+            job_id = await jobs.create_job(conn, JobSpec(task="t", run_at=now), tenant=owner,
+                                           source=JobSource.API, shards=64, now=now)  # fmt: skip
+            ids.append(await conn.fetchval("SELECT id FROM executions WHERE job_id = $1", job_id))
+        await conn.execute(
+            "UPDATE executions SET status = 'running', lease_owner = $2, lease_until = $3, "
+            "started_at = $3 WHERE id = ANY($1::uuid[])", ids, owner, now,
+        )  # fmt: skip
+    return ids
+
+
 async def test_a_heartbeat_never_waits_on_a_locked_row_and_extends_the_others(
     pool: asyncpg.Pool,
 ) -> None:
@@ -101,20 +116,8 @@ async def test_a_heartbeat_never_waits_on_a_locked_row_and_extends_the_others(
     # extend every other lease at once. Before, it waited for the lock, and every lease
     # of the worker ran out (the chaos suite's long run saw a 6 s stall).
     now = datetime.now(UTC)
-    async with pool.acquire() as conn:
-        for _ in range(2):
-            await jobs.create_job(conn, JobSpec(task="t", run_at=now), tenant="hb",
-                                  source=JobSource.API, shards=64, now=now)  # fmt: skip
-        rows = await conn.fetch("SELECT id, due_at FROM executions WHERE tenant = 'hb'")
-        ids = [r["id"] for r in rows]
-        await conn.execute(
-            "UPDATE executions SET status = 'running', lease_owner = 'w-hb', "
-            "lease_until = $2, started_at = $2 WHERE id = ANY($1::uuid[])", ids, now,
-        )  # fmt: skip
-    locker = await pool.acquire()
-    try:
-        tx = locker.transaction()
-        await tx.start()
+    ids = await running(pool, "w-hb", 2, now)
+    async with pool.acquire() as locker, locker.transaction():
         await locker.execute("SELECT 1 FROM executions WHERE id = $1 FOR UPDATE", ids[0])
         async with pool.acquire() as conn:
             await asyncio.wait_for(
@@ -122,10 +125,8 @@ async def test_a_heartbeat_never_waits_on_a_locked_row_and_extends_the_others(
                                 ids=ids),
                 timeout=5,
             )  # fmt: skip
-        await tx.rollback()
-    finally:
-        await pool.release(locker)
-    leases = dict(await pool.fetch("SELECT id, lease_until FROM executions WHERE tenant = 'hb'"))
+    leases = dict(await pool.fetch("SELECT id, lease_until FROM executions WHERE id = ANY($1)",
+                                   ids))  # fmt: skip
     assert leases[ids[1]] == now + timedelta(seconds=30), "the unlocked row was extended"
     assert leases[ids[0]] == now, "the locked row is left for the next heartbeat"
 
@@ -138,14 +139,7 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
     # mid-operation; the loop used to catch only connection errors and died on it, so every
     # lease of the worker ran out (the chaos suite's 30-minute run, after pg_terminate).
     now = datetime.now(UTC)
-    async with pool.acquire() as conn:
-        await jobs.create_job(conn, JobSpec(task="t", run_at=now), tenant="hb2",
-                              source=JobSource.API, shards=64, now=now)  # fmt: skip
-        execution_id = await conn.fetchval("SELECT id FROM executions WHERE tenant = 'hb2'")
-        await conn.execute(
-            "UPDATE executions SET status = 'running', lease_owner = 'w-hb2', lease_until = $2, "
-            "started_at = $2 WHERE id = $1", execution_id, now,
-        )  # fmt: skip
+    [execution_id] = await running(pool, "w-hb2", 1, now)
     real = store.heartbeat
     failures = [asyncpg.InternalClientError("cannot switch to state 15")]
 
