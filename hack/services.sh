@@ -128,6 +128,19 @@ ensure_rabbitmq() {
   "${ctl[@]}" set_permissions -p "$MQ_VHOST" "$MQ_USER" ".*" ".*" ".*" >/dev/null
 }
 
+# ---- libfaketime -------------------------------------------------------------
+# A worker under a clock offset (the chaos suite's clock fault, tests/e2e/test_worker.py)
+# runs with libfaketime preloaded. Without root it is left out: those tests say so and skip.
+ensure_faketime() {
+  [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] && return
+  if [ "$(id -u)" = 0 ]; then
+    apt_install faketime
+  else
+    log "libfaketime missing and not root: clock-offset tests will be skipped (apt-get install faketime)"
+  fi
+}
+
 ensure_postgres
 ensure_rabbitmq
+ensure_faketime
 log "PostgreSQL on 127.0.0.1:$PG_PORT (db $PG_DB), RabbitMQ on 127.0.0.1:$MQ_PORT (vhost $MQ_VHOST) ready"

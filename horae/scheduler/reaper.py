@@ -13,12 +13,13 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import asyncpg
 
 from horae import metrics
 from horae.broker import Publisher
+from horae.clock import DatabaseClock
 from horae.models import RetryPolicy
 from horae.scheduler.dispatcher import message
 from horae.store import executions as store
@@ -44,15 +45,18 @@ class Reaper:
         self._epochs = epochs
         self._redelivery = redelivery_timeout
         self._period = period.total_seconds()
+        self._clock = DatabaseClock()
+        """Leases are judged by Postgres's clock, the one the workers write them by."""
 
     async def sweep(self) -> tuple[int, int]:
         """One pass; returns (republished, leases lost)."""
         epochs = dict(self._epochs())
         if not epochs:
             return 0, 0
-        now = datetime.now(UTC)
         shards = sorted(epochs)
         async with self._pool.acquire() as conn:
+            await self._clock.sync(conn)
+            now = self._clock.now()
             stale = await store.stale_queued(conn, shards, now - self._redelivery, BATCH)
             if stale:
                 await self._publisher.publish_batch([message(d) for d in stale])

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ import pydantic
 
 from horae import broker, metrics
 from horae.batching import GroupCommit
+from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.errors import PermanentError
 from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
@@ -56,10 +57,6 @@ def load_tasks(spec: str) -> None:
         mod_spec.loader.exec_module(module)
     else:
         importlib.import_module(spec)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 TRANSIENT = (
@@ -97,6 +94,9 @@ class Worker:
         self._cfg = settings.worker
         self._pool = pool
         self._publisher = publisher
+        self.clock = DatabaseClock()
+        """Every instant this worker writes (lease ends, retry times, hand-back due times)
+        is read from Postgres's clock, so a skewed host cannot shorten its leases."""
         self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._held: set[uuid.UUID] = set()
         """Executions claimed and not yet recorded: the only ones heartbeats keep. One whose
@@ -118,7 +118,8 @@ class Worker:
     ) -> list[Claimed | store.Throttled | None]:
         async with self._pool.acquire() as conn:
             return await _retrying(lambda: store.claim_many(
-                conn, requests, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease
+                conn, requests, owner=self._cfg.identity, now=self.clock.now(),
+                lease=self._cfg.lease,
             ))  # fmt: skip
 
     async def _claim_batch(
@@ -147,7 +148,9 @@ class Worker:
     async def _finish_batch(self, outcomes: Sequence[store.Finish]) -> list[bool]:
         async with self._pool.acquire() as conn:
             return await _retrying(
-                lambda: store.finish_many(conn, outcomes, owner=self._cfg.identity, now=_now())
+                lambda: store.finish_many(
+                    conn, outcomes, owner=self._cfg.identity, now=self.clock.now()
+                )
             )
 
     def _acks_at_claim(self, claimed: Claimed) -> bool:
@@ -250,7 +253,7 @@ class Worker:
         self._held.add(claimed.id)
         if self._acks_at_claim(claimed):
             ack_point.set()
-        metrics.start_lag.observe((_now() - claimed.due_at).total_seconds())
+        metrics.start_lag.observe((self.clock.now() - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
         try:
@@ -350,7 +353,7 @@ class Worker:
                 ExecutionStatus.CANCELLED, "cancel_requested",
                 "cancelled while running: the job was cancelled or replaced",
             )  # fmt: skip
-        outcome = classify(error, attempt=claimed.attempt, policy=policy, now=_now())
+        outcome = classify(error, attempt=claimed.attempt, policy=policy, now=self.clock.now())
         ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
         return outcome
 
@@ -363,7 +366,7 @@ class Worker:
         await asyncio.sleep(0)
         async with self._pool.acquire() as conn:
             released = await store.release_running(conn, owner=self._cfg.identity, ids=ids,
-                                                   now=_now())  # fmt: skip
+                                                   now=self.clock.now())  # fmt: skip
         log.warning("handed back %d unfinished executions", released)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
@@ -372,9 +375,10 @@ class Worker:
             try:
                 async with self._pool.acquire() as conn:
                     cancel = await store.heartbeat(
-                        conn, owner=self._cfg.identity, now=_now(), lease=self._cfg.lease,
+                        conn, owner=self._cfg.identity, now=self.clock.now(), lease=self._cfg.lease,
                         ids=list(self._held),
                     )  # fmt: skip
+                    await self.clock.sync(conn)
                 for execution_id in cancel:
                     handler = self._handlers.get(execution_id)
                     if handler is not None and not handler.done():
@@ -400,6 +404,8 @@ async def run(settings: Settings, tasks_module: str) -> None:
     await channel.set_qos(prefetch_count=cfg.concurrency)
     queue = await broker.bind_tasks(channel, names, cfg.pool, sorted(REGISTRY))
     worker = Worker(settings, pool, publisher)
+    async with pool.acquire() as conn:
+        await worker.clock.sync(conn)
     metrics.serve(settings.metrics_port)
 
     stop = asyncio.Event()

@@ -73,6 +73,9 @@ class Fault:
     """A component identity (`worker-3`), or `postgres`, `rabbitmq`, `scheduler-2`..."""
     start: float
     end: float
+    detail: str = ""
+    """What was drawn for it, where there is a choice (a clock fault's offset, a restart's
+    mode)."""
 
 
 @dataclass(frozen=True)

@@ -113,8 +113,8 @@ class Injector:
             return None
         return live[p.pick % len(live)]
 
-    def _log(self, kind: str, target: str, start: float) -> None:
-        self.faults.append(Fault(kind, target, start, time.time()))
+    def _log(self, kind: str, target: str, start: float, detail: str = "") -> None:
+        self.faults.append(Fault(kind, target, start, time.time(), detail))
 
     async def run(self, schedule: list[Planned], began: float) -> None:
         for p in schedule:
@@ -169,7 +169,7 @@ class Injector:
                 await asyncio.sleep(1)
         elif p.kind == "pg_restart":
             await asyncio.to_thread(c.postgres.restart, p.detail)
-            self._log("pg_restart", "postgres", start)
+            self._log("pg_restart", "postgres", start, p.detail)
         elif p.kind == "mq_restart":
             await asyncio.to_thread(c.rabbitmq.restart)
             self._log("mq_restart", "rabbitmq", start)
@@ -200,7 +200,7 @@ class Injector:
             })  # fmt: skip
             await asyncio.sleep(p.duration)
             await asyncio.to_thread(skewed.stop, 30)
-            self._log("clock", skewed.identity, start)
+            self._log("clock", skewed.identity, start, f"{p.detail} s")
             await self._replace(skewed)
         elif p.kind == "partition":
             if c.partition is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import signal
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
+import pytest
 
 from horae import broker
 from horae.models import ExecutionMessage, JobSource, JobSpec, RetryPolicy
@@ -401,3 +403,50 @@ async def test_a_handler_outliving_the_brokers_consumer_timeout_is_not_redeliver
     status, started, log_text = runs["unaware"]
     assert status == "succeeded" and started == 1, "the claim still keeps a redelivery harmless"
     assert "duplicate or stale, dropped" in log_text, "the broker's timeout did not take effect"
+
+
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # hack/services.sh
+
+
+@pytest.mark.skipif(
+    not os.path.exists(FAKETIME_LIB), reason="no libfaketime (apt-get install faketime)"
+)
+async def test_a_worker_whose_clock_runs_behind_keeps_its_leases(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    # Its clock 10 s behind, with 3 s leases: were the leases' ends read from its own clock,
+    # every lease would have ended before it was granted, and the reaper would take each
+    # execution away from the handler still running it.
+    log = tmp_path / "calls.jsonl"
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "20", env={
+        "HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3",
+        "LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "-10s", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    })  # fmt: skip
+    now = datetime.now(UTC)
+    new = [jobs.NewJob(spec=JobSpec(task="e2e.slow", run_at=now + timedelta(seconds=2),
+                                    payload={"seconds": 5}),
+                       tenant="t", source=JobSource.API) for _ in range(20)]  # fmt: skip
+    async with pool.acquire() as conn:
+        await jobs.create_jobs(conn, new, shards=64, now=now)
+
+    async def all_running() -> list | None:
+        rows = await pool.fetch(
+            "SELECT lease_until - clock_timestamp() AS left FROM executions"
+            " WHERE status = 'running'"
+        )
+        return rows if len(rows) == 20 else None
+
+    running = await until(all_running, timeout=30, interval=0.2, what="20 handlers running")
+    assert all(timedelta(0) < r["left"] <= timedelta(seconds=3.5) for r in running), running
+
+    async def all_finished() -> list | None:
+        rows = await pool.fetch("SELECT * FROM executions")
+        return rows if all(r["finished_at"] is not None for r in rows) else None
+
+    rows = await until(all_finished, timeout=40, interval=0.5, what="20 executions finished")
+    assert (
+        sorted((r["status"], r["attempt"], r["error_kind"]) for r in rows)
+        == [("succeeded", 1, None)] * 20
+    )
+    assert len(invocations(log)) == 20, "no execution was run twice"

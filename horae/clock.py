@@ -1,0 +1,46 @@
+"""Wall-clock time as PostgreSQL tells it.
+
+Leases are instants written by one process (the worker that claims or heartbeats) and
+compared by another (the scheduler's reaper). Read from each process's own clock, a worker
+whose clock runs behind writes leases that end early in everybody else's eyes (and a reaper
+whose clock runs ahead takes them early): the execution is claimed again while its first
+claimant still runs it. Both take their time from one clock instead, the database's: the
+local clock plus an offset measured against `clock_timestamp()` (half a loopback round trip
+of error), measured again at every heartbeat or sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+log = logging.getLogger(__name__)
+
+DRIFT_WARNING = timedelta(seconds=1)
+
+
+class DatabaseClock:
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+        """Postgres's clock minus ours."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    async def sync(
+        self, conn: asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+    ) -> None:
+        before = datetime.now(UTC)
+        theirs: datetime = await conn.fetchval("SELECT clock_timestamp()")
+        after = datetime.now(UTC)
+        offset = theirs - (before + (after - before) / 2)
+        if abs(offset - self.offset) > DRIFT_WARNING:
+            log.warning("this host's clock is %+.3f s off PostgreSQL's; using PostgreSQL's",
+                        -offset.total_seconds())  # fmt: skip
+        self.offset = offset
