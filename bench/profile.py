@@ -1,0 +1,157 @@
+"""Where Horae's processes spend their CPU under sustained load: py-spy, sampled from the
+outside while the same load as `bench.horae_driver --scenario sustained` runs.
+
+    .venv/bin/python -m bench.profile --rate 1500 --seconds 60 --sample 30
+
+One API, one scheduler and two workers (64 handlers each), as in the sustained scenario.
+Once the load has run 10 s, every process (and, from /proc, PostgreSQL, RabbitMQ and the
+control plane) is sampled for `--sample` seconds: py-spy at 100 Hz, active threads only,
+so a sample is CPU time (or a blocking system call) in that stack. Writes
+bench/results/<date>-profile.md: each process's CPU seconds in the window, and its top
+functions by own time and by time including what they call, and prints it; the raw
+collapsed stacks (for flame graphs) stay in a temporary directory the run names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+
+from bench.harness import REPO, horae_system
+from bench.horae_driver import PORT, feed, log, ready, settle, start_horae
+from bench.load import cpu_delta, cpu_snapshot, sustained
+from horae.store.db import connect_pool
+
+RESULTS = REPO / "bench" / "results"
+PY_SPY = str(Path(sys.executable).parent / "py-spy")
+WARM_UP = 10.0
+TOP = 15
+
+
+def frame_name(frame: str) -> str:
+    """`claim_many (horae/store/executions.py:254)` -> `claim_many (horae/store/executions.py)`:
+    one entry per function, whichever of its lines was running."""
+    name, _, where = frame.partition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "lib/python3.11/", str(REPO) + "/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return f"{name} ({path})" if path else name
+
+
+def summarise(collapsed: str) -> tuple[int, Counter[str], Counter[str]]:
+    """(samples, own samples by function, samples including callees by function) of py-spy's
+    raw output: one `frame;frame;...;leaf count` line per distinct stack."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [frame_name(f) for f in stack.split(";") if f and not f.startswith("process ")]
+        frames = [f for f in frames if not f.startswith("thread ")]
+        if not frames:
+            continue
+        n = int(count)
+        total += n
+        own[frames[-1]] += n
+        for name in set(frames):
+            inclusive[name] += n
+    return total, own, inclusive
+
+
+async def record(pid: int, seconds: float, out: Path) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        PY_SPY, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100",
+        "--format", "raw", "--output", str(out), "--nonblocking",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        log(f"py-spy on {pid}: {err.decode().strip()[-300:]}")
+        return ""
+    return await asyncio.to_thread(out.read_text)
+
+
+def table(total: int, counts: Counter[str]) -> list[str]:
+    rows = ["| share | function |", "|---:|---|"]
+    rows += [
+        f"| {100 * n / max(1, total):.1f} % | `{name}` |" for name, n in counts.most_common(TOP)
+    ]
+    return rows
+
+
+async def run(rate: int, seconds: int, sample: float) -> str:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    raw = Path(tempfile.mkdtemp(prefix="horae-profile-"))
+    async with horae_system("profile") as system:
+        start_horae(system, schedulers=1, workers=2, concurrency=64)
+        pool = await connect_pool(system.db_url, size=2)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+            await ready(pool, http, 1)
+            first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+            arrivals = sustained(rate, seconds, first_due)
+            feeding = asyncio.create_task(feed(http, arrivals))
+            await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + WARM_UP)
+            pids = system.pids()
+            log(f"sampling {', '.join(pids)} for {sample:g} s at {rate}/s")
+            before = cpu_snapshot(pids)
+            stacks = await asyncio.gather(*(
+                record(pid, sample, raw / f"{name}.txt")
+                for name, pid in pids.items()
+            ))  # fmt: skip
+            cpu = cpu_delta(before, cpu_snapshot(pids))
+            await feeding
+        await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
+        await pool.close()
+    log(f"collapsed stacks in {raw}")
+
+    lines = [
+        f"# Profile under sustained load ({stamp})",
+        "",
+        f"`.venv/bin/python -m bench.profile --rate {rate} --seconds {seconds} "
+        f"--sample {sample:g}`: {rate} executions/s for {seconds} s (1 API, 1 scheduler, "
+        f"2 workers x 64 handlers), every process sampled by py-spy at 100 Hz for "
+        f"{sample:g} s from {WARM_UP:g} s into the load (active threads only).",
+        "",
+        f"## CPU seconds in the {sample:g} s window",
+        "",
+        "| process | CPU s | cores |",
+        "|---|---:|---:|",
+        *(f"| {name} | {secs:.1f} | {secs / sample:.2f} |"
+          for name, secs in sorted(cpu.items(), key=lambda kv: -kv[1]) if secs > 0),
+    ]  # fmt: skip
+    for (name, _pid), collapsed in zip(pids.items(), stacks, strict=True):
+        total, own, inclusive = summarise(collapsed)
+        lines += ["", f"## {name}: {total} samples ({total / 100 / sample:.2f} of a core)", ""]
+        lines += ["Own time (the function itself was on the CPU):", "", *table(total, own), ""]
+        lines += ["Including callees:", "", *table(total, inclusive)]
+    text = "\n".join(lines) + "\n"
+    (RESULTS / f"{stamp}-profile.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=int, default=1500)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--sample", type=float, default=30.0)
+    args = parser.parse_args()
+    if shutil.which(PY_SPY) is None:
+        raise SystemExit(f"{PY_SPY} missing: pip install -e '.[bench]'")
+    if args.seconds < WARM_UP + args.sample:
+        raise SystemExit(f"--seconds must cover the warm-up ({WARM_UP:g} s) and --sample")
+    print(asyncio.run(run(args.rate, args.seconds, args.sample)))
+
+
+if __name__ == "__main__":
+    main()
