@@ -1,0 +1,45 @@
+"""A worker's writes to its own running executions (heartbeat, outcome, hand-back) find
+them by primary key, whatever the history and however many other workers run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from horae.store.queries import Q
+from tests.integration.test_preload_plan import HISTORY
+from tests.support.plans import reads
+
+RUNNING = """
+INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
+                        job_version, status, lease_owner, lease_until, started_at)
+SELECT gen_random_uuid(), gen_random_uuid(), 't', 'x', (i % 64)::smallint, d, d, 1, 1,
+       'running', 'w' || (i % 20), $2::timestamptz + interval '30 seconds', $2
+FROM generate_series(1, $1) AS i,
+     LATERAL (SELECT $2::timestamptz - (i % 3600) * interval '1 second') AS x(d)
+"""
+
+
+async def test_heartbeat_outcome_and_hand_back_read_by_primary_key(pool: asyncpg.Pool) -> None:
+    now = datetime.now(UTC)
+    await pool.execute(HISTORY, 50_000, now)
+    await pool.execute(RUNNING, 20_000, now)
+    await pool.execute("ANALYZE executions")
+    mine = await pool.fetch(
+        "SELECT id, due_at FROM executions WHERE lease_owner = 'w3' ORDER BY id LIMIT 64"
+    )
+    ids, dues = [r["id"] for r in mine], [r["due_at"] for r in mine]
+    n = len(mine)
+    statements = {
+        "heartbeat": (Q["heartbeat"], "w3", now, timedelta(seconds=30), ids),
+        "release_running": (Q["release_running"], "w3", ids, now),
+        "finish_executions": (
+            Q["finish_executions"], ids, dues, ["succeeded"] * n, [now] * n, [None] * n,
+            [None] * n, [None] * n, "w3",
+        ),
+    }  # fmt: skip
+    for name, (sql, *args) in statements.items():
+        found = await reads(pool, sql, *args)
+        assert not found.seq_scanned, (name, found.plan)
+        assert found.indexes and set(found.indexes) == {"executions_pkey"}, (name, found.indexes)

@@ -1,0 +1,45 @@
+"""What a statement's plan reads from `executions`: which indexes, and which partitions it
+scans whole (those with data; reading an empty partition costs nothing)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+
+@dataclass(frozen=True)
+class Reads:
+    plan: Any
+    indexes: list[str]
+    """Indexes of `executions` partitions the plan reads, by their parents' names."""
+    seq_scanned: list[str]
+    """`executions` partitions with data that the plan reads whole."""
+
+
+def _nodes(plan: Any) -> list[dict[str, Any]]:
+    if isinstance(plan, dict):
+        return [plan, *(n for v in plan.values() for n in _nodes(v))]
+    if isinstance(plan, list):
+        return [n for item in plan for n in _nodes(item)]
+    return []
+
+
+async def reads(pool: asyncpg.Pool, sql: str, *args: object) -> Reads:
+    raw = await pool.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
+    plan = raw if isinstance(raw, list) else json.loads(raw)
+    nodes = _nodes(plan)
+    indexes = [n["Index Name"] for n in nodes
+               if str(n.get("Index Name", "")).startswith("executions")]  # fmt: skip
+    scanned = [n["Relation Name"] for n in nodes if n.get("Node Type") == "Seq Scan"
+               and str(n.get("Relation Name", "")).startswith("executions")]  # fmt: skip
+    parents = dict(await pool.fetch(
+        "SELECT inhrelid::regclass::text, inhparent::regclass::text FROM pg_inherits"
+        " WHERE inhrelid::regclass::text = ANY($1::text[])", indexes,
+    ))  # fmt: skip
+    pages = dict(await pool.fetch(
+        "SELECT relname, relpages FROM pg_class WHERE relname = ANY($1::text[])", scanned
+    ))  # fmt: skip
+    return Reads(plan, [parents.get(i, i) for i in indexes], [s for s in scanned if pages[s] > 0])
