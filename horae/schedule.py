@@ -116,8 +116,10 @@ def cron_times(expression: str, time_zone: str, after: datetime) -> Iterator[dat
     if real_time and ahead.astimezone(zone).utcoffset() != after.astimezone(zone).utcoffset():
         # A fall-back ahead repeats wall times from before `after`'s: their second
         # instants still lie ahead (a fixed-time job runs only at the first).
+        # (CronSim yields wall times strictly after its start: start just before the shift,
+        # or the first repeated wall time, the shift itself, would be lost.)
         shift = _transition(zone, after, ahead).astimezone(zone).replace(tzinfo=None)
-        start = min(start, shift)
+        start = min(start, shift - timedelta(seconds=1))
     waiting: list[datetime] = []
     last = after
     for wall in CronSim(expr, start):

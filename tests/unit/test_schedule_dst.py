@@ -174,6 +174,24 @@ def test_quarter_hourly_job_follows_real_time_across_fall_back_in_new_york() -> 
 
 
 @pytest.mark.parametrize(
+    ("zone", "shift"),
+    [
+        ("America/New_York", utc(2026, 11, 1, 6)),  # 02:00 EDT -> 01:00 EST
+        ("Europe/Berlin", utc(2026, 10, 25, 1)),  # 03:00 CEST -> 02:00 CET
+        ("Australia/Lord_Howe", utc(2026, 4, 4, 15)),  # 02:00 +11 -> 01:30 +10:30
+    ],
+)
+def test_a_minutely_job_fires_every_real_minute_from_inside_the_repeated_time(
+    zone: str, shift: datetime
+) -> None:
+    # Asked from inside the first pass of the repeated wall times: the first repeated
+    # minute (the instant of the shift) was lost (hypothesis found it on Lord Howe).
+    after = shift - timedelta(minutes=5)
+    times = fires_until("* * * * *", zone, after, shift + timedelta(minutes=5))
+    assert times == [after + k * timedelta(minutes=1) for k in range(1, 11)]
+
+
+@pytest.mark.parametrize(
     ("after", "until"),
     [
         (utc(2026, 3, 8, 4), utc(2026, 3, 8, 10)),  # across spring forward
