@@ -123,6 +123,26 @@ def _env(pool: Pool) -> list[dict[str, Any]]:
     return [e for e in ours if e["name"] not in theirs] + list(pool.spec.env)
 
 
+SHUTDOWN_GRACE = 25
+"""The worker's default HORAE_SHUTDOWN_GRACE_SECONDS (horae/config.py)."""
+STOP_MARGIN = 15
+"""After the grace period a worker gives its stopped handlers up to 5 s to clean up, then
+hands their executions back; the pod is killed only after this much more."""
+
+
+def termination_grace(pool: Pool) -> int:
+    """The pod's terminationGracePeriodSeconds: the worker's shutdown grace (the pool's own
+    HORAE_SHUTDOWN_GRACE_SECONDS when it sets one) plus STOP_MARGIN, so that the kubelet's
+    SIGKILL never comes before unfinished executions are handed back."""
+    grace = next((e.get("value") for e in pool.spec.env
+                  if e.get("name") == "HORAE_SHUTDOWN_GRACE_SECONDS"), None)  # fmt: skip
+    try:
+        seconds = float(grace) if grace is not None else SHUTDOWN_GRACE
+    except ValueError:
+        seconds = SHUTDOWN_GRACE  # the worker refuses it at start-up and says why
+    return math.ceil(seconds) + STOP_MARGIN
+
+
 IMAGE_USER = 10001
 """The numeric user and group of worker/Dockerfile (a pool's own image should keep them)."""
 
@@ -156,6 +176,7 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [container], "securityContext": POD_SECURITY,
         "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "terminationGracePeriodSeconds": termination_grace(pool),
     }  # fmt: skip
     if pool.spec.service_account_name:
         # Also the deprecated alias, which the API server would otherwise fill in, own

@@ -3,7 +3,7 @@
 Inputs, all read after the run:
 - promises: every create the API acknowledged (job, tenant, the nominal fire times it
   owes in the checked window);
-- invocations: every handler start, with its end or failure, from the workers' history
+- invocations: every handler start, with its end, failure or stop, from the workers' history
   files (worker identity, execution id, idempotency key, real start time);
 - faults: what was done to whom and when;
 - observations: Postgres sampled during the run (terminal statuses, shard epochs,

@@ -277,7 +277,7 @@ class Run:
             start = seen.get("start")
             if start is None:
                 continue
-            end = seen.get("end") or seen.get("fail")
+            end = seen.get("end") or seen.get("fail") or seen.get("stopped")
             out.append(checker.Invocation(
                 start["execution_id"], start["job_id"], start["attempt"],
                 start["occurrence_at"], start["due_at"], start["tenant"], start["worker"],

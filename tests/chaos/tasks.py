@@ -9,9 +9,11 @@ in HORAE_CHAOS_CLOCK_OFFSET, and writes real times.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from horae import RetryableError, TaskContext, task
@@ -50,25 +52,40 @@ async def record(ctx: TaskContext, event: str) -> None:
     await asyncio.to_thread(_append, fd, (json.dumps(entry) + "\n").encode())
 
 
+@contextlib.asynccontextmanager
+async def stop_noted(ctx: TaskContext) -> AsyncIterator[None]:
+    """A handler stopped (cancelled: its worker hands the execution back, or the job was
+    cancelled) records that it stopped: the worker hands an execution back only once its
+    handler has ended, so this line comes before any other worker's start of it."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        await record(ctx, "stopped")
+        raise
+
+
 @task("chaos.quick")
 async def quick(ctx: TaskContext, payload: dict[str, Any]) -> None:
     await record(ctx, "start")
-    await record(ctx, "end")
+    async with stop_noted(ctx):
+        await record(ctx, "end")
 
 
 @task("chaos.flaky")
 async def flaky(ctx: TaskContext, payload: dict[str, Any]) -> None:
     """Fails its first `fail_times` attempts (retryable), then succeeds."""
     await record(ctx, "start")
-    if ctx.attempt <= int(payload.get("fail_times", 1)):
-        await record(ctx, "fail")
-        raise RetryableError(f"attempt {ctx.attempt} fails on purpose")
-    await record(ctx, "end")
+    async with stop_noted(ctx):
+        if ctx.attempt <= int(payload.get("fail_times", 1)):
+            await record(ctx, "fail")
+            raise RetryableError(f"attempt {ctx.attempt} fails on purpose")
+        await record(ctx, "end")
 
 
 @task("chaos.slow")
 async def slow(ctx: TaskContext, payload: dict[str, Any]) -> None:
     """Runs for `seconds`: longer than a lease, so it lives on heartbeats."""
     await record(ctx, "start")
-    await asyncio.sleep(float(payload.get("seconds", 5)))
-    await record(ctx, "end")
+    async with stop_noted(ctx):
+        await asyncio.sleep(float(payload.get("seconds", 5)))
+        await record(ctx, "end")

@@ -84,6 +84,19 @@ def test_an_execution_handed_back_by_a_stopping_worker_may_run_again() -> None:
     assert report.ok, report.format()
 
 
+def test_a_run_handed_back_within_its_lease_is_no_double_claim_once_its_handler_stopped(
+) -> None:  # fmt: skip
+    # The handler's stop is recorded (tasks.py) before the worker hands the execution back;
+    # without it, a second claim within the lease is one while the first may still run.
+    term = Fault("term", "w-1", 99.0, 106.0)
+    stopped = [run("e1", "j1", 100.1, ended=4.0), run("e1", "j1", 104.5, worker="w-2")]
+    report = check(history(stopped, faults=[term]))
+    assert report.double_claims == [] and report.ok, report.format()
+    assert len(report.duplicates) == 1 and "term of w-1" in report.duplicates[0]
+    unstopped = [run("e1", "j1", 100.1, ended=None), run("e1", "j1", 104.5, worker="w-2")]
+    assert len(check(history(unstopped, faults=[term])).double_claims) == 1
+
+
 def test_a_duplicate_after_a_paused_owner_lost_its_lease_is_explained() -> None:
     pause = Fault("pause", "w-1", 100.5, 112.0)
     invocations = [

@@ -48,6 +48,12 @@ async def broken(ctx: TaskContext, payload: dict[str, Any]) -> None:
 
 @task("e2e.slow")
 async def slow(ctx: TaskContext, payload: dict[str, Any]) -> None:
+    """Sleeps `seconds`; stopped (cancelled), it takes `cleanup` seconds to clean up first."""
     record(ctx, "start")
-    await asyncio.sleep(float(payload.get("seconds", 5)))
+    try:
+        await asyncio.sleep(float(payload.get("seconds", 5)))
+    except asyncio.CancelledError:
+        await asyncio.sleep(float(payload.get("cleanup", 0)))
+        record(ctx, "cleaned")
+        raise
     record(ctx, "end")

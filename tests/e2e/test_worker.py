@@ -340,24 +340,30 @@ async def test_queued_executions_of_paused_or_edited_jobs_never_reach_the_handle
 async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_worker(
     processes: Processes, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
+    # The handler needs 1.5 s to clean up once stopped: the execution is handed back only
+    # after that, so the heir (already up and idle) never runs it while it still runs here.
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_SHUTDOWN_GRACE_SECONDS": "1"}
     processes.start("scheduler", "scheduler")
     leaving = processes.start("worker", "worker", "--tasks", TASKS, env=env)
     job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
-                                     payload={"seconds": 6}), due_in=2)  # fmt: skip
+                                     payload={"seconds": 6, "cleanup": 1.5}), due_in=2)  # fmt: skip
 
     async def started(count: int) -> bool:
         return len(invocations(log)) >= count
 
     await until(lambda: started(1), timeout=20, what="the handler to start")
+    heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    await asyncio.sleep(2)  # the heir consuming
     leaving.signal(signal.SIGTERM)
     assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
-    heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
     [row] = await terminal(pool, job["id"], 1, timeout=30)
     assert row["status"] == "succeeded" and row["attempt"] == 1, "handing back is not an attempt"
     assert [c["worker"] for c in invocations(log)] == [leaving.identity, heir.identity]
     assert [c["worker"] for c in invocations(log, "end")] == [heir.identity]
+    [cleaned] = invocations(log, "cleaned")
+    assert cleaned["worker"] == leaving.identity
+    assert cleaned["at"] < invocations(log)[1]["at"], "handed back before its handler stopped"
 
 
 def rabbit_env(key: str, value: int | None = None) -> int:
