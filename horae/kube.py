@@ -8,6 +8,7 @@ API errors are translated at this boundary: 409 -> `LeaseConflict`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
@@ -52,17 +53,28 @@ class Lease:
     holder: str | None
     resource_version: str
     labels: dict[str, str]
-    acquired: datetime | None = None
+    acquired: str | None = None
+    """spec.acquireTime as the API server wrote it (a renewal sends it back unchanged)."""
 
 
-def _lease(obj: Any) -> Lease:
+def _lease(obj: dict[str, Any]) -> Lease:
+    """A Lease from its JSON. Leases are read raw, not through the client's models: a
+    scheduler renews a Lease per owned shard every second and watches them all, and
+    building model objects (with dateutil parsing every timestamp) cost it more CPU than
+    the renewals themselves (bench/profile.py)."""
+    metadata, spec = obj["metadata"], obj.get("spec") or {}
     return Lease(
-        name=obj.metadata.name,
-        holder=obj.spec.holder_identity or None,
-        resource_version=obj.metadata.resource_version,
-        labels=dict(obj.metadata.labels or {}),
-        acquired=obj.spec.acquire_time,
+        name=metadata["name"],
+        holder=spec.get("holderIdentity") or None,
+        resource_version=metadata["resourceVersion"],
+        labels=dict(metadata.get("labels") or {}),
+        acquired=spec.get("acquireTime"),
     )
+
+
+def _json(response: Any) -> Any:
+    """The body of a call made with `_preload_content=False`."""
+    return json.loads(response.data)
 
 
 def _now() -> str:
@@ -82,8 +94,9 @@ class Leases:
             self.namespace,
             label_selector=selector,
             _request_timeout=10,
+            _preload_content=False,
         )
-        return [_lease(item) for item in result.items]
+        return [_lease(item) for item in _json(result)["items"]]
 
     async def create(
         self, name: str, holder: str | None, duration_s: int, labels: dict[str, str]
@@ -102,13 +115,14 @@ class Leases:
         }
         try:
             obj = await asyncio.to_thread(
-                self._api.create_namespaced_lease, self.namespace, body, _request_timeout=10
-            )
+                self._api.create_namespaced_lease, self.namespace, body, _request_timeout=10,
+                _preload_content=False,
+            )  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 raise LeaseConflict(name) from exc
             raise
-        return _lease(obj)
+        return _lease(_json(obj))
 
     async def write(
         self, lease: Lease, holder: str | None, duration_s: int, *, acquire: bool
@@ -123,7 +137,7 @@ class Leases:
             spec["acquireTime"] = _now()
         elif holder is not None and lease.acquired is not None:
             # A renewal replaces the whole spec: keep when the holder acquired the Lease.
-            spec["acquireTime"] = lease.acquired.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            spec["acquireTime"] = lease.acquired
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -141,12 +155,13 @@ class Leases:
                 self.namespace,
                 body,
                 _request_timeout=10,
+                _preload_content=False,
             )
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise LeaseConflict(lease.name) from exc
             raise
-        return _lease(obj)
+        return _lease(_json(obj))
 
     async def delete(self, name: str) -> None:
         try:
@@ -355,7 +370,7 @@ def watch_leases(
         try:
             for event in w.stream(
                 coordination.list_namespaced_lease, namespace, label_selector=selector,
-                timeout_seconds=30, _request_timeout=40,
+                timeout_seconds=30, _request_timeout=40, deserialize=False,
             ):  # fmt: skip
                 on_change(event["type"], _lease(event["object"]))
                 backoff = 1.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.profile import frame_name, summarise
+from bench.profile import frame_name, ours, summarise
 
 RAW = """\
 process 42:"horae worker";thread (0x7F);run (asyncio/runners.py:118);claim_many (/work/main/horae/store/executions.py:260);fetch (/x/.venv/lib/python3.11/site-packages/asyncpg/connection.py:690) 30
@@ -29,3 +29,11 @@ def test_own_time_is_the_leaf_and_inclusive_time_counts_a_recursive_function_onc
     assert inclusive["claim_many (horae/store/executions.py)"] == 40
     assert inclusive["run (asyncio/runners.py)"] == 45
     assert inclusive["walk (a.py)"] == 5
+
+
+def test_our_functions_leave_out_the_entry_points_every_sample_passes_through() -> None:
+    _, _, inclusive = summarise(
+        "main (horae/cli.py:1);run (horae/cli_support.py:2);tick (horae/scheduler/leases.py:3)"
+        ";call_api (kubernetes/client/api_client.py:4) 7\n"
+    )
+    assert ours(inclusive) == {"tick (horae/scheduler/leases.py)": 7}
