@@ -172,16 +172,25 @@ def test_no_call_sequence_fails_breaks_the_schema_or_writes_partially(
                 failures.append(f"{key}: {exc}\n{case.as_curl_command()}")
                 raise
 
-    try:
-        Jobs.run(settings=settings(max_examples=80, stateful_step_count=10, deadline=None,
-                                   database=None, derandomize=True,
-                                   suppress_health_check=list(HealthCheck)))  # fmt: skip
-    finally:
-        print("\n\n".join(failures[:3]))
-    # The sequences reached the transitions, not only refusals.
-    reached = {key.rsplit(" ", 1)[0] for key, _ in seen.items() if key[-3:-2] == "2"}
-    print(sorted(seen.items()))
-    for operation in ("POST /jobs", "POST /jobs:batch", "PATCH /jobs/{job_id}",
-                      "POST /jobs/{job_id}:pause", "POST /jobs/{job_id}:resume",
-                      "DELETE /jobs/{job_id}"):  # fmt: skip
+    # The sequences must reach the transitions, not only refusals. A batch is accepted only
+    # when every job in it passes the cross-field rules the schema cannot express (one of
+    # run_at and cron, retry intervals in order), so few generated batches are: the
+    # derandomized first round does not always reach one (it depends on the ids and times
+    # the responses carry), and up to two random rounds more are run until every
+    # transition was reached. Every round checks every response.
+    transitions = ("POST /jobs", "POST /jobs:batch", "PATCH /jobs/{job_id}",
+                   "POST /jobs/{job_id}:pause", "POST /jobs/{job_id}:resume",
+                   "DELETE /jobs/{job_id}")  # fmt: skip
+    for round_ in range(3):
+        try:
+            Jobs.run(settings=settings(max_examples=80, stateful_step_count=10, deadline=None,
+                                       database=None, derandomize=round_ == 0,
+                                       suppress_health_check=list(HealthCheck)))  # fmt: skip
+        finally:
+            print("\n\n".join(failures[:3]))
+        reached = {key.rsplit(" ", 1)[0] for key, _ in seen.items() if key[-3:-2] == "2"}
+        print(sorted(seen.items()))
+        if all(operation in reached for operation in transitions):
+            break
+    for operation in transitions:
         assert operation in reached, (operation, sorted(seen.items()))
