@@ -116,6 +116,7 @@ def create_app(
     problems.install(app)
 
     @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(asyncpg.InternalClientError)  # a connection cut mid-operation
     @app.exception_handler(asyncpg.ConnectionDoesNotExistError)
     @app.exception_handler(asyncpg.AdminShutdownError)
     @app.exception_handler(ConnectionError)

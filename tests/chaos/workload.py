@@ -95,9 +95,19 @@ class Workload:
         async with httpx.AsyncClient() as http:
             for job, tenant, step in self.crons:
                 headers = {"Authorization": f"Bearer {self.tokens[tenant]}"}
-                answer = await http.delete(f"{self.apis[0]}/jobs/{job}", headers=headers,
-                                           timeout=10)  # fmt: skip
-                assert answer.status_code == 204, answer.text
+                status, text = 0, "no answer"
+                for attempt in range(10):  # a 503 (a connection the last fault cut) is retried
+                    url = f"{self.apis[attempt % len(self.apis)]}/jobs/{job}"
+                    try:
+                        answer = await http.delete(url, headers=headers, timeout=10)
+                    except httpx.TransportError as exc:
+                        status, text = 0, repr(exc)
+                    else:
+                        status, text = answer.status_code, answer.text
+                        if status != 503:
+                            break
+                    await asyncio.sleep(1)
+                assert status == 204, text
                 self._promise(cron_promise(job, tenant, step, acked[job], cancelled))
         return cancelled
 

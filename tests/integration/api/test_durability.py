@@ -6,6 +6,7 @@ import asyncio
 
 import asyncpg
 import httpx
+import pytest
 
 from horae.store.db import connect
 from tests.integration.api.conftest import Tenants, bearer
@@ -48,3 +49,31 @@ async def test_connection_killed_mid_create_answers_503_and_writes_nothing(
     ok = await api.post("/jobs", json={"task": "t", "cron": "0 * * * *"},
                         headers=bearer(tenants.alice))  # fmt: skip
     assert ok.status_code == 201
+
+
+async def test_a_connection_cut_mid_operation_answers_503_not_500(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncpg raises InternalClientError ("cannot switch to state 12; another operation is
+    # in progress") on a connection cut mid-operation; the API answered it with a bare 500,
+    # which the chaos suite's client does not retry (seen on a DELETE after pg_terminate).
+    created = await api.post("/jobs", json={"task": "t", "cron": "0 * * * *"},
+                             headers=bearer(tenants.alice))  # fmt: skip
+    job = created.json()["id"]
+    from horae.store import jobs
+
+    real = jobs.cancel_job
+
+    async def cut_once(*args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(jobs, "cancel_job", real)
+        raise asyncpg.InternalClientError(
+            "cannot switch to state 12; another operation is in progress"
+        )
+
+    monkeypatch.setattr(jobs, "cancel_job", cut_once)
+    refused = await api.delete(f"/jobs/{job}", headers=bearer(tenants.alice))
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["retry-after"] == "1"
+    assert await pool.fetchval("SELECT state::text FROM jobs WHERE id = $1", job) == "active"
+    retried = await api.delete(f"/jobs/{job}", headers=bearer(tenants.alice))
+    assert retried.status_code == 204, retried.text
