@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 from horae.errors import ConfigError
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
+def env_seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
+    """A duration setting in seconds (> 0); ConfigError names the variable."""
     raw = env.get(name)
     if raw is None:
         return timedelta(seconds=default)
@@ -115,6 +116,10 @@ class WorkerSettings:
     holds a lease; the lease and the reaper protect it from then on."""
     shutdown_grace: timedelta = timedelta(seconds=25)
     """HORAE_SHUTDOWN_GRACE_SECONDS: on SIGTERM, how long running handlers may finish."""
+    stop_wait: timedelta = timedelta(seconds=5)
+    """After the grace period, how long a stopped (cancelled) handler may take to clean up
+    before its execution is handed back (not a setting: the pod's termination grace of a
+    WorkerPool counts on it)."""
     dead_webhook: str | None = None
     """HORAE_DEAD_WEBHOOK_URL: POST a JSON event here for each execution that ends `dead`."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -177,29 +182,29 @@ class Settings:
             ),
             scheduler=SchedulerSettings(
                 shards=_int(env, "HORAE_SHARDS", sched_defaults.shards),
-                lease_duration=_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3),
-                renew_period=_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1),
-                preload_window=_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),
-                refresh_period=_seconds(env, "HORAE_REFRESH_PERIOD_SECONDS", 2),
-                redelivery_timeout=_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
+                lease_duration=env_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3),
+                renew_period=env_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1),
+                preload_window=env_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),
+                refresh_period=env_seconds(env, "HORAE_REFRESH_PERIOD_SECONDS", 2),
+                redelivery_timeout=env_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
                 identity=identity or sched_defaults.identity,
             ),
             metrics_port=_int(env, "HORAE_METRICS_PORT", 0, minimum=0),
             operator=OperatorSettings(
-                lease_duration=_seconds(env, "HORAE_OPERATOR_LEASE_SECONDS", 15),
-                resync_period=_seconds(env, "HORAE_RESYNC_SECONDS", 60),
-                scale_down_stabilization=_seconds(
+                lease_duration=env_seconds(env, "HORAE_OPERATOR_LEASE_SECONDS", 15),
+                resync_period=env_seconds(env, "HORAE_RESYNC_SECONDS", 60),
+                scale_down_stabilization=env_seconds(
                     env, "HORAE_SCALE_DOWN_STABILIZATION_SECONDS", 300
                 ),
-                autoscale_period=_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
+                autoscale_period=env_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
                 identity=identity or OperatorSettings().identity,
             ),
             worker=WorkerSettings(
                 pool=env.get("HORAE_POOL", worker_defaults.pool),
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),
-                lease=_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
-                shutdown_grace=_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
-                consumer_timeout=_seconds(env, "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS", 1800),
+                lease=env_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
+                shutdown_grace=env_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
+                consumer_timeout=env_seconds(env, "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS", 1800),
                 dead_webhook=_url(env, "HORAE_DEAD_WEBHOOK_URL"),
                 identity=identity or worker_defaults.identity,
             ),

@@ -32,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from horae.broker import Names
+from horae.config import WorkerSettings, env_seconds
+from horae.errors import ConfigError
 from horae.kube import CustomObjects, Deployments
 from horae.resources import GROUP, VERSION
 
@@ -123,24 +125,23 @@ def _env(pool: Pool) -> list[dict[str, Any]]:
     return [e for e in ours if e["name"] not in theirs] + list(pool.spec.env)
 
 
-SHUTDOWN_GRACE = 25
-"""The worker's default HORAE_SHUTDOWN_GRACE_SECONDS (horae/config.py)."""
-STOP_MARGIN = 15
-"""After the grace period a worker gives its stopped handlers up to 5 s to clean up, then
-hands their executions back; the pod is killed only after this much more."""
+HAND_BACK_MARGIN = 10
+"""Seconds for the hand-back itself (one transaction) and the worker's exit."""
 
 
 def termination_grace(pool: Pool) -> int:
     """The pod's terminationGracePeriodSeconds: the worker's shutdown grace (the pool's own
-    HORAE_SHUTDOWN_GRACE_SECONDS when it sets one) plus STOP_MARGIN, so that the kubelet's
-    SIGKILL never comes before unfinished executions are handed back."""
-    grace = next((e.get("value") for e in pool.spec.env
-                  if e.get("name") == "HORAE_SHUTDOWN_GRACE_SECONDS"), None)  # fmt: skip
+    HORAE_SHUTDOWN_GRACE_SECONDS when it sets one), its handlers' time to stop, and the
+    hand-back, so that the kubelet's SIGKILL never comes before unfinished executions are
+    handed back."""
+    defaults = WorkerSettings()
+    env = {e["name"]: e["value"] for e in pool.spec.env if "name" in e and "value" in e}
     try:
-        seconds = float(grace) if grace is not None else SHUTDOWN_GRACE
-    except ValueError:
-        seconds = SHUTDOWN_GRACE  # the worker refuses it at start-up and says why
-    return math.ceil(seconds) + STOP_MARGIN
+        grace = env_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS",
+                            defaults.shutdown_grace.total_seconds())  # fmt: skip
+    except ConfigError:
+        grace = defaults.shutdown_grace  # the worker refuses it at start-up and says why
+    return math.ceil((grace + defaults.stop_wait).total_seconds()) + HAND_BACK_MARGIN
 
 
 IMAGE_USER = 10001

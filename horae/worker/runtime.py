@@ -68,9 +68,6 @@ reaper publishes it again. Any other error before an execution's ack point means
 itself cannot be processed (a poison message): it is dead-lettered. `InternalClientError`
 ("cannot switch to state ...") is what asyncpg raises on a connection cut mid-operation."""
 
-STOP_WAIT = 5.0
-"""Seconds a handler stopped at the end of the grace period gets to clean up."""
-
 OUTCOME_RETRIED = (*TRANSIENT, asyncpg.PostgresError)
 """Errors an outcome's write is tried again after while the lease lasts: the connection's,
 and any the server raised (a restart's, a deadlock): the outcome itself is never at fault."""
@@ -366,17 +363,18 @@ class Worker:
 
         A stopped handler may still be cleaning up (a cancelled handler's `finally`): an
         execution is handed back only once its handler has ended, so another worker never
-        starts it while it still runs here. One that has not ended within STOP_WAIT keeps
+        starts it while it still runs here. One that has not ended within `stop_wait` keeps
         its lease until this process exits, and the reaper recovers it when that lapses."""
         handlers = dict(self._handlers)
         for handler in handlers.values():
             handler.cancel()
+        wait = self._cfg.stop_wait.total_seconds()
         if handlers:
-            await asyncio.wait(handlers.values(), timeout=STOP_WAIT)
+            await asyncio.wait(handlers.values(), timeout=wait)
         ids = [execution_id for execution_id, handler in handlers.items() if handler.done()]
         if len(ids) < len(handlers):
             log.warning("%d handlers still running %.0f s after being stopped: left to the "
-                        "reaper", len(handlers) - len(ids), STOP_WAIT)  # fmt: skip
+                        "reaper", len(handlers) - len(ids), wait)  # fmt: skip
         async with self._pool.acquire() as conn:
             released = await store.release_running(conn, owner=self._cfg.identity, ids=ids,
                                                    now=self.clock.now())  # fmt: skip

@@ -11,7 +11,6 @@ from horae.operator.workerpool import (
     deployment_body,
     desired_replicas,
 )
-from horae.worker.runtime import STOP_WAIT
 
 
 @pytest.mark.parametrize(
@@ -98,16 +97,16 @@ def test_env_entries_of_the_pool_come_last_and_win_over_ours() -> None:
 
 
 @pytest.mark.parametrize(("env", "expected"), [
-    ([], 25 + 15),
+    ([], 25 + 5 + 10),
     ([{"name": "HORAE_SHUTDOWN_GRACE_SECONDS", "value": "100"}], 115),
     ([{"name": "HORAE_SHUTDOWN_GRACE_SECONDS", "value": "2.5"}], 18),
+    ([{"name": "HORAE_SHUTDOWN_GRACE_SECONDS", "value": "soon"}], 40),  # refused by the worker
 ])  # fmt: skip
 def test_pods_are_killed_only_after_the_grace_period_and_the_hand_back(
     env: list[dict[str, str]], expected: int
 ) -> None:
     pod = deployment_body(_pool(env=env))["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] == expected
-    assert expected - float(env[0]["value"] if env else 25) >= STOP_WAIT + 5
+    assert pod["terminationGracePeriodSeconds"] == expected  # grace + stop_wait + 10 s
 
 
 def test_the_spec_defaults_are_the_crd_schema_defaults() -> None:
