@@ -10,7 +10,6 @@ from when to when (the checker's `Fault`s).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import time
@@ -21,7 +20,7 @@ import asyncpg
 
 from tests.chaos.checker import Fault
 from tests.chaos.servers import Postgres, RabbitMQ
-from tests.support.processes import Component
+from tests.support.processes import FAKETIME_LIB, HAS_FAKETIME, Component, clock_offset_env
 
 KINDS = {
     # kind: weight
@@ -29,8 +28,6 @@ KINDS = {
     "mq_restart": 1, "pg_terminate": 2, "long_txn": 1, "clock": 1, "partition": 1,
 }  # fmt: skip
 ROLES = ("api", "scheduler", "worker", "operator")
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's faketime
-HAS_FAKETIME = os.path.exists(FAKETIME_LIB)
 
 
 @dataclass(frozen=True)
@@ -192,11 +189,8 @@ class Injector:
                 return
             await asyncio.to_thread(victim.stop, 30)
             self._log("term", victim.identity, start)
-            # libfaketime preloaded into the worker itself (the `faketime` command would stand
-            # between it and the signals the suite sends)
             skewed = await self._replace(victim, env={
-                "LD_PRELOAD": FAKETIME_LIB, "FAKETIME": f"{p.detail}s",
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1", "HORAE_CHAOS_CLOCK_OFFSET": p.detail,
+                **clock_offset_env(p.detail), "HORAE_CHAOS_CLOCK_OFFSET": p.detail,
             })  # fmt: skip
             await asyncio.sleep(p.duration)
             await asyncio.to_thread(skewed.stop, 30)

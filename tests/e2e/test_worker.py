@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import signal
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from horae import broker
 from horae.models import ExecutionMessage, JobSource, JobSpec, RetryPolicy
 from horae.store import jobs
 from tests.support.invocations import invocations
-from tests.support.processes import Processes
+from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
 from tests.support.scheduling import drain
 from tests.support.wait import until
 from tests.support.webhook import webhook_receiver
@@ -354,7 +353,11 @@ async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_wo
 
     await until(lambda: started(1), timeout=20, what="the handler to start")
     heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    await asyncio.sleep(2)  # the heir consuming
+
+    async def consuming() -> bool:
+        return "consuming" in heir.log()
+
+    await until(consuming, timeout=20, what="the heir consuming")
     leaving.signal(signal.SIGTERM)
     assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
     [row] = await terminal(pool, job["id"], 1, timeout=30)
@@ -411,12 +414,7 @@ async def test_a_handler_outliving_the_brokers_consumer_timeout_is_not_redeliver
     assert "duplicate or stale, dropped" in log_text, "the broker's timeout did not take effect"
 
 
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # hack/services.sh
-
-
-@pytest.mark.skipif(
-    not os.path.exists(FAKETIME_LIB), reason="no libfaketime (apt-get install faketime)"
-)
+@pytest.mark.skipif(not HAS_FAKETIME, reason="no libfaketime (apt-get install faketime)")
 async def test_a_worker_whose_clock_runs_behind_keeps_its_leases(
     processes: Processes, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
@@ -427,7 +425,7 @@ async def test_a_worker_whose_clock_runs_behind_keeps_its_leases(
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "20", env={
         "HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3",
-        "LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "-10s", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        **clock_offset_env("-10"),
     })  # fmt: skip
     now = datetime.now(UTC)
     new = [jobs.NewJob(spec=JobSpec(task="e2e.slow", run_at=now + timedelta(seconds=2),

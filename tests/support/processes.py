@@ -13,6 +13,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HORAE = str(Path(sys.executable).parent / "horae")
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # hack/services.sh
+HAS_FAKETIME = os.path.exists(FAKETIME_LIB)
+
+
+def clock_offset_env(seconds: str) -> dict[str, str]:
+    """The environment of a component whose wall clock is off by `seconds` ("-2", "+10"):
+    libfaketime preloaded into the process itself (the `faketime` command would stand
+    between it and the signals tests send); its monotonic clock is left alone."""
+    return {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": f"{seconds}s",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
 
 
 @dataclass
