@@ -21,6 +21,9 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -179,20 +182,56 @@ def result(
                   last_start_s=max(starts) if starts else math.nan, **kw)  # type: ignore[arg-type]  # fmt: skip
 
 
-async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
-    async with horae_system("sustained") as system:
+@dataclass
+class SteadyLoad:
+    """A fresh Horae system, ready, with a constant arrival rate planned from `first_due`
+    (created through the API, each second's arrivals AHEAD seconds before it)."""
+
+    system: System
+    pool: asyncpg.Pool
+    http: aiohttp.ClientSession
+    arrivals: list[Arrival]
+    first_due: datetime
+
+    async def feed(self) -> None:
+        await feed(self.http, self.arrivals)
+
+    async def until(self, offset: float) -> None:
+        """Sleep until `offset` seconds after the first due time."""
+        await asyncio.sleep((self.first_due - datetime.now(UTC)).total_seconds() + offset)
+
+    async def settle(self) -> None:
+        await settle(self.pool, len(self.arrivals), self.arrivals[-1].due, grace=60)
+
+
+@asynccontextmanager
+async def steady_load(
+    name: str, rate: int, seconds: int, *, schedulers: int, env: dict[str, str] | None = None
+) -> AsyncIterator[SteadyLoad]:
+    """1 API, `schedulers` schedulers and 2 workers x 64 handlers, with `env` on top."""
+    async with horae_system(name) as system:
+        system.env |= env or {}
         start_horae(system, schedulers=schedulers, workers=2, concurrency=64)
         pool = await connect_pool(system.db_url, size=2)
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
-            await ready(pool, http, schedulers)
-            first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
-            arrivals = sustained(rate, seconds, first_due)
-            before = await statements(system.db_url)
-            wal_before = await pool.fetchval("SELECT pg_current_wal_lsn()::text")
-            cpu_before = cpu_snapshot(system.pids())
-            log(f"sustained {rate}/s for {seconds}s from {first_due:%H:%M:%S}")
-            await feed(http, arrivals)
-        await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+                await ready(pool, http, schedulers)
+                first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+                yield SteadyLoad(system, pool, http, sustained(rate, seconds, first_due),
+                                 first_due)  # fmt: skip
+        finally:
+            await pool.close()
+
+
+async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
+    async with steady_load("sustained", rate, seconds, schedulers=schedulers) as load:
+        system, pool, arrivals = load.system, load.pool, load.arrivals
+        before = await statements(system.db_url)
+        wal_before = await pool.fetchval("SELECT pg_current_wal_lsn()::text")
+        cpu_before = cpu_snapshot(system.pids())
+        log(f"sustained {rate}/s for {seconds}s from {load.first_due:%H:%M:%S}")
+        await load.feed()
+        await load.settle()
         cpu = cpu_delta(cpu_before, cpu_snapshot(system.pids()))
         finished = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
         # the statements of the whole pipeline: create, dispatch, claim, record
@@ -203,9 +242,8 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
         )  # the whole cluster's WAL: nothing else should run during a benchmark
         for calls, ms, query in await top_statements(system.db_url):
             log(f"statement {calls:8} calls {ms:9.0f} ms  {query}")
-        lag, starts, _ = await lags(pool, first_due)
+        lag, starts, _ = await lags(pool, load.first_due)
         peak = system.peak_rss_mib()
-        await pool.close()
     print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
                  statements_per_execution=run_statements / max(1, finished), cpu_seconds=cpu,
                  notes=f"1 API, {schedulers} scheduler, 2 workers x 64; {finished} succeeded "
@@ -239,38 +277,31 @@ async def run_failover(rate: int, lease: float) -> None:
     """Two schedulers under a steady `rate`: at +20 s one is SIGKILLed (and started again,
     as its Deployment would); at +50 s both are restarted one after the other with SIGTERM
     (a rolling restart). Start lags of executions due in the 20 s after each event."""
-    seconds = 80
-    async with horae_system("failover") as system:
-        system.env["HORAE_LEASE_DURATION_SECONDS"] = str(lease)
-        start_horae(system, schedulers=2, workers=2, concurrency=64)
-        pool = await connect_pool(system.db_url, size=2)
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
-            await ready(pool, http, 2)
-            first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
-            arrivals = sustained(rate, seconds, first_due)
-            feeding = asyncio.create_task(feed(http, arrivals))
-            await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + 20)
-            killed_at = datetime.now(UTC)
-            system.signal("scheduler-0", signal.SIGKILL)
-            log("scheduler-0 SIGKILLed; started again")
-            system.start("scheduler-0b", "scheduler")
-            await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + 50)
-            rolled_at = datetime.now(UTC)
-            for old, new in (("scheduler-1", "scheduler-1b"), ("scheduler-0b", "scheduler-0c")):
-                # as a Deployment rolls: the old pod ends, its replacement becomes ready (here:
-                # holds its share of the shards) before the next old pod is stopped
-                system.signal(old, signal.SIGTERM)
-                await asyncio.to_thread(system.wait, old)
-                system.start(new, "scheduler")
-                await owns_shards(pool, new)
-                log(f"{old} stopped (SIGTERM), {new} started and holds shards")
-            await feeding
-        await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
+    env = {"HORAE_LEASE_DURATION_SECONDS": str(lease)}
+    async with steady_load("failover", rate, 80, schedulers=2, env=env) as load:
+        system, pool = load.system, load.pool
+        feeding = asyncio.create_task(load.feed())
+        await load.until(20)
+        killed_at = datetime.now(UTC)
+        system.signal("scheduler-0", signal.SIGKILL)
+        log("scheduler-0 SIGKILLed; started again")
+        system.start("scheduler-0b", "scheduler")
+        await load.until(50)
+        rolled_at = datetime.now(UTC)
+        for old, new in (("scheduler-1", "scheduler-1b"), ("scheduler-0b", "scheduler-0c")):
+            # as a Deployment rolls: the old pod ends, its replacement becomes ready (here:
+            # holds its share of the shards) before the next old pod is stopped
+            system.signal(old, signal.SIGTERM)
+            await asyncio.to_thread(system.wait, old)
+            system.start(new, "scheduler")
+            await owns_shards(pool, new)
+            log(f"{old} stopped (SIGTERM), {new} started and holds shards")
+        await feeding
+        await load.settle()
         window = timedelta(seconds=20)
-        kill = await lags(pool, first_due, killed_at, killed_at + window)
-        roll = await lags(pool, first_due, rolled_at, rolled_at + window)
+        kill = await lags(pool, load.first_due, killed_at, killed_at + window)
+        roll = await lags(pool, load.first_due, rolled_at, rolled_at + window)
         peak = system.peak_rss_mib()
-        await pool.close()
     for name, (lag, starts, due) in (("failover-kill", kill), ("failover-rolling", roll)):
         notes = (f"executions due in the 20 s after the event; {rate}/s steady, "
                  f"2 schedulers, shard lease {lease:g} s")  # fmt: skip

@@ -21,15 +21,12 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
-
-from bench.harness import REPO, horae_system
-from bench.horae_driver import PORT, feed, log, ready, settle, start_horae
-from bench.load import cpu_delta, cpu_snapshot, sustained
-from horae.store.db import connect_pool
+from bench.harness import REPO
+from bench.horae_driver import log, steady_load
+from bench.load import cpu_delta, cpu_snapshot
 
 RESULTS = REPO / "bench" / "results"
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
@@ -104,26 +101,18 @@ def table(total: int, counts: Counter[str]) -> list[str]:
 async def run(rate: int, seconds: int, sample: float) -> str:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     raw = Path(tempfile.mkdtemp(prefix="horae-profile-"))
-    async with horae_system("profile") as system:
-        start_horae(system, schedulers=1, workers=2, concurrency=64)
-        pool = await connect_pool(system.db_url, size=2)
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
-            await ready(pool, http, 1)
-            first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
-            arrivals = sustained(rate, seconds, first_due)
-            feeding = asyncio.create_task(feed(http, arrivals))
-            await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + WARM_UP)
-            pids = system.pids()
-            log(f"sampling {', '.join(pids)} for {sample:g} s at {rate}/s")
-            before = cpu_snapshot(pids)
-            stacks = await asyncio.gather(*(
-                record(pid, sample, raw / f"{name}.txt")
-                for name, pid in pids.items()
-            ))  # fmt: skip
-            cpu = cpu_delta(before, cpu_snapshot(pids))
-            await feeding
-        await settle(pool, len(arrivals), arrivals[-1].due, grace=60)
-        await pool.close()
+    async with steady_load("profile", rate, seconds, schedulers=1) as load:
+        feeding = asyncio.create_task(load.feed())
+        await load.until(WARM_UP)
+        pids = load.system.pids()
+        log(f"sampling {', '.join(pids)} for {sample:g} s at {rate}/s")
+        before = cpu_snapshot(pids)
+        stacks = await asyncio.gather(*(
+            record(pid, sample, raw / f"{name}.txt") for name, pid in pids.items()
+        ))  # fmt: skip
+        cpu = cpu_delta(before, cpu_snapshot(pids))
+        await feeding
+        await load.settle()
     log(f"collapsed stacks in {raw}")
 
     lines = [
