@@ -14,9 +14,17 @@ from urllib.parse import urlsplit
 
 from horae.errors import ConfigError
 
+MAX_DISPATCH_LEAD = 10.0
+"""Seconds: the longest dispatch lead. A worker holds an early execution's message (and a
+prefetch slot) until it is due."""
 
-def env_seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
-    """A duration setting in seconds (> 0); ConfigError names the variable."""
+
+def env_seconds(
+    env: Mapping[str, str], name: str, default: float, *, zero: bool = False,
+    most: float | None = None,
+) -> timedelta:  # fmt: skip
+    """A duration setting in seconds (> 0, or >= 0 with `zero`; at most `most`);
+    ConfigError names the variable."""
     raw = env.get(name)
     if raw is None:
         return timedelta(seconds=default)
@@ -24,8 +32,10 @@ def env_seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected seconds as a number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name}: must be > 0, got {raw!r}")
+    if value < 0 or (value == 0 and not zero) or value != value:
+        raise ConfigError(f"{name}: must be {'>=' if zero else '>'} 0, got {raw!r}")
+    if most is not None and value > most:
+        raise ConfigError(f"{name}: must be at most {most:g}, got {raw!r}")
     return timedelta(seconds=value)
 
 
@@ -98,6 +108,12 @@ class SchedulerSettings:
     """HORAE_REFRESH_PERIOD_SECONDS: how often the window is re-read from Postgres."""
     redelivery_timeout: timedelta = timedelta(seconds=60)
     """HORAE_REDELIVERY_TIMEOUT_SECONDS: a queued execution unclaimed this long is republished."""
+    dispatch_lead: timedelta = timedelta(seconds=2)
+    """HORAE_DISPATCH_LEAD_SECONDS: executions are published up to this long before they are
+    due (0: at the due moment); a worker holds one until it is due by Postgres's clock, then
+    claims it. A burst due at one instant is so published before it, not during it.
+    Executions of Forbid and Replace jobs are published at the due moment, so that whether
+    the previous occurrence still runs is judged then. At most MAX_DISPATCH_LEAD."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name in Leases; hostname-pid by default."""
 
@@ -187,6 +203,9 @@ class Settings:
                 preload_window=env_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),
                 refresh_period=env_seconds(env, "HORAE_REFRESH_PERIOD_SECONDS", 2),
                 redelivery_timeout=env_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
+                dispatch_lead=env_seconds(
+                    env, "HORAE_DISPATCH_LEAD_SECONDS", 2, zero=True, most=MAX_DISPATCH_LEAD
+                ),
                 identity=identity or sched_defaults.identity,
             ),
             metrics_port=_int(env, "HORAE_METRICS_PORT", 0, minimum=0),

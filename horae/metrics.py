@@ -11,7 +11,10 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 
 dispatch_lag = Histogram(
-    "horae_dispatch_lag_seconds", "Publish time minus due time.", buckets=LAG_BUCKETS
+    "horae_dispatch_lag_seconds",
+    "Publish time minus the time to publish: the due time, less the dispatch lead for an "
+    "execution published early.",
+    buckets=LAG_BUCKETS,
 )
 start_lag = Histogram(
     "horae_start_lag_seconds", "Handler start minus due time.", buckets=LAG_BUCKETS

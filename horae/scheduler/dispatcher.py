@@ -1,4 +1,5 @@
-"""Preload owned shards' windows into a timer heap and publish each execution at its due moment.
+"""Preload owned shards' windows into a timer heap and publish each execution at its due moment,
+or up to the dispatch lead before it (workers hold an early one until it is due).
 
 Order of writes per batch: publish with confirms, then one fenced transaction
 that marks the batch `queued`, records skipped occurrences and schedules cron
@@ -49,6 +50,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def guarded(d: Due) -> bool:
+    """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
+    predecessor) depends on what still runs at its due moment, so it is decided then."""
+    return d.concurrency_policy != "Allow" and d.attempt == 1
+
+
 def message(d: Due) -> ExecutionMessage:
     return ExecutionMessage(
         execution_id=d.id, job_id=d.job_id, task=d.task, tenant=d.tenant, due_at=d.due_at,
@@ -69,6 +76,7 @@ class Dispatcher:
         refresh_period: timedelta,
         lease_valid: Callable[[int], bool],
         on_fenced: Callable[[int], Awaitable[None]],
+        lead: timedelta = timedelta(),
     ) -> None:
         self._pool = pool
         self._publisher = publisher
@@ -77,8 +85,10 @@ class Dispatcher:
         self._refresh_period = refresh_period.total_seconds()
         self._lease_valid = lease_valid
         self._on_fenced = on_fenced
+        self._lead = lead
         self.epochs: dict[int, int] = {}
         self._heap: list[tuple[datetime, uuid.UUID, Due]] = []
+        """(when to publish, id, execution): its due time, less the lead unless `guarded`."""
         self._known: set[tuple[uuid.UUID, datetime]] = set()
         """(id, due_at) of the executions in the heap or being dispatched. A row put back
         under its id (throttled, handed back) is due at a new moment, so it is a new key: a
@@ -139,12 +149,15 @@ class Dispatcher:
             key = (due.id, due.due_at)
             if key not in self._known and due.shard in self.epochs:
                 self._known.add(key)
-                heapq.heappush(self._heap, (due.due_at, due.id, due))
+                heapq.heappush(self._heap, (self._publish_at(due), due.id, due))
                 added += 1
         if added:
             self._wake.set()
         metrics.preload_size.set(len(self._heap))
         return added
+
+    def _publish_at(self, d: Due) -> datetime:
+        return d.due_at if guarded(d) else d.due_at - self._lead
 
     async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, uuid.UUID]
                     ) -> tuple[int, tuple[datetime, uuid.UUID]]:  # fmt: skip
@@ -252,14 +265,14 @@ class Dispatcher:
                                   f"{deadline} ({late:.1f}s late)"))  # fmt: skip
             else:
                 keep.append(d)
-        guarded = [d for d in keep if d.concurrency_policy != "Allow" and d.attempt == 1]
+        judged = [d for d in keep if guarded(d)]
         cancel: list[tuple[uuid.UUID, datetime]] = []
-        if guarded:
-            live = await store.live_of_jobs(conn, [d.job_id for d in guarded])
+        if judged:
+            live = await store.live_of_jobs(conn, [d.job_id for d in judged])
             by_job: dict[uuid.UUID, list[asyncpg.Record]] = defaultdict(list)
             for row in live:
                 by_job[row["job_id"]].append(row)
-            for d in guarded:
+            for d in judged:
                 running = [r for r in by_job.get(d.job_id, []) if r["id"] != d.id]
                 if not running:
                     continue
@@ -307,7 +320,7 @@ class Dispatcher:
         published = _now()
         publish_took = time.monotonic() - started
         for d in to_publish:
-            metrics.dispatch_lag.observe((published - d.due_at).total_seconds())
+            metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())
         rounds = {
             shard: ShardDispatch(self.epochs[shard], keep, skips, cancel)
             for shard, (keep, skips, cancel) in plans.items()

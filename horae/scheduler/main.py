@@ -58,6 +58,7 @@ async def run(settings: Settings) -> None:
         identity=cfg.identity,
         window=cfg.preload_window,
         refresh_period=cfg.refresh_period,
+        lead=cfg.dispatch_lead,
         lease_valid=lambda s: shard_leases.valid(s),
         on_fenced=fenced,
     )
@@ -72,7 +73,11 @@ async def run(settings: Settings) -> None:
         on_lost=lost,
     )
     reaper = Reaper(
-        pool, publisher, epochs=lambda: dispatcher.epochs, redelivery_timeout=cfg.redelivery_timeout
+        pool,
+        publisher,
+        epochs=lambda: dispatcher.epochs,
+        redelivery_timeout=cfg.redelivery_timeout,
+        lead=cfg.dispatch_lead,
     )
     maintenance = Maintenance(
         pool,

@@ -1,6 +1,7 @@
 """`horae worker`: consume a pool's queue, claim, run handlers, record outcomes, ack.
 
-A message carries a batch of executions of one task. Per execution: claim (one
+A message carries a batch of executions of one task. Per execution: wait until it
+is due by Postgres's clock (the scheduler publishes up to its dispatch lead early) -> claim (one
 UPDATE; no row = duplicate or stale: drop) -> run the handler under its timeout
 -> record the outcome (and any retry execution); the message is acked once every
 execution in it got that far (a long handler's, once it is claimed). A crash
@@ -12,6 +13,7 @@ reclaims.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -85,6 +87,59 @@ async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
                 raise
             log.warning("deadlock on a batched write; retrying (%d/%d)", attempt, attempts)
     raise AssertionError("unreachable")
+
+
+SUCCESS_NEEDS_NO_POLICY = RetryPolicy()
+
+HOLD_LIMIT = timedelta(seconds=60)
+"""The longest a worker holds an execution that arrived before its due time: the scheduler's
+dispatch lead (at most 10 s) plus room for a scheduler whose clock runs ahead."""
+
+
+class AckPoints:
+    """Where a message's executions stand: each reaches its ack point (`reach`) or ends
+    without it (`end`, from its task's done callback); `all_settled` resolves once every
+    one has done either. One future per message rather than a waiter per execution."""
+
+    def __init__(self, count: int) -> None:
+        self._reached = [False] * count
+        self._open = count
+        self.all_settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not count:
+            self.all_settled.set_result(None)
+
+    def reach(self, index: int) -> None:
+        if not self._reached[index]:
+            self._reached[index] = True
+            self._settle()
+
+    def reached(self, index: int) -> bool:
+        return self._reached[index]
+
+    def end(self, index: int, _task: object = None) -> None:
+        if not self._reached[index]:
+            self._settle()
+
+    def _settle(self) -> None:
+        self._open -= 1
+        if self._open == 0 and not self.all_settled.done():
+            self.all_settled.set_result(None)
+
+
+class AckPoint:
+    """One execution's place in its message's `AckPoints`."""
+
+    __slots__ = ("_index", "_points")
+
+    def __init__(self, points: AckPoints, index: int) -> None:
+        self._points = points
+        self._index = index
+
+    def set(self) -> None:
+        self._points.reach(self._index)
+
+    def is_set(self) -> bool:
+        return self._points.reached(self._index)
 
 
 class Worker:
@@ -193,14 +248,14 @@ class Worker:
             where = ".".join(str(p) for p in first["loc"]) or "body"
             await self._refuse(message, "malformed", f"{where}: {first['msg']}")
             return
-        ready = [asyncio.Event() for _ in batch]
+        points = AckPoints(len(batch))
+        ready = [AckPoint(points, i) for i in range(len(batch))]
         runs = [
             asyncio.ensure_future(self._execute(m, r)) for m, r in zip(batch, ready, strict=True)
         ]
-        for run, point in zip(runs, ready, strict=True):
-            waiter = asyncio.ensure_future(point.wait())
-            await asyncio.wait([run, waiter], return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
+        for i, run in enumerate(runs):
+            run.add_done_callback(functools.partial(points.end, i))
+        await points.all_settled
         failed = [
             (run, m) for run, m, point in zip(runs, batch, ready, strict=True)
             if not point.is_set() and run.done()
@@ -220,7 +275,8 @@ class Worker:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 log.error("execution failed outside its handler", exc_info=result)
 
-    async def _execute(self, body: ExecutionMessage, ack_point: asyncio.Event) -> None:
+    async def _execute(self, body: ExecutionMessage, ack_point: AckPoint) -> None:
+        await self._until_due(body)
         # A slot is a running handler: the outcome's write happens after it is given back
         # (the message stays unacked until then, so prefetch still bounds the backlog).
         async with self._slots:
@@ -232,8 +288,22 @@ class Worker:
                 self._held.discard(ran[0].id)
         ack_point.set()
 
+    async def _until_due(self, body: ExecutionMessage) -> None:
+        """Hold an execution published ahead of its due time (the scheduler's dispatch lead),
+        without a slot, until it is due by Postgres's clock: a handler never starts early,
+        even when a scheduler's clock runs ahead. Its message stays unacked meanwhile.
+
+        One due more than `HOLD_LIMIT` ahead was not published by a lead: it goes on at once
+        (and a message no database can hold is dead-lettered by its claim, as before)."""
+        early = (body.due_at - self.clock.now()).total_seconds()
+        if early > HOLD_LIMIT.total_seconds():
+            log.warning("execution %s is due %.0f s from now, more than any dispatch lead: "
+                        "not held", body.execution_id, early)  # fmt: skip
+        elif early > 0:
+            await asyncio.sleep(early)
+
     async def _claim_and_run(
-        self, body: ExecutionMessage, ack_point: asyncio.Event
+        self, body: ExecutionMessage, ack_point: AckPoint
     ) -> tuple[Claimed, Outcome] | None:
         """Claim and run the handler; None when there was nothing to run (throttled,
         duplicate or stale)."""
@@ -303,7 +373,6 @@ class Worker:
                 metrics.retries.inc()
 
     async def _run(self, claimed: Claimed) -> Outcome:
-        policy = RetryPolicy.model_validate(claimed.retry_policy)
         extra = {"execution_id": str(claimed.id), "job_id": str(claimed.job_id)}
         ctx = TaskContext(
             execution_id=claimed.id,
@@ -353,6 +422,12 @@ class Worker:
                 ExecutionStatus.CANCELLED, "cancel_requested",
                 "cancelled while running: the job was cancelled or replaced",
             )  # fmt: skip
+        # the job's retry policy is parsed only for a failure: a success needs none
+        policy = (
+            SUCCESS_NEEDS_NO_POLICY
+            if error is None
+            else RetryPolicy.model_validate(claimed.retry_policy)
+        )
         outcome = classify(error, attempt=claimed.attempt, policy=policy, now=self.clock.now())
         ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
         return outcome

@@ -75,6 +75,39 @@ async def test_the_same_message_twice_runs_the_handler_once(
     assert len(invocations(log)) == 1
 
 
+async def test_a_message_published_before_its_due_time_is_held_until_then(
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+) -> None:
+    # The scheduler publishes up to its dispatch lead early (a scheduler whose clock runs
+    # ahead, earlier still): the worker claims and runs the execution only once it is due.
+    log = tmp_path / "calls.jsonl"
+    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
+    job = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=4)
+    row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    msg = ExecutionMessage(
+        execution_id=row["id"], job_id=job["id"], task="e2e.echo", tenant="t",
+        due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
+    )  # fmt: skip
+    connection = await broker.connect(broker_url)
+    try:
+        publisher = broker.Publisher(connection, broker.Names(broker_prefix))
+        await publisher.start()
+        await publisher.publish_batch([msg])
+    finally:
+        await connection.close()
+    await asyncio.sleep(2)  # the worker has had the message for most of the wait
+    held = await pool.fetchrow("SELECT status::text, started_at FROM executions WHERE id = $1",
+                               row["id"])  # fmt: skip
+    assert (held["status"], held["started_at"]) == ("scheduled", None), "claimed before due"
+    [done] = await terminal(pool, job["id"], 1)
+    assert done["status"] == "succeeded"
+    assert done["started_at"] >= row["due_at"]
+    [call] = invocations(log)
+    lag = call["at"] - row["due_at"].timestamp()
+    # (the worker reads Postgres's clock to within half a loopback round trip)
+    assert -0.005 <= lag < 1.0, f"handler started {lag:.3f} s after its due time"
+
+
 async def test_retryable_three_times_then_succeeds_with_one_idempotency_key(
     processes: Processes, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:

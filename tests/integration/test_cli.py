@@ -59,12 +59,16 @@ def test_tenant_limits_are_set_and_listed(db_url: str) -> None:
 
 
 def test_bad_settings_stop_a_component_with_one_line_naming_the_variable() -> None:
-    cases = {
-        "HORAE_DEAD_WEBHOOK_URL": ("ftp://alerts", "horae: HORAE_DEAD_WEBHOOK_URL: expected an "
-                                   "http(s) URL, got 'ftp://alerts'"),
-        "HORAE_CONCURRENCY": ("many", "horae: HORAE_CONCURRENCY: expected an integer"),
-    }  # fmt: skip
-    for name, (value, start) in cases.items():
+    cases = [
+        ("HORAE_DEAD_WEBHOOK_URL", "ftp://alerts", "horae: HORAE_DEAD_WEBHOOK_URL: expected an "
+         "http(s) URL, got 'ftp://alerts'"),
+        ("HORAE_CONCURRENCY", "many", "horae: HORAE_CONCURRENCY: expected an integer"),
+        ("HORAE_DISPATCH_LEAD_SECONDS", "30", "horae: HORAE_DISPATCH_LEAD_SECONDS: must be at "
+         "most 10, got '30'"),
+        ("HORAE_DISPATCH_LEAD_SECONDS", "-1", "horae: HORAE_DISPATCH_LEAD_SECONDS: must be >= 0, "
+         "got '-1'"),
+    ]  # fmt: skip
+    for name, value, start in cases:
         r = subprocess.run([HORAE, "worker", "--tasks", "bench/noop_tasks.py"],
                            capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
                            env={**os.environ, name: value})  # fmt: skip

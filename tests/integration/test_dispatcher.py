@@ -11,7 +11,7 @@ import asyncpg
 import pytest_asyncio
 
 from horae import broker
-from horae.models import JobSource, JobSpec
+from horae.models import ConcurrencyPolicy, ExecutionBatch, JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store import jobs
 from horae.store.db import connect
@@ -28,8 +28,9 @@ async def publisher(broker_url: str, broker_prefix: str) -> AsyncIterator[broker
 
 
 def dispatcher(
-    pool: asyncpg.Pool, publisher: broker.Publisher, lease_valid: Callable[[int], bool]
-) -> Dispatcher:
+    pool: asyncpg.Pool, publisher: broker.Publisher, lease_valid: Callable[[int], bool],
+    lead: timedelta = timedelta(),
+) -> Dispatcher:  # fmt: skip
     """A dispatcher that is never fenced out, its leases valid while `lease_valid` says."""
 
     async def never_fenced(shard: int) -> None:
@@ -37,7 +38,7 @@ def dispatcher(
 
     return Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
                       refresh_period=timedelta(seconds=2), lease_valid=lease_valid,
-                      on_fenced=never_fenced)  # fmt: skip
+                      on_fenced=never_fenced, lead=lead)  # fmt: skip
 
 
 @pytest_asyncio.fixture
@@ -47,13 +48,15 @@ async def d(pool: asyncpg.Pool, publisher: broker.Publisher) -> Dispatcher:
 
 
 async def job_in_shard(
-    pool: asyncpg.Pool, shard: int, due: datetime, below: uuid.UUID | None = None
-) -> uuid.UUID:
+    pool: asyncpg.Pool, shard: int, due: datetime, below: uuid.UUID | None = None,
+    policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW,
+) -> uuid.UUID:  # fmt: skip
     job_id = next(
         u for u in iter(uuid.uuid4, None) if u.int % 64 == shard and (below is None or u < below)
     )
+    spec = JobSpec(task="t", run_at=due, concurrency_policy=policy)
     async with pool.acquire() as conn:
-        await jobs.create_job(conn, JobSpec(task="t", run_at=due), tenant="t",
+        await jobs.create_job(conn, spec, tenant="t",
                               source=JobSource.API, shards=64, now=datetime.now(UTC),
                               job_id=job_id)  # fmt: skip
     return job_id
@@ -146,3 +149,48 @@ async def test_rows_held_back_while_a_lease_lapsed_go_out_once_it_is_renewed(
     valid = True  # renewed: the next (periodic, not full) refresh loads the row again
     await d.refresh()
     assert [x.job_id for x in d.held()] == [job_id]
+
+
+async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
+    pool: asyncpg.Pool, publisher: broker.Publisher, broker_url: str, broker_prefix: str
+) -> None:
+    # With a 2 s lead, an Allow job's execution goes out 2 s before it is due (queued,
+    # waiting at a worker); a Forbid job's waits for its due moment, when whether its
+    # predecessor still runs is known.
+    lead = timedelta(seconds=2)
+    d = dispatcher(pool, publisher, lambda s: True, lead=lead)
+    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0) + timedelta(seconds=1)
+    allow = await job_in_shard(pool, 1, due)
+    forbid = await job_in_shard(pool, 1, due, policy=ConcurrencyPolicy.FORBID)
+    connection = await broker.connect(broker_url)
+    arrived: dict[uuid.UUID, datetime] = {}
+    try:
+        channel = await connection.channel()
+        queue = await channel.get_queue(broker.Names(broker_prefix).pool_queue("default"))
+
+        async def note(message: broker.IncomingMessage) -> None:
+            for e in ExecutionBatch.model_validate_json(message.body).executions:
+                arrived[e.job_id] = datetime.now(UTC)
+            await message.ack()
+
+        await queue.consume(note)
+        await d.gain(1)
+        await d.refresh()
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(d.run_dispatch(stop))
+
+        async def both() -> bool:
+            return len(arrived) == 2
+
+        await until(both, timeout=15, what="both executions published")
+        stop.set()
+        await loop
+    finally:
+        await connection.close()
+    early = (due - arrived[allow]).total_seconds()
+    assert 1.5 < early <= 2.1, f"the Allow execution was published {early:.3f} s early"
+    assert arrived[forbid] >= due, (
+        f"the Forbid one {(due - arrived[forbid]).total_seconds()} s early"
+    )
+    status = "SELECT status::text FROM executions WHERE job_id = $1"
+    assert await pool.fetchval(status, allow) == "queued"

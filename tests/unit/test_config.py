@@ -1,0 +1,38 @@
+"""Settings read from the environment: defaults, bounds, and errors that name the variable."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from horae.config import Settings
+from horae.errors import ConfigError
+
+
+def test_the_dispatch_lead_defaults_to_two_seconds_and_may_be_zero_or_up_to_ten() -> None:
+    assert Settings.from_env({}).scheduler.dispatch_lead == timedelta(seconds=2)
+    for raw, seconds in (("0", 0), ("0.5", 0.5), ("10", 10)):
+        env = {"HORAE_DISPATCH_LEAD_SECONDS": raw}
+        assert Settings.from_env(env).scheduler.dispatch_lead == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ("10.5", "HORAE_DISPATCH_LEAD_SECONDS: must be at most 10, got '10.5'"),
+        ("-0.1", "HORAE_DISPATCH_LEAD_SECONDS: must be >= 0, got '-0.1'"),
+        ("nan", "HORAE_DISPATCH_LEAD_SECONDS: must be >= 0, got 'nan'"),
+        ("soon", "HORAE_DISPATCH_LEAD_SECONDS: expected seconds as a number, got 'soon'"),
+    ],
+)
+def test_a_bad_dispatch_lead_is_refused_by_name(raw: str, error: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"HORAE_DISPATCH_LEAD_SECONDS": raw})
+    assert str(refused.value) == error
+
+
+def test_other_durations_must_still_be_above_zero() -> None:
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"HORAE_REDELIVERY_TIMEOUT_SECONDS": "0"})
+    assert str(refused.value) == "HORAE_REDELIVERY_TIMEOUT_SECONDS: must be > 0, got '0'"
