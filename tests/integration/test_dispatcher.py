@@ -13,6 +13,8 @@ import pytest_asyncio
 from horae import broker
 from horae.models import ConcurrencyPolicy, ExecutionBatch, JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
+from horae.scheduler.listener import ShardListener
+from horae.scheduler.main import take_shard
 from horae.store import jobs
 from horae.store.db import connect
 from tests.support.wait import until
@@ -194,3 +196,52 @@ async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     )
     status = "SELECT status::text FROM executions WHERE job_id = $1"
     assert await pool.fetchval(status, allow) == "queued"
+
+
+async def test_rows_created_while_shards_are_taken_are_read_without_a_full_reread(
+    pool: asyncpg.Pool, d: Dispatcher, db_url: str
+) -> None:
+    # Jobs due soon are created without pause while the dispatcher takes shards 1-16. Each
+    # lands behind the preload cursor, so only its NOTIFY makes the next (not full) refresh
+    # read it: the shard's channel must be listened on before its window is read, or a row
+    # committed in between waits for the full re-read, up to 30 s later.
+    connected = asyncio.Event()
+
+    def reconnected() -> None:
+        d.reload()
+        connected.set()
+
+    listener = ShardListener(db_url, d.notified, reconnected)
+    stop = asyncio.Event()
+    listening = asyncio.ensure_future(listener.run(stop))
+    await asyncio.wait_for(connected.wait(), timeout=10)  # its reload is behind us
+    far = await job_in_shard(pool, 20, datetime.now(UTC) + timedelta(seconds=50))
+    await d.gain(20)
+    await d.refresh()  # full: the cursor now stands 50 s ahead
+    created: list[uuid.UUID] = []
+    taking = [1]  # the shard being taken; empty once all are
+
+    async def create_meanwhile() -> None:
+        while taking:
+            due = datetime.now(UTC) + timedelta(seconds=20)
+            created.append(await job_in_shard(pool, taking[0], due))
+
+    try:
+        creating = [asyncio.ensure_future(create_meanwhile()) for _ in range(4)]
+        for shard in range(1, 17):
+            taking[0] = shard
+            await asyncio.sleep(0.02)
+            await take_shard(d, listener, shard)
+            await asyncio.sleep(0.02)
+        taking.clear()
+        await asyncio.gather(*creating)
+        await asyncio.sleep(0.5)  # the last NOTIFYs arrive
+        await d.refresh()
+    finally:
+        stop.set()
+        await listening
+    held = {x.job_id for x in d.held()}
+    missing = [job for job in created if job not in held]
+    assert len(created) > 20
+    assert not missing, f"{len(missing)} of {len(created)} rows wait for the full re-read"
+    assert far in held
