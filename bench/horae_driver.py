@@ -251,23 +251,46 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
                        "per execution").to_json(), flush=True)  # fmt: skip
 
 
-async def run_top(count: int, lead: float) -> None:
+@dataclass
+class Spike:
+    """`count` one-offs created through the API, all due at `due`, and the system they run on."""
+
+    system: System
+    pool: asyncpg.Pool
+    count: int
+    due: datetime
+    cpu_before: dict[str, float]
+    """CPU times (bench.load.cpu_snapshot) from before the jobs were created."""
+
+
+@asynccontextmanager
+async def spike_load(count: int, lead: float) -> AsyncIterator[Spike]:
+    """1 API, 1 scheduler and 2 workers x 64; `count` jobs of 10 tenants created `lead`
+    seconds before the instant they are all due. Yields once they are created."""
     async with horae_system("top") as system:
         start_horae(system, schedulers=1, workers=2, concurrency=64)
         pool = await connect_pool(system.db_url, size=2)
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
-            await ready(pool, http, 1)
-            due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=lead)
-            arrivals = top_of_hour(count, due)
-            t0 = time.monotonic()
-            cpu_before = cpu_snapshot(system.pids())
-            await create(http, arrivals)
-            log(f"top: {count} created in {time.monotonic() - t0:.1f}s, all due {due:%H:%M:%S}")
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+                await ready(pool, http, 1)
+                due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=lead)
+                t0 = time.monotonic()
+                cpu_before = cpu_snapshot(system.pids())
+                await create(http, top_of_hour(count, due))
+                log(f"top: {count} created in {time.monotonic() - t0:.1f}s, all due "
+                    f"{due:%H:%M:%S}")  # fmt: skip
+            yield Spike(system, pool, count, due, cpu_before)
+        finally:
+            await pool.close()
+
+
+async def run_top(count: int, lead: float) -> None:
+    async with spike_load(count, lead) as spike:
+        system, pool, due = spike.system, spike.pool, spike.due
         await settle(pool, count, due, grace=120)
-        cpu = cpu_delta(cpu_before, cpu_snapshot(system.pids()))
+        cpu = cpu_delta(spike.cpu_before, cpu_snapshot(system.pids()))
         lag, starts, _ = await lags(pool, due)
         peak = system.peak_rss_mib()
-        await pool.close()
     print(result("top", count, lag, starts, count=count, peak_rss_mib=peak, cpu_seconds=cpu,
                  notes="1 API, 1 scheduler, 2 workers x 64; created through the API "
                        f"{lead:.0f} s ahead").to_json(), flush=True)  # fmt: skip

@@ -1,7 +1,9 @@
-"""Where Horae's processes spend their CPU under sustained load: py-spy, sampled from the
-outside while the same load as `bench.horae_driver --scenario sustained` runs.
+"""Where Horae's processes spend their CPU under sustained load, or in a top-of-the-hour
+spike: py-spy, sampled from the outside while the same load as `bench.horae_driver
+--scenario sustained` (or `--scenario top`) runs.
 
     .venv/bin/python -m bench.profile --rate 1500 --seconds 60 --sample 30
+    .venv/bin/python -m bench.profile --spike 20000 --sample 6
 
 One API, one scheduler and two workers (64 handlers each), as in the sustained scenario.
 Once the load has run 10 s, every process (and, from /proc, PostgreSQL, RabbitMQ and the
@@ -11,6 +13,10 @@ that releases the GIL, such as TLS or a blocking read, is not counted). Writes
 bench/results/<date>-profile.md: each process's CPU seconds in the window, and its top
 functions by own time and by time including what they call, and prints it; the raw
 collapsed stacks (for flame graphs) stay in a temporary directory the run names.
+
+With `--spike N`, N executions due at one instant (created 20 s ahead) are sampled from
+2 s before that instant (the scheduler's dispatch lead) for `--sample` seconds, with every
+process's CPU per half second beside; writes bench/results/<date>-profile-spike.md.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.harness import REPO
-from bench.horae_driver import log, steady_load
+from bench.harness import REPO, pct
+from bench.horae_driver import lags, log, settle, spike_load, steady_load
 from bench.load import cpu_delta, cpu_snapshot
 
 RESULTS = REPO / "bench" / "results"
@@ -124,6 +130,16 @@ async def run(rate: int, seconds: int, sample: float) -> str:
         f"{sample:g} s from {WARM_UP:g} s into the load (`--gil`: the thread holding "
         "the GIL, i.e. Python CPU time).",
         "",
+        *cpu_table(cpu, sample),
+    ]  # fmt: skip
+    lines += process_tables(pids, stacks, sample)
+    text = "\n".join(lines) + "\n"
+    (RESULTS / f"{stamp}-profile.md").write_text(text)
+    return text
+
+
+def cpu_table(cpu: dict[str, float], sample: float) -> list[str]:
+    return [
         f"## CPU seconds in the {sample:g} s window",
         "",
         "| process | CPU s | cores |",
@@ -131,14 +147,80 @@ async def run(rate: int, seconds: int, sample: float) -> str:
         *(f"| {name} | {secs:.1f} | {secs / sample:.2f} |"
           for name, secs in sorted(cpu.items(), key=lambda kv: -kv[1]) if secs > 0),
     ]  # fmt: skip
+
+
+def process_tables(pids: dict[str, int], stacks: list[str], sample: float) -> list[str]:
+    lines: list[str] = []
     for (name, _pid), collapsed in zip(pids.items(), stacks, strict=True):
         total, own, inclusive = summarise(collapsed)
         lines += ["", f"## {name}: {total} samples ({total / 100 / sample:.2f} of a core)", ""]
         lines += ["Own time (the function itself held the GIL):", "", *table(total, own), ""]
         lines += ["Horae's functions, including what they call:", "",
                   *table(total, ours(inclusive))]  # fmt: skip
+    return lines
+
+
+SPIKE_FROM = 2.0
+"""Seconds before the due instant the spike's sampling starts: the dispatch lead."""
+TICK = 0.5
+
+
+async def timeline(pids: dict[str, int], seconds: float, due: datetime) -> list[str]:
+    """A table row per TICK: seconds from the due instant, and each process's CPU seconds."""
+    rows: list[tuple[float, dict[str, float]]] = []
+    before = cpu_snapshot(pids)
+    for _ in range(round(seconds / TICK)):
+        await asyncio.sleep(TICK)
+        now = cpu_snapshot(pids)
+        rows.append(((datetime.now(UTC) - due).total_seconds(), cpu_delta(before, now)))
+        before = now
+    names = [n for n in sorted(rows[0][1]) if any(r[n] > 0 for _, r in rows)] if rows else []
+    out = ["| s from due | " + " | ".join(names) + " | total |",
+           "|---:|" + "---:|" * (len(names) + 1)]  # fmt: skip
+    for at, cpu in rows:
+        cells = " | ".join(f"{cpu[n]:.2f}" for n in names)
+        out.append(f"| {at:+.1f} | {cells} | {sum(cpu.values()):.2f} |")
+    return out
+
+
+async def run_spike(count: int, sample: float) -> str:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    raw = Path(tempfile.mkdtemp(prefix="horae-profile-"))
+    async with spike_load(count, lead=20) as spike:
+        pids = spike.system.pids()
+        wait = (spike.due - datetime.now(UTC)).total_seconds() - SPIKE_FROM
+        await asyncio.sleep(max(0.0, wait))
+        log(f"sampling {', '.join(pids)} for {sample:g} s around the spike of {count}")
+        before = cpu_snapshot(pids)
+        recording = [record(pid, sample, raw / f"{name}.txt") for name, pid in pids.items()]
+        stacks, ticks = await asyncio.gather(
+            asyncio.gather(*recording), timeline(pids, sample, spike.due)
+        )
+        cpu = cpu_delta(before, cpu_snapshot(pids))
+        await settle(spike.pool, count, spike.due, grace=120)
+        lag, _, _ = await lags(spike.pool, spike.due)
+    log(f"collapsed stacks in {raw}")
+    lines = [
+        f"# Profile of a top-of-the-hour spike ({stamp})",
+        "",
+        f"`.venv/bin/python -m bench.profile --spike {count} --sample {sample:g}`: {count} "
+        "executions due at one instant, created through the API 20 s ahead (1 API, 1 "
+        "scheduler, 2 workers x 64 handlers), every process sampled by py-spy at 100 Hz "
+        f"for {sample:g} s from {SPIKE_FROM:g} s before the due instant (`--gil`: Python "
+        "CPU time).",
+        "",
+        f"Start lag: p50 {pct(lag, 50):.3f} s, p99 {pct(lag, 99):.3f} s, max {max(lag):.3f} s "
+        f"({len(lag)} started).",
+        "",
+        f"## CPU seconds per {TICK:g} s (2 cores: at most {2 * TICK:g} in all)",
+        "",
+        *ticks,
+        "",
+        *cpu_table(cpu, sample),
+        *process_tables(pids, list(stacks), sample),
+    ]  # fmt: skip
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"{stamp}-profile.md").write_text(text)
+    (RESULTS / f"{stamp}-profile-spike.md").write_text(text)
     return text
 
 
@@ -147,9 +229,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1500)
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--sample", type=float, default=30.0)
+    parser.add_argument("--spike", type=int, default=0, help="profile N due at one instant")
     args = parser.parse_args()
     if shutil.which(PY_SPY) is None:
         raise SystemExit(f"{PY_SPY} missing: pip install -e '.[bench]'")
+    if args.spike:
+        print(asyncio.run(run_spike(args.spike, args.sample)))
+        return
     if args.seconds < WARM_UP + args.sample:
         raise SystemExit(f"--seconds must cover the warm-up ({WARM_UP:g} s) and --sample")
     print(asyncio.run(run(args.rate, args.seconds, args.sample)))

@@ -46,26 +46,40 @@ async def terminal(pool: asyncpg.Pool, job_id: object, count: int, timeout: floa
     return await until(done, timeout=timeout, interval=0.2, what=f"{count} finished attempts")
 
 
-async def test_the_same_message_twice_runs_the_handler_once(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
-) -> None:
-    log = tmp_path / "calls.jsonl"
-    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
-    job = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=0)
+async def echo_message(
+    pool: asyncpg.Pool, due_in: float
+) -> tuple[asyncpg.Record, ExecutionMessage]:
+    """An `e2e.echo` one-off due in `due_in` seconds: its execution row and the message the
+    scheduler would publish for it."""
+    job = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=due_in)
     row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
     msg = ExecutionMessage(
         execution_id=row["id"], job_id=job["id"], task="e2e.echo", tenant="t",
         due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
     )  # fmt: skip
+    return row, msg
+
+
+async def publish(broker_url: str, prefix: str, *messages: ExecutionMessage) -> None:
+    """Each message on its own, as the scheduler publishes them."""
     connection = await broker.connect(broker_url)
     try:
-        publisher = broker.Publisher(connection, broker.Names(broker_prefix))
+        publisher = broker.Publisher(connection, broker.Names(prefix))
         await publisher.start()
-        await publisher.publish_batch([msg])
-        await publisher.publish_batch([msg])  # a second message with the same execution
+        for msg in messages:
+            await publisher.publish_batch([msg])
     finally:
         await connection.close()
-    [done] = await terminal(pool, job["id"], 1)
+
+
+async def test_the_same_message_twice_runs_the_handler_once(
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
+    row, msg = await echo_message(pool, due_in=0)
+    await publish(broker_url, broker_prefix, msg, msg)  # the same execution twice
+    [done] = await terminal(pool, row["job_id"], 1)
     assert done["status"] == "succeeded"
 
     async def queue_empty() -> bool:
@@ -82,24 +96,13 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     # ahead, earlier still): the worker claims and runs the execution only once it is due.
     log = tmp_path / "calls.jsonl"
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
-    job = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=4)
-    row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
-    msg = ExecutionMessage(
-        execution_id=row["id"], job_id=job["id"], task="e2e.echo", tenant="t",
-        due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
-    )  # fmt: skip
-    connection = await broker.connect(broker_url)
-    try:
-        publisher = broker.Publisher(connection, broker.Names(broker_prefix))
-        await publisher.start()
-        await publisher.publish_batch([msg])
-    finally:
-        await connection.close()
+    row, msg = await echo_message(pool, due_in=4)
+    await publish(broker_url, broker_prefix, msg)
     await asyncio.sleep(2)  # the worker has had the message for most of the wait
     held = await pool.fetchrow("SELECT status::text, started_at FROM executions WHERE id = $1",
                                row["id"])  # fmt: skip
     assert (held["status"], held["started_at"]) == ("scheduled", None), "claimed before due"
-    [done] = await terminal(pool, job["id"], 1)
+    [done] = await terminal(pool, row["job_id"], 1)
     assert done["status"] == "succeeded"
     assert done["started_at"] >= row["due_at"]
     [call] = invocations(log)
