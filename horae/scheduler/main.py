@@ -22,6 +22,12 @@ from horae.store.db import connect_pool
 log = logging.getLogger(__name__)
 
 
+KUBE_THREADS = 32
+"""Threads for Kubernetes calls: Lease renewals and takes go out concurrently."""
+WATCHED = (SHARD_LABEL, MEMBER_LABEL)
+"""The label selectors of the Lease watches, each a thread of its own."""
+
+
 async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int) -> None:
     """Start dispatching a shard just won: LISTEN on its channel first, then read its window.
     A row committed after the read announces itself to a channel already listened on; in the
@@ -38,12 +44,17 @@ async def run(settings: Settings) -> None:
     connection = await broker.connect(settings.broker.url)
     publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
     await publisher.start()
-    api = load_api_client(settings.kube.kubeconfig)
+    # One HTTP connection for each thread that may call Kubernetes at once, and for each
+    # Lease watch: a smaller pool discards connections (a warning each) at every round of
+    # renewals, and opens them again.
+    api = load_api_client(settings.kube.kubeconfig, connections=KUBE_THREADS + len(WATCHED))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # Kubernetes calls run in threads; Lease renewals and takes go out concurrently.
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube"))
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
@@ -105,7 +116,7 @@ async def run(settings: Settings) -> None:
         if frees_shards(event, lease):
             loop.call_soon_threadsafe(shard_leases.wake.set)
 
-    for selector in (SHARD_LABEL, MEMBER_LABEL):
+    for selector in WATCHED:
         threading.Thread(
             target=watch_leases,
             args=(api, settings.kube.namespace, selector, on_lease_change, watch_stop),

@@ -63,6 +63,15 @@ async def test_three_replicas_spread_64_shards_each_held_by_exactly_one(
     assert all(len(held[n]) <= 22 for n in names), "nobody above its fair share"
 
 
+async def test_one_replica_takes_and_renews_all_64_shards_without_dropping_connections(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    scheduler = processes.start("scheduler", "scheduler")
+    await balanced(control_plane, namespace, ["scheduler-0"])
+    await asyncio.sleep(3 * RENEW)  # renewals of all 64 go out together
+    assert "Connection pool is full" not in scheduler.log()
+
+
 async def test_sigkill_hands_shards_over_and_every_execution_is_dispatched(
     control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
     broker_url: str, broker_prefix: str,
