@@ -38,7 +38,7 @@ async def plan(url: str, rows: int, claim: int) -> list[str]:
             await conn.execute("ANALYZE")
             picked = sorted(await conn.fetch(
                 "SELECT id, due_at FROM executions ORDER BY random() LIMIT $1", claim
-            ))  # fmt: skip
+            ), key=lambda r: r["id"])  # fmt: skip
             ids, dues = [r["id"] for r in picked], [r["due_at"] for r in picked]
             await conn.execute("UPDATE executions SET status = 'queued' WHERE id = ANY($1)", ids)
             claim_tx = conn.transaction()

@@ -369,22 +369,22 @@ def targets(tops: dict[tuple[str, int], dict[str, Any]], cap: dict[str, Any],
             f"last started {fmt(b['last_start_s'])} after the due time, "
             f"{b['started']:,}/{b['expected']:,}",
             b["last_start_s"] <= 10 and b["started"] == b["expected"])  # fmt: skip
-    h = cap.get("horae")
     if "horae" in cap:
+        h: dict[str, Any] = cap["horae"] or {}  # empty: no rate held
+        rate: int = h.get("rate", 0)
         row("sustained capacity >= 2,000/s with full history, p99 <= 1 s",
-            f"{h['rate']:,}/s, p99 {fmt(h['p99'])}" if h else "none held",
-            bool(h) and h["rate"] >= 2000)  # fmt: skip
-        spe = h.get("statements_per_execution") if h else None
+            f"{rate:,}/s, p99 {fmt(h['p99'])}" if h else "none held",
+            rate >= 2000)  # fmt: skip
+        spe: float | None = h.get("statements_per_execution")
         row("Postgres statements per execution <= 1.5 (pg_stat_statements, at capacity)",
-            fmt(spe, "", 2) if spe else NONE, bool(spe) and spe <= 1.5)  # fmt: skip
-        peers = {k: v for k, v in cap.items() if k != "horae"}
+            fmt(spe, "", 2) if spe else NONE, spe is not None and spe <= 1.5)  # fmt: skip
+        peers = {k: (v or {}).get("rate", 0) for k, v in cap.items() if k != "horae"}
         if peers:
-            best = max(peers, key=lambda k: peers[k]["rate"] if peers[k] else 0)
-            b_rate = peers[best]["rate"] if peers[best] else 0
+            best = max(peers, key=lambda k: peers[k])
             row(">= 3x the best peer's sustained capacity, p99 no worse",
-                f"Horae {h['rate'] if h else 0:,}/s vs {best} {b_rate:,}/s "
-                f"(x{(h['rate'] if h else 0) / max(1, b_rate):.1f})",
-                bool(h) and h["rate"] >= 3 * b_rate)  # fmt: skip
+                f"Horae {rate:,}/s vs {best} {peers[best]:,}/s "
+                f"(x{rate / max(1, peers[best]):.1f})",
+                rate >= 3 * peers[best])  # fmt: skip
     if scan_rows:
         base, mid, top_ = scan_rows[0], scan_rows[len(scan_rows) // 2], scan_rows[-1]
         ratio = top_["ms"] / max(0.001, base["ms"])
@@ -403,7 +403,7 @@ def targets(tops: dict[tuple[str, int], dict[str, Any]], cap: dict[str, Any],
 def comparison(day: str) -> None:
     """bench/results/README.md: the one-page table and the targets, from the day's files."""
     tops = {(r["system"], r["count"]): r for r in load(day, "top-of-hour") or []}
-    cap: dict[str, dict[str, object] | None] = load(day, "sustained") or {}
+    cap: dict[str, dict[str, Any] | None] = load(day, "sustained") or {}
     scan_rows = load(day, "scan-cost") or []
     fail = load(day, "failover") or []
     lines = ["# Benchmark results", "",
