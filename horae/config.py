@@ -108,12 +108,15 @@ class SchedulerSettings:
     """HORAE_REFRESH_PERIOD_SECONDS: how often the window is re-read from Postgres."""
     redelivery_timeout: timedelta = timedelta(seconds=60)
     """HORAE_REDELIVERY_TIMEOUT_SECONDS: a queued execution unclaimed this long is republished."""
-    dispatch_lead: timedelta = timedelta(seconds=2)
+    dispatch_lead: timedelta = timedelta(0)
     """HORAE_DISPATCH_LEAD_SECONDS: executions are published up to this long before they are
-    due (0: at the due moment); a worker holds one until it is due by Postgres's clock, then
-    claims it. A burst due at one instant is so published before it, not during it.
-    Executions of Forbid and Replace jobs are published at the due moment, so that whether
-    the previous occurrence still runs is judged then. At most MAX_DISPATCH_LEAD."""
+    due (0, the default: at the due moment); a worker holds one until it is due by
+    Postgres's clock, then claims it. A burst due at one instant is so published before it,
+    not during it. Executions of Forbid and Replace jobs are published at the due moment, so
+    that whether the previous occurrence still runs is judged then. At most
+    MAX_DISPATCH_LEAD. Off by default: a held message keeps its prefetch slot (prefetch =
+    concurrency), and at a sustained rate the held executions cost workers CPU (see
+    docs/performance.md)."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name in Leases; hostname-pid by default."""
 
@@ -204,7 +207,7 @@ class Settings:
                 refresh_period=env_seconds(env, "HORAE_REFRESH_PERIOD_SECONDS", 2),
                 redelivery_timeout=env_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
                 dispatch_lead=env_seconds(
-                    env, "HORAE_DISPATCH_LEAD_SECONDS", 2, zero=True, most=MAX_DISPATCH_LEAD
+                    env, "HORAE_DISPATCH_LEAD_SECONDS", 0, zero=True, most=MAX_DISPATCH_LEAD
                 ),
                 identity=identity or sched_defaults.identity,
             ),

@@ -10,8 +10,8 @@ from horae.config import Settings
 from horae.errors import ConfigError
 
 
-def test_the_dispatch_lead_defaults_to_two_seconds_and_may_be_zero_or_up_to_ten() -> None:
-    assert Settings.from_env({}).scheduler.dispatch_lead == timedelta(seconds=2)
+def test_the_dispatch_lead_is_off_by_default_and_may_be_up_to_ten_seconds() -> None:
+    assert Settings.from_env({}).scheduler.dispatch_lead == timedelta(0)
     for raw, seconds in (("0", 0), ("0.5", 0.5), ("10", 10)):
         env = {"HORAE_DISPATCH_LEAD_SECONDS": raw}
         assert Settings.from_env(env).scheduler.dispatch_lead == timedelta(seconds=seconds)
