@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import aio_pika
 import asyncpg
 
 from bench.load import peak_rss_mib
+from horae.broker import Names
 from horae.store.migrate import migrate
 from tests.support.kube import start_control_plane, stop_control_plane
 
@@ -77,13 +79,29 @@ async def scratch_database(prefix: str) -> AsyncIterator[str]:
         await admin.close()
 
 
+async def delete_topology(prefix: str) -> None:
+    """A run's queues and exchanges: idle quorum queues left behind by every run would keep
+    RabbitMQ busy (each is a Raft group) in the runs after it."""
+    names = Names(prefix)
+    connection = await aio_pika.connect(BROKER)
+    try:
+        channel = await connection.channel()
+        for queue in (names.pool_queue("default"), names.dead_letter_queue):
+            await channel.queue_delete(queue)
+        for exchange in (names.dispatch, names.unrouted, names.dead):
+            await channel.exchange_delete(exchange)
+    finally:
+        await connection.close()
+
+
 @asynccontextmanager
 async def horae_system(name: str) -> AsyncIterator[System]:
     async with scratch_database(f"horae_{name}") as db_url:
         plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
+        prefix = f"{name}{uuid.uuid4().hex[:6]}"
         system = System(db_url, {
             **os.environ, **plane.env, "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": BROKER,
-            "HORAE_BROKER_PREFIX": f"{name}{uuid.uuid4().hex[:6]}", "HORAE_NAMESPACE": "default",
+            "HORAE_BROKER_PREFIX": prefix, "HORAE_NAMESPACE": "default",
             "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING"),
         })  # fmt: skip
         try:
@@ -95,3 +113,4 @@ async def horae_system(name: str) -> AsyncIterator[System]:
             for p in system.processes:
                 p.wait(timeout=30)
             stop_control_plane(plane)
+            await delete_topology(prefix)
