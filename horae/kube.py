@@ -72,9 +72,12 @@ def _lease(obj: dict[str, Any]) -> Lease:
     )
 
 
-def _json(response: Any) -> Any:
-    """The body of a call made with `_preload_content=False`."""
-    return json.loads(response.data)
+def _json_call(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call(*args, **kwargs)` made with `_preload_content=False`, its JSON body parsed (no
+    model objects built). The body is read here, in the calling thread, so the connection
+    is back in the pool before the thread takes its next call: read later, by the event
+    loop, the pool held more connections than threads and discarded the surplus."""
+    return json.loads(call(*args, _preload_content=False, **kwargs).data)
 
 
 def _now() -> str:
@@ -90,13 +93,13 @@ class Leases:
 
     async def list(self, selector: str) -> list[Lease]:
         result = await asyncio.to_thread(
+            _json_call,
             self._api.list_namespaced_lease,
             self.namespace,
             label_selector=selector,
             _request_timeout=10,
-            _preload_content=False,
         )
-        return [_lease(item) for item in _json(result)["items"]]
+        return [_lease(item) for item in result["items"]]
 
     async def create(
         self, name: str, holder: str | None, duration_s: int, labels: dict[str, str]
@@ -115,14 +118,14 @@ class Leases:
         }
         try:
             obj = await asyncio.to_thread(
-                self._api.create_namespaced_lease, self.namespace, body, _request_timeout=10,
-                _preload_content=False,
+                _json_call, self._api.create_namespaced_lease, self.namespace, body,
+                _request_timeout=10,
             )  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 raise LeaseConflict(name) from exc
             raise
-        return _lease(_json(obj))
+        return _lease(obj)
 
     async def write(
         self, lease: Lease, holder: str | None, duration_s: int, *, acquire: bool
@@ -150,18 +153,18 @@ class Leases:
         }
         try:
             obj = await asyncio.to_thread(
+                _json_call,
                 self._api.replace_namespaced_lease,
                 lease.name,
                 self.namespace,
                 body,
                 _request_timeout=10,
-                _preload_content=False,
             )
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise LeaseConflict(lease.name) from exc
             raise
-        return _lease(_json(obj))
+        return _lease(obj)
 
     async def delete(self, name: str) -> None:
         try:
