@@ -72,6 +72,16 @@ async def publish(broker_url: str, prefix: str, *messages: ExecutionMessage) -> 
         await connection.close()
 
 
+async def ready_messages(broker_url: str, queue: str) -> int:
+    connection = await broker.connect(broker_url)
+    try:
+        channel = await connection.channel()
+        declared = await channel.declare_queue(queue, passive=True)
+        return int(declared.declaration_result.message_count or 0)
+    finally:
+        await connection.close()
+
+
 async def test_the_same_message_twice_runs_the_handler_once(
     processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
 ) -> None:
@@ -98,7 +108,11 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
     row, msg = await echo_message(pool, due_in=4)
     await publish(broker_url, broker_prefix, msg)
-    await asyncio.sleep(2)  # the worker has had the message for most of the wait
+
+    async def delivered() -> bool:  # the worker holds it: none left ready in the queue
+        return await ready_messages(broker_url, f"{broker_prefix}.pool.default") == 0
+
+    await until(delivered, timeout=10, what="the message delivered to the worker")
     held = await pool.fetchrow("SELECT status::text, started_at FROM executions WHERE id = $1",
                                row["id"])  # fmt: skip
     assert (held["status"], held["started_at"]) == ("scheduled", None), "claimed before due"

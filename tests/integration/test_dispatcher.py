@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest_asyncio
@@ -198,50 +199,67 @@ async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     assert await pool.fetchval(status, allow) == "queued"
 
 
+class CreatingListener(ShardListener):
+    """Commits a job due soon in a shard just before listening on its channel: the moment
+    at which, were the window read first, that job would fall between the read and the
+    LISTEN."""
+
+    def __init__(self, pool: asyncpg.Pool, *args: Any) -> None:
+        super().__init__(*args)
+        self.pool = pool
+        self.created: list[uuid.UUID] = []
+
+    async def add(self, shard: int) -> None:
+        due = datetime.now(UTC) + timedelta(seconds=20)
+        self.created.append(await job_in_shard(self.pool, shard, due))
+        await super().add(shard)
+
+
 async def test_rows_created_while_shards_are_taken_are_read_without_a_full_reread(
     pool: asyncpg.Pool, d: Dispatcher, db_url: str
 ) -> None:
-    # Jobs due soon are created without pause while the dispatcher takes shards 1-16. Each
-    # lands behind the preload cursor, so only its NOTIFY makes the next (not full) refresh
-    # read it: the shard's channel must be listened on before its window is read, or a row
-    # committed in between waits for the full re-read, up to 30 s later.
+    # A job created while a shard is being taken lands behind the preload cursor, so only
+    # its NOTIFY makes the next (not full) refresh read it: the shard's channel must be
+    # listened on before its window is read, or a job committed in between waits for the
+    # full re-read, up to 30 s later.
     connected = asyncio.Event()
+    heard: list[str] = []
 
     def reconnected() -> None:
         d.reload()
         connected.set()
 
-    listener = ShardListener(db_url, d.notified, reconnected)
+    def notified(conn: object, pid: int, channel: str, payload: object) -> None:
+        d.notified(conn, pid, channel, payload)
+        heard.append(channel)
+
+    listener = CreatingListener(pool, db_url, notified, reconnected)
     stop = asyncio.Event()
     listening = asyncio.ensure_future(listener.run(stop))
     await asyncio.wait_for(connected.wait(), timeout=10)  # its reload is behind us
     far = await job_in_shard(pool, 20, datetime.now(UTC) + timedelta(seconds=50))
     await d.gain(20)
     await d.refresh()  # full: the cursor now stands 50 s ahead
-    created: list[uuid.UUID] = []
-    taking = [1]  # the shard being taken; empty once all are
-
-    async def create_meanwhile() -> None:
-        while taking:
-            due = datetime.now(UTC) + timedelta(seconds=20)
-            created.append(await job_in_shard(pool, taking[0], due))
-
     try:
-        creating = [asyncio.ensure_future(create_meanwhile()) for _ in range(4)]
         for shard in range(1, 17):
-            taking[0] = shard
-            await asyncio.sleep(0.02)
             await take_shard(d, listener, shard)
-            await asyncio.sleep(0.02)
-        taking.clear()
-        await asyncio.gather(*creating)
-        await asyncio.sleep(0.5)  # the last NOTIFYs arrive
+        # NOTIFYs arrive in commit order: once a last job's has, every earlier one has too
+        before = len(heard)
+        created = [
+            *listener.created,
+            await job_in_shard(pool, 1, datetime.now(UTC) + timedelta(seconds=20)),
+        ]
+
+        async def last_heard() -> bool:
+            return len(heard) > before
+
+        await until(last_heard, timeout=5, what="the last job's NOTIFY")
         await d.refresh()
     finally:
         stop.set()
         await listening
     held = {x.job_id for x in d.held()}
     missing = [job for job in created if job not in held]
-    assert len(created) > 20
-    assert not missing, f"{len(missing)} of {len(created)} rows wait for the full re-read"
+    assert len(created) == 17
+    assert not missing, f"{len(missing)} of {len(created)} jobs wait for the full re-read"
     assert far in held
