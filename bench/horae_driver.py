@@ -253,11 +253,10 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
 
 @dataclass
 class Spike:
-    """`count` one-offs created through the API, all due at `due`, and the system they run on."""
+    """One-offs created through the API, all due at `due`, and the system they run on."""
 
     system: System
     pool: asyncpg.Pool
-    count: int
     due: datetime
     cpu_before: dict[str, float]
     """CPU times (bench.load.cpu_snapshot) from before the jobs were created."""
@@ -279,7 +278,7 @@ async def spike_load(count: int, lead: float) -> AsyncIterator[Spike]:
                 await create(http, top_of_hour(count, due))
                 log(f"top: {count} created in {time.monotonic() - t0:.1f}s, all due "
                     f"{due:%H:%M:%S}")  # fmt: skip
-            yield Spike(system, pool, count, due, cpu_before)
+            yield Spike(system, pool, due, cpu_before)
         finally:
             await pool.close()
 

@@ -161,7 +161,8 @@ def process_tables(pids: dict[str, int], stacks: list[str], sample: float) -> li
 
 
 SPIKE_FROM = 2.0
-"""Seconds before the due instant the spike's sampling starts: the dispatch lead."""
+"""Seconds before the due instant the spike's sampling starts (covers a dispatch lead of up
+to 2 s, when one is set)."""
 TICK = 0.5
 
 
