@@ -11,7 +11,7 @@ import random
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, NewType
+from typing import Annotated, Any, NewType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -22,6 +22,14 @@ Shard = NewType("Shard", int)
 
 TASK_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$"
 MAX_PAYLOAD_BYTES = 256 * 1024
+
+# The bounds of a spec's fields, shared with the API's edit body so that its document
+# states them too.
+TaskName = Annotated[str, Field(min_length=1, max_length=253, pattern=TASK_NAME_PATTERN)]
+CronText = Annotated[str, Field(min_length=1, max_length=200)]
+TimeZoneName = Annotated[str, Field(min_length=1, max_length=64)]
+JitterSeconds = Annotated[int, Field(ge=0, le=3600)]
+UpToAWeek = Annotated[int, Field(ge=1, le=7 * 86400)]
 
 
 class ExecutionStatus(enum.StrEnum):
@@ -139,16 +147,16 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    task: str = Field(min_length=1, max_length=253, pattern=TASK_NAME_PATTERN)
+    task: TaskName
     payload: dict[str, Any] = Field(default_factory=dict)
     run_at: datetime | None = None
-    cron: str | None = Field(default=None, min_length=1, max_length=200)
-    time_zone: str = Field(default="UTC", min_length=1, max_length=64)
-    jitter_seconds: int = Field(default=0, ge=0, le=3600)
+    cron: CronText | None = None
+    time_zone: TimeZoneName = "UTC"
+    jitter_seconds: JitterSeconds = 0
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    timeout_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)
+    timeout_seconds: UpToAWeek | None = None
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
-    starting_deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 86400)
+    starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy = CatchUpPolicy.SKIP
 
     @field_validator("time_zone")

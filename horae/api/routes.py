@@ -286,9 +286,12 @@ def build_router(
         now = _now()
         async with pool().acquire() as conn:
             row = await store.get_job(conn, job_id, tenant)
-            current = store.spec_from_row(row).model_dump()
+            changes = body.model_dump(exclude_unset=True)
+            # A null leaves the field out, so that it takes its default.
+            spec_fields = store.spec_from_row(row).model_dump() | changes
+            spec_fields = {k: v for k, v in spec_fields.items() if v is not None}
             try:
-                spec = JobSpec.model_validate({**current, **body.model_dump(exclude_unset=True)})
+                spec = JobSpec.model_validate(spec_fields)
             except pydantic.ValidationError as exc:
                 first = exc.errors()[0]
                 field = ".".join(str(p) for p in first["loc"]) or "body"

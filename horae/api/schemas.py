@@ -9,16 +9,22 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from horae.api.problems import invalid
 from horae.models import (
     CatchUpPolicy,
     ConcurrencyPolicy,
+    CronText,
     ExecutionStatus,
+    JitterSeconds,
     JobSource,
     JobSpec,
     JobState,
     RetryPolicy,
+    TaskName,
+    TimeZoneName,
+    UpToAWeek,
     contains_nul,
 )
 
@@ -42,21 +48,31 @@ class JobCreate(JobSpec):
 
 
 class JobPatch(BaseModel):
-    """Fields to change (JSON merge patch: `null` clears `run_at`/`cron`)."""
+    """Fields to change; a field left out keeps its value. `payload` and `retry` are
+    replaced whole, and `null` resets a field to its default: it clears `run_at`, `cron`,
+    `timeout_seconds` and `starting_deadline_seconds`. Every job has a task, so `task`
+    cannot be null."""
 
     model_config = ConfigDict(extra="forbid")
 
-    task: str | None = None
+    task: TaskName | SkipJsonSchema[None] = None  # omitted or a name, never null
     payload: dict[str, Any] | None = None
     run_at: datetime | None = None
-    cron: str | None = None
-    time_zone: str | None = Field(default=None, min_length=1, max_length=64)
-    jitter_seconds: int | None = None
+    cron: CronText | None = None
+    time_zone: TimeZoneName | None = None
+    jitter_seconds: JitterSeconds | None = None
     retry: RetryPolicy | None = None
-    timeout_seconds: int | None = None
+    timeout_seconds: UpToAWeek | None = None
     concurrency_policy: ConcurrencyPolicy | None = None
-    starting_deadline_seconds: int | None = None
+    starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy | None = None
+
+    @field_validator("task")
+    @classmethod
+    def _task_not_null(cls, value: str | None) -> str:
+        if value is None:
+            raise ValueError("cannot be null: every job has a task")
+        return value
 
 
 class BatchCreate(BaseModel):

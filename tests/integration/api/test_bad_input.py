@@ -154,6 +154,10 @@ async def test_patch_with_bad_values_changes_nothing(
         await api.patch(f"/jobs/{job_id}", json={"payload": {"a": "\u0000"}}, headers=h),
         422, "payload",
     )  # fmt: skip
+    await assert_problem(await api.patch(f"/jobs/{job_id}", json={"task": None}, headers=h),
+                         422, "task")  # fmt: skip
+    await assert_problem(await api.patch(f"/jobs/{job_id}", json={"cron": None}, headers=h),
+                         422, "body")  # fmt: skip
     assert await pool.fetchval("SELECT spec_version FROM jobs") == 1
 
 
