@@ -37,11 +37,13 @@ def classify(
     exc: BaseException | None,
     *,
     attempt: int,
-    policy: RetryPolicy,
+    policy: Callable[[], RetryPolicy],
     now: datetime,
     rand: Callable[[float, float], float] = random.uniform,
 ) -> Outcome:
-    """The outcome of attempt `attempt` that ended with `exc` (None: success)."""
+    """The outcome of attempt `attempt` that ended with `exc` (None: success). `policy` is
+    called only for a failure that may be retried: most attempts need no policy, and a
+    worker then never parses one."""
     if exc is None:
         return Outcome(ExecutionStatus.SUCCEEDED)
     timed_out = isinstance(exc, asyncio.TimeoutError | TimeoutError) and not isinstance(
@@ -52,7 +54,8 @@ def classify(
     if isinstance(exc, PermanentError) or not _retryable(exc):
         return Outcome(ExecutionStatus.FAILED, kind, message)
     status = ExecutionStatus.TIMED_OUT if timed_out else ExecutionStatus.FAILED
-    if attempt >= policy.max_attempts:
+    retry = policy()
+    if attempt >= retry.max_attempts:
         return Outcome(ExecutionStatus.DEAD, kind, f"{message} (attempt {attempt} of {attempt})")
     delay = exc.delay if isinstance(exc, RetryableError) and exc.delay is not None else None
-    return Outcome(status, kind, message, now + (delay or policy.delay(attempt, rand=rand)))
+    return Outcome(status, kind, message, now + (delay or retry.delay(attempt, rand=rand)))

@@ -89,8 +89,6 @@ async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
     raise AssertionError("unreachable")
 
 
-SUCCESS_NEEDS_NO_POLICY = RetryPolicy()
-
 HOLD_LIMIT = timedelta(seconds=60)
 """The longest a worker holds an execution that arrived before its due time: the scheduler's
 dispatch lead (at most 10 s) plus room for a scheduler whose clock runs ahead."""
@@ -124,22 +122,6 @@ class AckPoints:
         self._open -= 1
         if self._open == 0 and not self.all_settled.done():
             self.all_settled.set_result(None)
-
-
-class AckPoint:
-    """One execution's place in its message's `AckPoints`."""
-
-    __slots__ = ("_index", "_points")
-
-    def __init__(self, points: AckPoints, index: int) -> None:
-        self._points = points
-        self._index = index
-
-    def set(self) -> None:
-        self._points.reach(self._index)
-
-    def is_set(self) -> bool:
-        return self._points.reached(self._index)
 
 
 class Worker:
@@ -249,18 +231,18 @@ class Worker:
             await self._refuse(message, "malformed", f"{where}: {first['msg']}")
             return
         points = AckPoints(len(batch))
-        ready = [AckPoint(points, i) for i in range(len(batch))]
         runs = [
-            asyncio.ensure_future(self._execute(m, r)) for m, r in zip(batch, ready, strict=True)
+            asyncio.ensure_future(self._execute(m, functools.partial(points.reach, i)))
+            for i, m in enumerate(batch)
         ]
         for i, run in enumerate(runs):
             run.add_done_callback(functools.partial(points.end, i))
         await points.all_settled
         failed = [
-            (run, m) for run, m, point in zip(runs, batch, ready, strict=True)
-            if not point.is_set() and run.done()
+            (run, m) for i, (run, m) in enumerate(zip(runs, batch, strict=True))
+            if not points.reached(i) and run.done()
         ]  # fmt: skip
-        if all(point.is_set() for point in ready):
+        if all(points.reached(i) for i in range(len(batch))):
             await message.ack()
         elif any(run.cancelled() for run, _ in failed):
             pass  # shutting down: left unacked, RabbitMQ gives it back
@@ -275,18 +257,18 @@ class Worker:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 log.error("execution failed outside its handler", exc_info=result)
 
-    async def _execute(self, body: ExecutionMessage, ack_point: AckPoint) -> None:
+    async def _execute(self, body: ExecutionMessage, reach_ack_point: Callable[[], None]) -> None:
         await self._until_due(body)
         # A slot is a running handler: the outcome's write happens after it is given back
         # (the message stays unacked until then, so prefetch still bounds the backlog).
         async with self._slots:
-            ran = await self._claim_and_run(body, ack_point)
+            ran = await self._claim_and_run(body, reach_ack_point)
         if ran is not None:
             try:
                 await self._record(body, *ran)
             finally:
                 self._held.discard(ran[0].id)
-        ack_point.set()
+        reach_ack_point()
 
     async def _until_due(self, body: ExecutionMessage) -> None:
         """Hold an execution published ahead of its due time (the scheduler's dispatch lead),
@@ -303,7 +285,7 @@ class Worker:
             await asyncio.sleep(early)
 
     async def _claim_and_run(
-        self, body: ExecutionMessage, ack_point: AckPoint
+        self, body: ExecutionMessage, reach_ack_point: Callable[[], None]
     ) -> tuple[Claimed, Outcome] | None:
         """Claim and run the handler; None when there was nothing to run (throttled,
         duplicate or stale)."""
@@ -322,7 +304,7 @@ class Worker:
             return None
         self._held.add(claimed.id)
         if self._acks_at_claim(claimed):
-            ack_point.set()
+            reach_ack_point()
         metrics.start_lag.observe((self.clock.now() - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
@@ -422,13 +404,10 @@ class Worker:
                 ExecutionStatus.CANCELLED, "cancel_requested",
                 "cancelled while running: the job was cancelled or replaced",
             )  # fmt: skip
-        # the job's retry policy is parsed only for a failure: a success needs none
-        policy = (
-            SUCCESS_NEEDS_NO_POLICY
-            if error is None
-            else RetryPolicy.model_validate(claimed.retry_policy)
-        )
-        outcome = classify(error, attempt=claimed.attempt, policy=policy, now=self.clock.now())
+        outcome = classify(
+            error, attempt=claimed.attempt, now=self.clock.now(),
+            policy=lambda: RetryPolicy.model_validate(claimed.retry_policy),
+        )  # fmt: skip
         ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
         return outcome
 
