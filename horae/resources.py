@@ -9,7 +9,7 @@ server itself refuses what the store would refuse, naming the field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
 from pydantic import BaseModel, ConfigDict, Field
@@ -92,23 +92,30 @@ def _cron_field(number: str, stepped: str = "", plain: str = "") -> str:
 
 _MONTHS = "|".join(SYMBOLIC_MONTHS)
 _DAYS = "|".join(SYMBOLIC_DAYS)
+
+
+class CronField(NamedTuple):
+    pattern: str
+    """The field's allowed values, as an RE2 pattern."""
+    allowed: str
+    """The same, as the message of a value out of range says it."""
+
+
 CRON_FIELDS = {
-    "second": _cron_field(r"0*[1-5]?[0-9]"),
-    "minute": _cron_field(r"0*[1-5]?[0-9]"),
-    "hour": _cron_field(r"0*(?:2[0-3]|1?[0-9])"),
-    "day-of-month": _cron_field(r"0*(?:3[01]|[12][0-9]|[1-9])", stepped="LW|L"),
-    "month": _cron_field(rf"(?:0*(?:1[0-2]|[1-9])|{_MONTHS})"),
-    "day-of-week": _cron_field(
-        rf"(?:0*[0-7]|{_DAYS})", plain=rf"0*[0-7]L|(?:0*[0-7]|{_DAYS})#0*[1-5]"
+    "second": CronField(_cron_field(r"0*[1-5]?[0-9]"), "0-59"),
+    "minute": CronField(_cron_field(r"0*[1-5]?[0-9]"), "0-59"),
+    "hour": CronField(_cron_field(r"0*(?:2[0-3]|1?[0-9])"), "0-23"),
+    "day-of-month": CronField(
+        _cron_field(r"0*(?:3[01]|[12][0-9]|[1-9])", stepped="LW|L"), "1-31, L or LW"
+    ),
+    "month": CronField(_cron_field(rf"(?:0*(?:1[0-2]|[1-9])|{_MONTHS})"), "1-12 or JAN-DEC"),
+    "day-of-week": CronField(
+        _cron_field(rf"(?:0*[0-7]|{_DAYS})", plain=rf"0*[0-7]L|(?:0*[0-7]|{_DAYS})#0*[1-5]"),
+        "0-7 or SUN-SAT, nL or n#1-5",
     ),
 }
 """Each cron field's allowed values, checked by CEL at `kubectl apply` (field by field,
 so the message names the one that is out of range)."""
-
-_RANGES = {
-    "second": "0-59", "minute": "0-59", "hour": "0-23", "day-of-month": "1-31, L or LW",
-    "month": "1-12 or JAN-DEC", "day-of-week": "0-7 or SUN-SAT, nL or n#1-5",
-}  # fmt: skip
 
 
 def _cron_rules() -> list[dict[str, str]]:
@@ -116,13 +123,13 @@ def _cron_rules() -> list[dict[str, str]]:
     seconds); a macro is left to the shape pattern."""
     fields = "self.split(' ').filter(f, f != '')"
     rules = []
-    for back, name in enumerate(reversed(list(CRON_FIELDS))):
-        pattern = CRON_FIELDS[name].replace("\\", "\\\\")
+    for back, (name, cron_field) in enumerate(reversed(CRON_FIELDS.items())):
+        pattern = cron_field.pattern.replace("\\", "\\\\")
         field = f"{fields}[size({fields}) - {back + 1}]"
         guard = f"self.startsWith('@') || size({fields}) < {back + 1}"
         rules.append({
             "rule": f"{guard} || {field}.matches('{pattern}')",
-            "message": f"the {name} field must be {_RANGES[name]}",
+            "message": f"the {name} field must be {cron_field.allowed}",
         })  # fmt: skip
     return rules
 

@@ -16,7 +16,7 @@ FIELDS = dict(zip(CRON_FIELDS, Field, strict=True))
 
 
 def allowed(name: str, text: str) -> bool:
-    return re.fullmatch(CRON_FIELDS[name], text) is not None
+    return re.fullmatch(CRON_FIELDS[name].pattern, text) is not None
 
 
 def cronsim_accepts(name: str, text: str) -> bool:
