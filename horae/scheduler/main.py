@@ -97,7 +97,6 @@ async def run(settings: Settings) -> None:
         publisher,
         epochs=lambda: dispatcher.epochs,
         redelivery_timeout=cfg.redelivery_timeout,
-        lead=cfg.dispatch_lead,
     )
     maintenance = Maintenance(
         pool,

@@ -1,7 +1,8 @@
 """The reaper: recover executions that a crash or a lost message left behind, per owned shard.
 
-- `queued` but not claimed within the redelivery timeout (counted from its due time when
-  it was published early, up to the dispatch lead): published again.
+- `queued` but not claimed within the redelivery timeout, counted from the later of its
+  publication and its due time (a message published early by the dispatch lead waits at
+  a worker until it is due): published again.
 - `running` with an expired lease (the worker stopped heartbeating): a failed
   attempt ("lease lost") with a retry per the job's policy, or `dead` (and a
   copy on the dead-letter queue) when it was the last attempt.
@@ -39,15 +40,12 @@ class Reaper:
         *,
         epochs: Callable[[], dict[int, int]],
         redelivery_timeout: timedelta,
-        lead: timedelta = timedelta(),
         period: timedelta = timedelta(seconds=5),
     ) -> None:
         self._pool = pool
         self._publisher = publisher
         self._epochs = epochs
-        self._redelivery = redelivery_timeout + lead
-        """An execution published early waits at a worker until it is due: the lead is not
-        time the message went unclaimed."""
+        self._redelivery = redelivery_timeout
         self._period = period.total_seconds()
         self._clock = DatabaseClock()
         """Leases are judged by Postgres's clock, the one the workers write them by."""

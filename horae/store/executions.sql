@@ -109,10 +109,12 @@ WHERE (id, due_at) IN (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]))
   AND status IN ('queued', 'running')
 
 -- name: stale_queued
--- Queued executions of these shards published before $2 and never claimed (reaper).
+-- Queued executions of these shards published and due before $2, never claimed (reaper).
+-- One published early (the dispatch lead) waits at a worker until it is due.
 SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt
 FROM executions e
 WHERE e.shard = ANY($1::smallint[]) AND e.status = 'queued' AND e.enqueued_at < $2
+  AND e.due_at < $2
 ORDER BY e.enqueued_at
 LIMIT $3
 

@@ -1,10 +1,11 @@
-"""The dispatcher's preload against real Postgres and RabbitMQ (no Kubernetes needed)."""
+"""The dispatcher's preload and the reaper's redelivery against real Postgres and RabbitMQ
+(no Kubernetes needed)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,18 +17,10 @@ from horae.models import ConcurrencyPolicy, ExecutionBatch, JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.main import take_shard
+from horae.scheduler.reaper import Reaper
 from horae.store import jobs
 from horae.store.db import connect
 from tests.support.wait import until
-
-
-@pytest_asyncio.fixture
-async def publisher(broker_url: str, broker_prefix: str) -> AsyncIterator[broker.Publisher]:
-    connection = await broker.connect(broker_url)
-    pub = broker.Publisher(connection, broker.Names(broker_prefix))
-    await pub.start()
-    yield pub
-    await connection.close()
 
 
 def dispatcher(
@@ -197,6 +190,46 @@ async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     )
     status = "SELECT status::text FROM executions WHERE job_id = $1"
     assert await pool.fetchval(status, allow) == "queued"
+
+
+async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_due_time(
+    pool: asyncpg.Pool, publisher: broker.Publisher, d: Dispatcher, broker_url: str,
+    broker_prefix: str,
+) -> None:  # fmt: skip
+    # Redelivery timeout 10 s. A message published early (by a lead) waits at a worker until
+    # it is due, so its time unclaimed runs from the later of the two instants.
+    due = datetime.now(UTC) + timedelta(minutes=5)
+    published_early_due_8s_ago = await job_in_shard(pool, 1, due)
+    published_early_due_11s_ago = await job_in_shard(pool, 1, due)
+    published_at_due_12s_ago = await job_in_shard(pool, 1, due)
+    for job_id, published, due_ago in ((published_early_due_8s_ago, 13, 8),
+                                       (published_early_due_11s_ago, 16, 11),
+                                       (published_at_due_12s_ago, 12, 12)):  # fmt: skip
+        await pool.execute(
+            "UPDATE executions SET status = 'queued', enqueued_at = now() - make_interval(secs "
+            "=> $2), due_at = now() - make_interval(secs => $3) WHERE job_id = $1",
+            job_id, published, due_ago,
+        )  # fmt: skip
+    await d.gain(1)
+    reaper = Reaper(pool, publisher, epochs=lambda: d.epochs,
+                    redelivery_timeout=timedelta(seconds=10))  # fmt: skip
+    assert await reaper.sweep() == (2, 0)
+
+    connection = await broker.connect(broker_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.get_queue(broker.Names(broker_prefix).pool_queue("default"))
+        republished = set()
+        while (got := await queue.get(no_ack=True, fail=False)) is not None:
+            batch = ExecutionBatch.model_validate_json(got.body).executions
+            republished |= {e.job_id for e in batch}
+    finally:
+        await connection.close()
+    assert republished == {published_early_due_11s_ago, published_at_due_12s_ago}
+    touched = await pool.fetch(
+        "SELECT job_id FROM executions WHERE enqueued_at > now() - interval '5 seconds'"
+    )
+    assert {r["job_id"] for r in touched} == republished
 
 
 class CreatingListener(ShardListener):
