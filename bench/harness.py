@@ -82,13 +82,13 @@ async def scratch_database(prefix: str) -> AsyncIterator[str]:
 async def delete_topology(prefix: str) -> None:
     """A run's queues and exchanges: idle quorum queues left behind by every run would keep
     RabbitMQ busy (each is a Raft group) in the runs after it."""
-    names = Names(prefix)
+    exchanges, queues = Names(prefix).declared
     connection = await aio_pika.connect(BROKER)
     try:
         channel = await connection.channel()
-        for queue in (names.pool_queue("default"), names.dead_letter_queue):
+        for queue in queues:
             await channel.queue_delete(queue)
-        for exchange in (names.dispatch, names.unrouted, names.dead):
+        for exchange in exchanges:
             await channel.exchange_delete(exchange)
     finally:
         await connection.close()

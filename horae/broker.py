@@ -67,6 +67,14 @@ class Names:
     def pool_queue(self, pool: str) -> str:
         return f"{self.prefix}.pool.{pool}"
 
+    @property
+    def declared(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The (exchanges, queues) that `declare_topology` declares; each further pool
+        declares its own queue."""
+        return (self.dispatch, self.unrouted, self.dead), (
+            self.pool_queue("default"), self.dead_letter_queue,
+        )  # fmt: skip
+
 
 async def connect(url: str) -> AbstractRobustConnection:
     """A connection that reconnects by itself (and restores its topology)."""
