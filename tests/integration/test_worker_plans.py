@@ -21,8 +21,15 @@ FROM generate_series(1, $1) AS i,
 """
 
 
+RUNNING_ONLY = {"executions_running", "executions_tenant_running"}
+"""The partial indexes of `running` rows: their size is what runs now, whatever the history."""
+
+
 async def test_heartbeat_outcome_and_hand_back_read_by_primary_key(pool: asyncpg.Pool) -> None:
-    now = datetime.now(UTC)
+    # Noon: a day of history lies evenly across yesterday's and today's partitions, and the
+    # running hour in today's. Just after midnight today's would hold a few thousand rows,
+    # which the planner rightly reads whole.
+    now = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
     await pool.execute(HISTORY, 50_000, now)
     await pool.execute(RUNNING, 20_000, now)
     await pool.execute("ANALYZE executions")
@@ -42,4 +49,7 @@ async def test_heartbeat_outcome_and_hand_back_read_by_primary_key(pool: asyncpg
     for name, (sql, *args) in statements.items():
         found = await reads(pool, sql, *args)
         assert not found.seq_scanned, (name, found.plan)
-        assert found.indexes and set(found.indexes) == {"executions_pkey"}, (name, found.indexes)
+        # By primary key; on a partition with no running rows the planner may instead read
+        # a partial index of running rows, which is empty there and never holds history.
+        assert "executions_pkey" in found.indexes, (name, found.indexes)
+        assert set(found.indexes) <= {"executions_pkey", *RUNNING_ONLY}, (name, found.indexes)
