@@ -9,17 +9,23 @@ pace, faults injected) -> calm (every replica up, nothing injected) -> crons can
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import os
 import random
+import re
 import time
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 
+from horae.models import shard_of
 from horae.store.migrate import migrate
 from tests.chaos import checker
 from tests.chaos.faults import Cluster, Injector, plan
@@ -361,3 +367,53 @@ class Run:
             "".join(json.dumps(f.__dict__) + "\n" for f in injector.faults)
         )
         return report, text
+
+    def post_mortem(self, report: checker.Report) -> str:
+        return post_mortem(report, self.base, ((c.identity, c.log()) for c in self.procs.started))
+
+
+def post_mortem(report: checker.Report, base: Path, logs: Iterable[tuple[str, str]],
+                limit: int = 400) -> str:  # fmt: skip
+    """What explains each lost occurrence, printed with a failure (CI keeps only the output):
+    the faults by wall-clock time, the lost jobs' rows as the store last had them, their
+    shards' epochs, and every process's log lines about those jobs or shards, merged in
+    time order."""
+    jobs = sorted({m for line in report.lost for m in re.findall(r"job ([0-9a-f-]{36})", line)})
+    if not jobs:
+        return ""
+    shards = {str(shard_of(uuid.UUID(j), 64)) for j in jobs}
+    out = ["----- post-mortem of the lost occurrences", "faults (UTC):"]
+    faults = [json.loads(line) for line in _read(base / "faults.jsonl").splitlines() if line]
+    for f in sorted(faults, key=lambda f: f["start"]):
+        out.append(f"  {_utc(f['start'])} - {_utc(f['end'])} {f['kind']} {f['target']} "
+                   f"{f.get('detail', '')}".rstrip())  # fmt: skip
+    out.append("executions of the lost jobs (the store's last word): " + ", ".join(COLUMNS))
+    out += [f"  {', '.join(row.get(c, '') for c in COLUMNS)}"
+            for row in _csv(base / "executions.csv") if row["job_id"] in jobs]  # fmt: skip
+    out.append(f"epochs of shards {', '.join(sorted(shards, key=int))}:")
+    out += [f"  {row}" for row in _csv(base / "shard_epochs.csv") if row["shard"] in shards]
+    needles = [*jobs, *(f'"shard": {s}}}' for s in shards)]
+    lines = sorted(
+        (m.group(1) if (m := TS.search(line)) else "", f"{name}: {line[:600]}")
+        for name, log in logs for line in log.splitlines() if any(n in line for n in needles)
+    )  # fmt: skip
+    out.append(f"log lines about them ({len(lines)}; the first {limit}):")
+    out += [f"  {text}" for _, text in lines[:limit]]
+    return "\n".join(out)
+
+
+COLUMNS = ("job_id", "id", "occurrence_at", "attempt", "status", "due_at", "enqueued_at",
+           "dispatch_epoch", "started_at", "finished_at", "lease_owner", "error_kind")  # fmt: skip
+TS = re.compile(r'"ts": "([^"]+)"')
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(_read(path).splitlines()))
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S.%f")[:-3]

@@ -41,5 +41,6 @@ async def test_acknowledged_jobs_survive_a_seeded_fault_schedule(
         run.close()
     print(text)
     if not report.ok:
+        print(run.post_mortem(report))
         print(run.procs.dump())
     assert report.ok, f"the checker found violations (history in {chaos_dir}):\n{text}"

@@ -3,9 +3,14 @@ history passing."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
+from horae.models import shard_of
 from tests.chaos.checker import Fault, History, Invocation, Promise, Sample, check
+from tests.chaos.harness import post_mortem
 
 LEASE = 6.0
 
@@ -170,3 +175,38 @@ def test_a_limited_tenants_backlog_cancelled_with_its_job_is_withdrawn_not_lost(
     assert report.lost == [] and report.withdrawn == 1
     unlimited = History(base.promises, [], [], [], {}, {}, LEASE, withdrawn)
     assert len(check(unlimited).lost) == 1, "an unlimited tenant's occurrence is owed"
+
+
+def test_the_post_mortem_of_a_lost_occurrence_gathers_its_faults_rows_and_log_lines(
+    tmp_path: Path,
+) -> None:
+    lost_job, other_job = "ab202bfb-d687-41b1-b9bf-13d60c6584a7", str(uuid.UUID(int=1))
+    shard = shard_of(uuid.UUID(lost_job), 64)  # 39
+    (tmp_path / "faults.jsonl").write_text(json.dumps(
+        {"kind": "partition", "target": "scheduler-18", "start": 1796083078.9,
+         "end": 1796083095.0, "detail": ""}) + "\n")  # fmt: skip
+    (tmp_path / "executions.csv").write_text(
+        "id,job_id,occurrence_at,attempt,status\n"
+        f"e1,{lost_job},2026-11-30 23:58:00+00,1,succeeded\n"
+        f"e2,{other_job},2026-11-30 23:58:00+00,1,succeeded\n"
+    )  # fmt: skip
+    (tmp_path / "shard_epochs.csv").write_text(
+        f"shard,epoch,owner\n{shard},7,scheduler-18\n3,1,x\n"
+    )
+    took = (
+        f'{{"ts": "2026-11-30T23:58:12.000+00:00", "msg": "took shard {shard}", "shard": {shard}}}'
+    )
+    ran = f'{{"ts": "2026-11-30T23:58:22.984+00:00", "msg": "ended", "job_id": "{lost_job}"}}'
+    unrelated = took.replace(f"{shard}", f"{shard}0").replace("23:58:12", "23:58:01")
+    report = check(history([]))
+    report.lost.append(
+        f"job {lost_job} (cron */5s, t-free) occurrence 1796083085.000: never started"
+    )
+    text = post_mortem(
+        report, tmp_path, [("worker-9", ran), ("scheduler-17", f"{unrelated}\n{took}")]
+    )
+    assert "  23:57:58.900 - 23:58:15.000 partition scheduler-18" in text
+    assert f"{lost_job}, e1, 2026-11-30 23:58:00+00, 1, succeeded" in text
+    assert other_job not in text and unrelated not in text and "'shard': '3'" not in text
+    assert text.endswith(f"  scheduler-17: {took}\n  worker-9: {ran}")  # in time order
+    assert post_mortem(check(history([run("e1", "j1", 100.2)])), tmp_path, []) == ""
