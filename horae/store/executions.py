@@ -70,9 +70,20 @@ async def preload(
     return [Due(**dict(r)) for r in rows]
 
 
+TAKE_LOCK_TIMEOUT_MS = 500
+
+
 async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
-    """Bump the shard's fencing epoch; the caller now owns the shard under the result."""
-    return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
+    """Bump the shard's fencing epoch; the caller now owns the shard under the result.
+
+    A dispatch of the previous owner holds the epoch (`lock_epochs`) for its transaction:
+    a live one for milliseconds, one whose client was cut off until Postgres ends it
+    (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT` raises
+    `asyncpg.LockNotAvailableError` instead, so that the caller's lease loop goes on
+    renewing its other shards, and this one is taken at a later round."""
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL lock_timeout = {TAKE_LOCK_TIMEOUT_MS}")
+        return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
 
 
 async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
@@ -319,3 +321,38 @@ async def test_one_dispatch_round_records_every_shard_it_still_holds(pool: async
             assert (r["status"], r["dispatch_epoch"]) == ("scheduled", None)
         else:
             assert (r["status"], r["dispatch_epoch"]) == ("queued", epochs[r["shard"]])
+
+
+async def test_a_dispatch_cut_off_mid_transaction_holds_up_a_takeover_only_briefly(
+    pool: asyncpg.Pool, db_url: str
+) -> None:
+    # A scheduler cut off (or paused) right after fencing its dispatch holds its shard's
+    # epoch row until Postgres ends its idle transaction; a take meanwhile gives up within
+    # half a second, so the taker's lease loop goes on, and succeeds once the lock is gone.
+    async with pool.acquire() as conn:
+        epoch = await executions.take_shard(conn, 5, "cut-off", NOW)
+    cut_off = await connect(db_url)
+    try:
+        transaction = cut_off.transaction()
+        await transaction.start()
+        assert await cut_off.fetch(executions.Q["lock_epochs"], [5], [epoch]) != []
+        started = time.monotonic()
+        async with pool.acquire() as conn:
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await executions.take_shard(conn, 5, "taker", NOW)
+        assert time.monotonic() - started < 2, "the take waited on the lock"
+        taken = None
+        while taken is None and time.monotonic() - started < 15:
+            await asyncio.sleep(0.5)
+            async with pool.acquire() as conn:
+                try:
+                    taken = await executions.take_shard(conn, 5, "taker", NOW)
+                except asyncpg.LockNotAvailableError:
+                    pass
+        assert taken == epoch + 1, "the cut-off transaction was never ended"
+        waited = time.monotonic() - started
+        assert 4 <= waited < 10, f"taken {waited:.1f} s after the cut (Postgres ends it at 5 s)"
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+            await cut_off.fetch("SELECT 1")  # its session is gone
+    finally:
+        await cut_off.close()
