@@ -22,6 +22,12 @@ from horae.kube import Lease, LeaseConflict, Leases
 
 log = logging.getLogger(__name__)
 
+
+class NotYet(Exception):
+    """Raised by `on_gained` for a shard that cannot be started yet (its previous owner
+    still holds it in the store): released without a traceback, and taken again later."""
+
+
 SHARD_LABEL = "horae.dev/shard-lease"
 MEMBER_LABEL = "horae.dev/scheduler-member"
 
@@ -181,6 +187,10 @@ class ShardLeases:
         log.info("took shard %d", shard, extra={"shard": shard})
         try:
             await self._on_gained(shard)
+        except NotYet as exc:
+            log.warning("shard %d cannot start yet (%s); releasing it", shard, exc,
+                        extra={"shard": shard})  # fmt: skip
+            await self.release(shard)
         except Exception:
             log.exception("could not start shard %d; releasing it", shard)
             await self.release(shard)

@@ -9,11 +9,19 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+import asyncpg
+
 from horae import broker, metrics
 from horae.config import Settings
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.scheduler.dispatcher import Dispatcher
-from horae.scheduler.leases import MEMBER_LABEL, SHARD_LABEL, ShardLeases, frees_shards
+from horae.scheduler.leases import (
+    MEMBER_LABEL,
+    SHARD_LABEL,
+    NotYet,
+    ShardLeases,
+    frees_shards,
+)
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
@@ -35,7 +43,10 @@ async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int
     cursor) waited for the next full re-read, up to 30 s: the 28 s start lag seen after a
     scheduler was killed under load."""
     await listener.add(shard)
-    await dispatcher.gain(shard)
+    try:
+        await dispatcher.gain(shard)
+    except asyncpg.LockNotAvailableError:
+        raise NotYet("a dispatch of its previous owner still holds its epoch") from None
 
 
 async def run(settings: Settings) -> None:

@@ -4,21 +4,24 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 import pytest_asyncio
 
 from horae import broker
 from horae.models import ConcurrencyPolicy, ExecutionBatch, JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
+from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.main import take_shard
 from horae.scheduler.reaper import Reaper
-from horae.store import jobs
+from horae.store import executions, jobs
 from horae.store.db import connect
 from tests.support.wait import until
 
@@ -296,3 +299,27 @@ async def test_rows_created_while_shards_are_taken_are_read_without_a_full_rerea
     assert len(created) == 17
     assert not missing, f"{len(missing)} of {len(created)} jobs wait for the full re-read"
     assert far in held
+
+
+async def test_a_shard_whose_epoch_a_cut_off_dispatch_holds_is_not_taken_yet(
+    pool: asyncpg.Pool, d: Dispatcher, db_url: str
+) -> None:
+    # The previous owner was cut off inside its dispatch transaction: taking the shard
+    # gives up at once (NotYet: the lease loop releases it quietly and tries again later)
+    # instead of stalling the loop, and renewals of every other shard with it.
+    async with pool.acquire() as conn:
+        epoch = await executions.take_shard(conn, 3, "cut-off", datetime.now(UTC))
+    cut_off = await connect(db_url)
+    listener = ShardListener(db_url, d.notified, d.reload)
+    try:
+        async with cut_off.transaction():
+            assert await cut_off.fetch(executions.Q["lock_epochs"], [3], [epoch]) != []
+            started = time.monotonic()
+            with pytest.raises(NotYet):
+                await take_shard(d, listener, 3)
+            assert time.monotonic() - started < 2
+            assert 3 not in d.epochs
+    finally:
+        await cut_off.close()
+    await take_shard(d, listener, 3)  # the lock gone, it is taken
+    assert d.epochs[3] == epoch + 1
