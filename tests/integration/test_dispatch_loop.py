@@ -13,13 +13,13 @@ import asyncpg
 
 from horae import broker
 from horae.scheduler.dispatcher import Dispatcher
-from tests.integration.test_dispatcher import job_in_shard, publisher  # noqa: F401 (fixture)
+from tests.integration.test_dispatcher import job_in_shard
 from tests.support.wait import until
 
 
 async def test_a_round_failing_with_an_unclassified_error_does_not_stop_dispatching(
     pool: asyncpg.Pool,
-    publisher: broker.Publisher,  # noqa: F811
+    publisher: broker.Publisher,
 ) -> None:
     calls = 0
 
