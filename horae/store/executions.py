@@ -82,7 +82,7 @@ async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
     `asyncpg.LockNotAvailableError` instead, so that the caller's lease loop goes on
     renewing its other shards, and this one is taken at a later round."""
     async with conn.transaction():
-        await conn.execute(f"SET LOCAL lock_timeout = {TAKE_LOCK_TIMEOUT_MS}")
+        await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
         return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
 
 

@@ -63,6 +63,10 @@ INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at) VALUES ($1, 1, $2,
 ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3
 RETURNING epoch
 
+-- name: take_lock_timeout
+-- For the rest of a take's transaction: wait at most $1 ms for a lock.
+SELECT set_config('lock_timeout', $1, true)
+
 -- name: lock_epochs
 -- Fence: hold our epochs of these shards for the rest of the transaction; returns the shards
 -- still ours (a shard missing from the answer moved on to another replica).

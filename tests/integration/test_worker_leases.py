@@ -55,7 +55,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
             execution_id=row["id"], job_id=job_id, task=TASK, tenant="t",
             due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
         )  # fmt: skip
-        run = asyncio.create_task(worker._execute(body, asyncio.Event()))
+        run = asyncio.create_task(worker._execute(body, lambda: None))
 
         async def running() -> bool:
             return await admin.fetchval("SELECT status FROM executions WHERE id = $1",
