@@ -78,7 +78,7 @@ async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
 
     A dispatch of the previous owner holds the epoch (`lock_epochs`) for its transaction:
     a live one for milliseconds, one whose client was cut off until Postgres ends it
-    (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT` raises
+    (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT_MS` raises
     `asyncpg.LockNotAvailableError` instead, so that the caller's lease loop goes on
     renewing its other shards, and this one is taken at a later round."""
     async with conn.transaction():
