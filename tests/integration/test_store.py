@@ -14,6 +14,7 @@ from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
 from horae.store.executions import parse_notify
+from tests.support.wait import until
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -341,15 +342,16 @@ async def test_a_dispatch_cut_off_mid_transaction_holds_up_a_takeover_only_brief
             with pytest.raises(asyncpg.LockNotAvailableError):
                 await executions.take_shard(conn, 5, "taker", NOW)
         assert time.monotonic() - started < 2, "the take waited on the lock"
-        taken = None
-        while taken is None and time.monotonic() - started < 15:
-            await asyncio.sleep(0.5)
+
+        async def take() -> int | None:
             async with pool.acquire() as conn:
                 try:
-                    taken = await executions.take_shard(conn, 5, "taker", NOW)
+                    return await executions.take_shard(conn, 5, "taker", NOW)
                 except asyncpg.LockNotAvailableError:
-                    pass
-        assert taken == epoch + 1, "the cut-off transaction was never ended"
+                    return None
+
+        taken = await until(take, timeout=15, interval=0.5, what="the cut-off transaction ended")
+        assert taken == epoch + 1
         waited = time.monotonic() - started
         assert 4 <= waited < 10, f"taken {waited:.1f} s after the cut (Postgres ends it at 5 s)"
         with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
