@@ -16,6 +16,7 @@ from horae.cli_support import (
     console,
     database,
     fail,
+    find_job,
     one_of,
     output_format,
     print_data,
@@ -27,9 +28,28 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 
 @app.command()
-def migrate() -> None:
-    """Apply schema migrations and create the execution partitions ahead."""
-    from horae.store.migrate import migrate as do_migrate
+def migrate(
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=4096,
+            help="Virtual shards of a new installation (default 64; env HORAE_SHARDS)."
+            " Fixed once the installation exists: a different value is refused.",
+        ),
+    ] = None,
+    retention_days: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Days of execution history kept (a new installation: 30; env"
+            " HORAE_RETENTION_DAYS). Unset keeps the installation's.",
+        ),
+    ] = None,
+) -> None:
+    """Apply schema migrations, record the installation's settings, create the execution
+    partitions ahead and drop those past the installation's retention."""
+    from horae.store.migrate import migrate_installation
 
     settings = _settings()
 
@@ -37,13 +57,20 @@ def migrate() -> None:
         # A spinner on a terminal (migrations and partitions can take a while on a big
         # store); nothing extra when the output is piped.
         with console().status("applying migrations and creating partitions…"):
-            applied = await do_migrate(
+            done = await migrate_installation(
                 settings.database.url,
+                shards=shards or settings.database.shards,
+                retention_days=retention_days or settings.database.retention_days,
                 ahead_days=settings.database.partitions_ahead_days,
-                retention_days=settings.database.retention_days,
             )
+        applied = done.applied
         typer.echo(
             f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
+        )
+        typer.echo(
+            f"installation: {done.installation.shards} shards,"
+            f" {done.installation.retention_days} days of history kept"
+            f" ({done.dropped} partition(s) dropped)"
         )
 
     _run(go())
@@ -239,16 +266,16 @@ def executions(
     async def go() -> None:
         async with database(settings.database.url) as conn:
 
+            # Every job named must exist: a typo is exit code 1, not an empty table.
+            found_jobs = [(ref.text, (await find_job(conn, ref))["id"]) for ref in refs]
+
             async def fetch() -> list[tuple[str, Any]]:
                 rows: list[tuple[str, Any]] = []
-                for ref in refs:
-                    resolved = await ref.resolve(conn)
-                    if resolved is None:
-                        continue
+                for text, job_id in found_jobs:
                     found = await executions_store.for_job(
-                        conn, resolved, status=wanted, limit=limit
+                        conn, job_id, status=wanted, limit=limit
                     )
-                    rows.extend((ref.text, r) for r in found)
+                    rows.extend((text, r) for r in found)
                 rows.sort(key=lambda x: x[1]["due_at"], reverse=True)
                 return rows
 
@@ -278,7 +305,7 @@ def dev(
     """Local development: migrate, then run the API, a scheduler, a worker and the operator
     (each a child process) until Ctrl-C or SIGTERM."""
     from horae import dev as devrun
-    from horae.store.migrate import migrate as do_migrate
+    from horae.store.migrate import migrate_installation
 
     settings = _settings()
     # Ample for the worker's graceful stop, whose own grace period comes first.
@@ -287,10 +314,11 @@ def dev(
 
     async def go() -> None:
         nonlocal code
-        await do_migrate(
+        await migrate_installation(
             settings.database.url,
-            ahead_days=settings.database.partitions_ahead_days,
+            shards=settings.database.shards,
             retention_days=settings.database.retention_days,
+            ahead_days=settings.database.partitions_ahead_days,
         )
         code = await devrun.supervise(devrun.commands(tasks=tasks, port=port), grace=grace)
 

@@ -21,6 +21,7 @@ from horae.cli_support import (
     OutputOption,
     database,
     fail,
+    find_job,
     one_of,
     output_format,
     print_data,
@@ -116,19 +117,6 @@ def _print_job(job: JobOut, fmt: str) -> None:
     out.print(upcoming)
 
 
-async def _find(conn: asyncpg.Connection[asyncpg.Record], ref: JobRef) -> asyncpg.Record:
-    from horae.errors import NotFound
-    from horae.store import jobs as jobs_store
-
-    job_id = await ref.resolve(conn)
-    try:
-        if job_id is None:
-            raise NotFound(ref.text)
-        return await jobs_store.get_job(conn, job_id)
-    except NotFound:
-        raise fail(f"job {ref.text} not found", 1) from None
-
-
 @jobs_app.command("ls")
 def jobs_ls(
     tenant: TenantOption = DEFAULT_TENANT,
@@ -179,7 +167,7 @@ def jobs_get(job: JobArgument, output: OutputOption = "table") -> None:
 
     async def go() -> None:
         async with database(cfg.database.url) as conn:
-            row = await _find(conn, ref)
+            row = await find_job(conn, ref)
         _print_job(_job_out(row, with_next_runs=True), fmt)
 
     run(go())
@@ -255,6 +243,7 @@ def jobs_create(
     """Create a job (and its first execution) in one transaction."""
     from horae.models import JobSource
     from horae.store import jobs as jobs_store
+    from horae.store.installation import read_installation
 
     spec = _spec(task=task, cron=cron, tz=tz, run_at=run_at, payload=payload,
                  max_attempts=max_attempts, timeout=timeout)  # fmt: skip
@@ -266,8 +255,9 @@ def jobs_create(
 
     async def go() -> None:
         async with database(cfg.database.url) as conn:
+            installation = await read_installation(conn)
             job_id = await jobs_store.create_job(
-                conn, spec, tenant=tenant, source=JobSource.API, shards=cfg.scheduler.shards,
+                conn, spec, tenant=tenant, source=JobSource.API, shards=installation.shards,
                 now=datetime.now(UTC), name=name,
             )  # fmt: skip
             row = await jobs_store.get_job(conn, job_id)

@@ -63,6 +63,8 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         asyncio.run(coro)
     except KeyboardInterrupt:
         pass
+    except ConfigError as exc:  # a setting the database contradicts, or no installation yet
+        raise fail(str(exc)) from None
 
 
 def console() -> Console:
@@ -126,3 +128,17 @@ class JobRef:
         if self.job_id is not None:
             return self.job_id
         return await jobs_store.find_live_crd_job(conn, self.namespace, self.name)
+
+
+async def find_job(conn: asyncpg.Connection[asyncpg.Record], ref: JobRef) -> asyncpg.Record:
+    """The job `ref` names; an unknown job is a one-line error and exit code 1."""
+    from horae.errors import NotFound
+    from horae.store import jobs as jobs_store
+
+    job_id = await ref.resolve(conn)
+    try:
+        if job_id is None:
+            raise NotFound(ref.text)
+        return await jobs_store.get_job(conn, job_id)
+    except NotFound:
+        raise fail(f"job {ref.text} not found", 1) from None

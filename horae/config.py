@@ -59,14 +59,28 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -
     return value
 
 
+def _optional_int(env: Mapping[str, str], name: str, *, most: int | None = None) -> int | None:
+    if not env.get(name):
+        return None
+    value = _int(env, name, 0)
+    if most is not None and value > most:
+        raise ConfigError(f"{name}: must be at most {most}, got {env[name]!r}")
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class DatabaseSettings:
     url: str = "postgresql://horae:horae@127.0.0.1:5432/horae"
     """HORAE_DATABASE_URL: asyncpg DSN of the Postgres primary."""
     pool_size: int = 10
     """HORAE_DATABASE_POOL_SIZE: connections per process."""
-    retention_days: int = 30
-    """HORAE_RETENTION_DAYS: execution history kept, in whole daily partitions."""
+    shards: int | None = None
+    """HORAE_SHARDS: read by `horae migrate` only. Virtual shards of a new installation
+    (64 when unset); fixed once it exists, and every process reads it from the database."""
+    retention_days: int | None = None
+    """HORAE_RETENTION_DAYS: read by `horae migrate` only. Execution history kept, in whole
+    daily partitions (30 for a new installation when unset; unset keeps what the
+    installation has). Stored in the database, where partition maintenance reads it."""
     partitions_ahead_days: int = 3
     """HORAE_PARTITIONS_AHEAD_DAYS: daily partitions created ahead of today."""
 
@@ -95,8 +109,6 @@ class KubeSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerSettings:
-    shards: int = 64
-    """HORAE_SHARDS: virtual shards, fixed for an installation."""
     lease_duration: timedelta = timedelta(seconds=3)
     """HORAE_LEASE_DURATION_SECONDS: a shard Lease not renewed for this long is free."""
     renew_period: timedelta = timedelta(seconds=1)
@@ -183,7 +195,8 @@ class Settings:
             database=DatabaseSettings(
                 url=env.get("HORAE_DATABASE_URL", DatabaseSettings.url),
                 pool_size=_int(env, "HORAE_DATABASE_POOL_SIZE", DatabaseSettings.pool_size),
-                retention_days=_int(env, "HORAE_RETENTION_DAYS", DatabaseSettings.retention_days),
+                shards=_optional_int(env, "HORAE_SHARDS", most=4096),
+                retention_days=_optional_int(env, "HORAE_RETENTION_DAYS"),
                 partitions_ahead_days=_int(
                     env,
                     "HORAE_PARTITIONS_AHEAD_DAYS",
@@ -200,7 +213,6 @@ class Settings:
                 kubeconfig=env.get("KUBECONFIG") or None,
             ),
             scheduler=SchedulerSettings(
-                shards=_int(env, "HORAE_SHARDS", sched_defaults.shards),
                 lease_duration=env_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3),
                 renew_period=env_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1),
                 preload_window=env_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),

@@ -24,6 +24,7 @@ from horae.api.routes import build_router
 from horae.config import Settings
 from horae.kube import Reviews, load_api_client
 from horae.store.db import connect_pool
+from horae.store.installation import read_installation
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +83,20 @@ class AccessLog:
 @dataclass
 class State:
     pool: asyncpg.Pool[asyncpg.Record] | None = None
+    shards: int = 0
+    """The installation's shard count, read from the database at start."""
 
 
 def create_app(
-    *, dsn: str, auth: Authenticator, shards: int = 64, pool_size: int = 10, max_batch: int = 1000
+    *, dsn: str, auth: Authenticator, pool_size: int = 10, max_batch: int = 1000
 ) -> FastAPI:
     state = State()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.pool = await connect_pool(dsn, size=pool_size)
+        async with state.pool.acquire() as conn:
+            state.shards = (await read_installation(conn)).shards
         log.info("job API ready (pid %d)", os.getpid())
         try:
             yield
@@ -128,7 +133,9 @@ def create_app(
                     headers={"Retry-After": "1"})
         )  # fmt: skip
 
-    app.include_router(build_router(pool=pool, auth=auth, shards=shards, max_batch=max_batch))
+    app.include_router(
+        build_router(pool=pool, auth=auth, shards=lambda: state.shards, max_batch=max_batch)
+    )
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -167,6 +174,5 @@ def app_from_env() -> FastAPI:
     return create_app(
         dsn=settings.database.url,
         auth=authenticator(settings, os.environ.get("HORAE_API_TOKENS_FILE")),
-        shards=settings.scheduler.shards,
         pool_size=settings.database.pool_size,
     )

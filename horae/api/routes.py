@@ -94,7 +94,8 @@ def _request_hash(job: JobCreate) -> str:
 
 
 def build_router(
-    *, pool: "Callable[[], asyncpg.Pool[asyncpg.Record]]", auth: Authenticator, shards: int,
+    *, pool: "Callable[[], asyncpg.Pool[asyncpg.Record]]", auth: Authenticator,
+    shards: Callable[[], int],
     max_batch: int,
 ) -> APIRouter:  # fmt: skip
     router = APIRouter()
@@ -105,7 +106,7 @@ def build_router(
         own, so it cannot fail the others."""
         async with pool().acquire() as conn:
             try:
-                await store.create_jobs(conn, new, shards=shards, now=_now())
+                await store.create_jobs(conn, new, shards=shards(), now=_now())
                 return [job.job_id for job in new]
             except asyncpg.PostgresError:
                 if len(new) == 1:
@@ -113,7 +114,7 @@ def build_router(
             answers: list[uuid.UUID | Exception] = []
             for job in new:
                 try:
-                    await store.create_jobs(conn, [job], shards=shards, now=_now())
+                    await store.create_jobs(conn, [job], shards=shards(), now=_now())
                     answers.append(job.job_id)
                 except asyncpg.PostgresError as exc:
                     answers.append(exc)
@@ -165,7 +166,7 @@ def build_router(
             for i, job in enumerate(body.jobs)
         ]  # fmt: skip
         async with pool().acquire() as conn:
-            await store.create_jobs(conn, new, shards=shards, now=now)
+            await store.create_jobs(conn, new, shards=shards(), now=now)
         return BatchCreated(ids=[j.job_id for j in new])
 
     @router.post("/jobs", status_code=201, response_model=Created, responses={
@@ -203,7 +204,7 @@ def build_router(
                         return Created(id=seen[0])
                 try:
                     job_id = await store.create_job(
-                        conn, spec, tenant=tenant, source=JobSource.API, shards=shards, now=now,
+                        conn, spec, tenant=tenant, source=JobSource.API, shards=shards(), now=now,
                         name=body.name, idempotency_key=idempotency_key, request_hash=digest,
                     )  # fmt: skip
                     return Created(id=job_id)

@@ -25,6 +25,7 @@ from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
 from horae.store.db import connect_pool
+from horae.store.installation import read_installation
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,13 @@ async def run(settings: Settings) -> None:
         await asyncio.sleep(renew)
     log.info("operator %s leads (Lease %s)", cfg.identity, LEADER_LEASE)
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    async with pool.acquire() as conn:
+        shards = (await read_installation(conn)).shards
     objects = CustomObjects(api)
     mirrors = ExecutionMirrors(pool, objects)
     events = Events(api)
     mirror = StatusMirror(settings.database.url, pool, objects, events, mirrors)
-    resync = Resync(pool, objects, mirrors, shards=settings.scheduler.shards,
+    resync = Resync(pool, objects, mirrors, shards=shards,
                     period=cfg.resync_period.total_seconds())  # fmt: skip
     deployments = Deployments(api)
     autoscaler = workerpool.Autoscaler(
@@ -104,7 +107,7 @@ async def run(settings: Settings) -> None:
     )
     memo = kopf.Memo(
         pool=pool,
-        shards=settings.scheduler.shards,
+        shards=shards,
         mirrors=mirrors,
         events=events,
         deployments=deployments,

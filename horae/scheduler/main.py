@@ -26,6 +26,7 @@ from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
 from horae.store.db import connect_pool
+from horae.store.installation import read_installation
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int
 async def run(settings: Settings) -> None:
     cfg = settings.scheduler
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    async with pool.acquire() as conn:
+        shards = (await read_installation(conn)).shards
     connection = await broker.connect(settings.broker.url)
     publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
     await publisher.start()
@@ -97,7 +100,7 @@ async def run(settings: Settings) -> None:
     shard_leases = ShardLeases(
         Leases(api, settings.kube.namespace),
         identity=cfg.identity,
-        shards=cfg.shards,
+        shards=shards,
         lease_duration=cfg.lease_duration.total_seconds(),
         renew_period=cfg.renew_period.total_seconds(),
         on_gained=gained,
@@ -115,7 +118,6 @@ async def run(settings: Settings) -> None:
         identity=cfg.identity,
         lease_duration=timedelta(seconds=30),
         ahead_days=settings.database.partitions_ahead_days,
-        retention_days=settings.database.retention_days,
     )
     metrics.serve(settings.metrics_port)
     watch_stop = threading.Event()
@@ -133,7 +135,7 @@ async def run(settings: Settings) -> None:
             daemon=True,
             name=f"watch-{selector}",
         ).start()
-    log.info("scheduler %s starting with %d shards", cfg.identity, cfg.shards)
+    log.info("scheduler %s starting with %d shards", cfg.identity, shards)
     tasks = [
         asyncio.create_task(listener.run(stop), name="listener"),
         asyncio.create_task(shard_leases.run(stop), name="leases"),

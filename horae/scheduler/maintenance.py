@@ -1,5 +1,6 @@
 """Partition maintenance, done by one replica at a time (its own Lease `horae-maintenance`):
-create the daily execution partitions ahead and drop those past retention."""
+create the daily execution partitions ahead and drop those past the installation's retention
+(kept in the database, so every replica and `horae migrate` agree on it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from horae.kube import Leases, SingletonLease
+from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions
 
 log = logging.getLogger(__name__)
@@ -28,13 +30,11 @@ class Maintenance:
         identity: str,
         lease_duration: timedelta,
         ahead_days: int,
-        retention_days: int,
         every: timedelta = timedelta(hours=1),
     ) -> None:
         self._pool = pool
         self._duration = lease_duration.total_seconds()
         self._ahead = ahead_days
-        self._retention = retention_days
         self._every = every.total_seconds()
         self._last_run = -math.inf
         self._lease = SingletonLease(
@@ -47,10 +47,15 @@ class Maintenance:
         self.holder = await self._lease.hold()
         if self.holder and time.monotonic() - self._last_run >= self._every:
             async with self._pool.acquire() as conn:
+                # The installation's retention, read each time: `horae migrate` may have
+                # changed it since this replica started.
+                retention = (await read_installation(conn)).retention_days
                 created, dropped = await maintain_partitions(
-                    conn, today=datetime.now(UTC).date(), ahead_days=self._ahead,
-                    retention_days=self._retention,
-                )  # fmt: skip
+                    conn,
+                    today=datetime.now(UTC).date(),
+                    ahead_days=self._ahead,
+                    retention_days=retention,
+                )
             self._last_run = time.monotonic()
             log.info("partitions: created %s, dropped %d", [str(d) for d in created], dropped)
 

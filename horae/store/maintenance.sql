@@ -26,3 +26,16 @@ SELECT horae_create_partition($1::date)
 -- name: drop_partitions
 -- Drop the daily partitions that end on or before a UTC day; returns how many.
 SELECT horae_drop_partitions($1::date)
+
+-- name: installation
+-- The installation's settings (shards, retention); no row before the first `horae migrate`.
+SELECT shards, retention_days FROM installation
+
+-- name: init_installation
+-- Record the installation's settings the first time; leaves an existing row alone.
+INSERT INTO installation (shards, retention_days) VALUES ($1, $2)
+ON CONFLICT (singleton) DO NOTHING
+
+-- name: set_retention
+-- Change the installation's retention (days of execution history kept).
+UPDATE installation SET retention_days = $1, updated_at = now()

@@ -1,8 +1,9 @@
 """Schema migrations: numbered, forward-only SQL files applied under an advisory lock.
 
 `horae migrate` applies what is missing (several at once are safe: they queue
-on the lock and find nothing left to do), then creates the daily execution
-partitions ahead and drops those past retention.
+on the lock and find nothing left to do), records or checks the installation's
+settings (shards, retention: `horae.store.installation`), then creates the daily
+execution partitions ahead and drops those past the installation's retention.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from horae.store.installation import Installation, settle_installation
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -85,19 +87,46 @@ async def maintain_partitions(
     return created, dropped
 
 
-async def migrate(
-    dsn: str, *, ahead_days: int = 3, retention_days: int = 30, now: datetime | None = None
-) -> list[str]:
-    """`horae migrate`: schema, then partitions. Returns the migrations applied."""
+@dataclass(frozen=True)
+class Migrated:
+    applied: list[str]
+    """The migrations this run applied (empty when the schema was up to date)."""
+    installation: Installation
+    """The installation's settings after this run."""
+    dropped: int
+    """Daily partitions dropped past retention."""
+
+
+async def migrate_installation(
+    dsn: str,
+    *,
+    shards: int | None = None,
+    retention_days: int | None = None,
+    ahead_days: int = 3,
+    now: datetime | None = None,
+) -> Migrated:
+    """`horae migrate`: schema, the installation's settings (`shards` and `retention_days`
+    when given; None keeps what the installation has), then partitions by the
+    installation's retention."""
     from horae.store.db import connect
 
     conn = await connect(dsn)
     try:
         applied = await apply_migrations(conn)
+        async with conn.transaction():
+            await conn.execute(Q["lock_migrations"], MIGRATION_LOCK)
+            installation = await settle_installation(
+                conn, shards=shards, retention_days=retention_days
+            )
         today = (now or datetime.now(UTC)).date()
-        await maintain_partitions(
-            conn, today=today, ahead_days=ahead_days, retention_days=retention_days
+        _, dropped = await maintain_partitions(
+            conn, today=today, ahead_days=ahead_days, retention_days=installation.retention_days
         )
-        return applied
+        return Migrated(applied, installation, dropped)
     finally:
         await conn.close()
+
+
+async def migrate(dsn: str, *, ahead_days: int = 3, now: datetime | None = None) -> list[str]:
+    """Migrate with the installation's settings as they are; the migrations applied."""
+    return (await migrate_installation(dsn, ahead_days=ahead_days, now=now)).applied

@@ -30,8 +30,9 @@ def helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)  # fmt: skip
 
 
-def render(plane: ControlPlane, namespace: str, values: Path | None) -> str:
+def render(plane: ControlPlane, namespace: str, values: Path | None, *sets: str) -> str:
     extra = ["-f", str(values)] if values else []
+    extra += [arg for setting in sets for arg in ("--set", setting)]
     result = helm(plane, "template", "horae", str(CHART), "-n", namespace, *extra)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -123,3 +124,43 @@ def test_every_pod_is_non_root_read_only_and_sized(
                                         if o["kind"] == "PodDisruptionBudget"}  # fmt: skip
     migrate = by_name["horae-migrate"]
     assert migrate["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+
+
+def env_names(spec: dict[str, Any]) -> set[str]:
+    return {e["name"] for container in spec["containers"] for e in container.get("env", [])}
+
+
+def test_only_the_migration_hook_decides_shards_and_retention(control_plane: ControlPlane) -> None:
+    """The installation's settings are stored by `horae migrate`, and every process reads
+    them from the database: a configured retention reaches the one place that decides it,
+    and no component carries its own copy (which once let the hook drop history at 30 days
+    whatever `database.retentionDays` said)."""
+    text = render(control_plane, "horae", ALL_OPTIONS, "database.retentionDays=400", "shards=16")
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    by_name = {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+    hook = by_name["Job/horae-migrate"]["spec"]["template"]["spec"]["containers"][0]
+    assert hook["args"] == ["migrate", "--shards=16", "--retention-days=400"]
+    for name, spec in pods(objects):
+        assert not env_names(spec) & {"HORAE_RETENTION_DAYS", "HORAE_SHARDS"}, name
+    pools = [o for o in yaml.safe_load_all(render(control_plane, "horae", None)) if o]
+    for pool in (o for o in pools if o["kind"] == "WorkerPool"):
+        assert not {e["name"] for e in pool["spec"]["env"]} & {"HORAE_RETENTION_DAYS"}
+
+
+def test_keda_worker_pods_get_the_grace_a_workerpool_gets(control_plane: ControlPlane) -> None:
+    """With KEDA the chart renders the worker Deployment itself: its pods must get the
+    termination grace the operator gives a WorkerPool's pods (shutdown grace, the
+    handlers' stop and the hand-back), not Kubernetes's default 30 s."""
+    from horae.operator.workerpool import Pool, WorkerPoolSpec, termination_grace
+
+    text = render(control_plane, "horae", ALL_OPTIONS, "workerPool.shutdownGraceSeconds=50")
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    (worker,) = [o for o in objects if o["kind"] == "Deployment"
+                 and "horae.dev/workerpool" in o["metadata"]["labels"]]  # fmt: skip
+    spec = worker["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["HORAE_SHUTDOWN_GRACE_SECONDS"] == "50"
+    grace_env = [{"name": "HORAE_SHUTDOWN_GRACE_SECONDS", "value": "50"}]
+    pool_spec = WorkerPoolSpec.model_validate({"image": "w:1", "tasks": "t", "env": grace_env})
+    expected = termination_grace(Pool("ns", "p", "uid", pool_spec))
+    assert spec["terminationGracePeriodSeconds"] == expected == 65

@@ -16,8 +16,10 @@ import yaml
 from tests.support.processes import HORAE, REPO
 
 
-def horae(*args: str, db_url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **({"HORAE_DATABASE_URL": db_url} if db_url else {})}
+def horae(
+    *args: str, db_url: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"HORAE_DATABASE_URL": db_url} if db_url else {}), **(env or {})}
     return subprocess.run([HORAE, *args], capture_output=True, text=True, env=env, cwd=REPO,
                           timeout=60, check=False)  # fmt: skip
 
@@ -164,6 +166,8 @@ def test_unknown_jobs_are_reported_with_exit_code_1(db_url: str) -> None:
         ("jobs", "pause", missing): f"horae: job {missing} not found",
         ("jobs", "resume", "ns/nothing"): "horae: job ns/nothing not found",
         ("jobs", "cancel", missing): f"horae: job {missing} not found",
+        ("executions", "ns/typo"): "horae: job ns/typo not found",
+        ("executions", missing, "-o", "json"): f"horae: job {missing} not found",
     }.items():
         r = horae(*args, db_url=db_url)
         assert r.returncode == 1, (args, r.stderr)

@@ -8,11 +8,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, time, timedelta
 
 import asyncpg
+import pytest
 import pytest_asyncio
 
+from horae.errors import ConfigError
 from horae.store.db import connect
-from horae.store.migrate import maintain_partitions, migrate, migrations
+from horae.store.migrate import maintain_partitions, migrate, migrate_installation, migrations
 from tests.conftest import BASE_DB, _with_path
+from tests.integration.test_cli import horae
 
 
 @pytest_asyncio.fixture
@@ -113,3 +116,55 @@ async def test_far_future_rows_wait_in_default_and_move_with_their_partition(
         assert await conn.fetchval("SELECT horae_create_partition($1)", day) is False
     finally:
         await conn.close()
+
+
+async def test_a_migrate_that_names_no_retention_keeps_the_installations(empty_db: str) -> None:
+    """The chart's hook once ran `horae migrate` with no retention, so every upgrade dropped
+    history past 30 days whatever the user had configured: retention is the installation's,
+    and a run that does not name one keeps it."""
+    today = datetime.now(UTC).date()
+    done = await migrate_installation(empty_db, retention_days=90)
+    assert done.installation.retention_days == 90
+    conn = await connect(empty_db)
+    try:
+        old = today - timedelta(days=60)
+        assert await conn.fetchval("SELECT horae_create_partition($1)", old) is True
+        again = await migrate_installation(empty_db)
+        assert (again.installation.retention_days, again.dropped) == (90, 0)
+        assert f"executions_{old:%Y%m%d}" in await partitions(conn)
+        shorter = await migrate_installation(empty_db, retention_days=45)
+        assert (shorter.installation.retention_days, shorter.dropped) == (45, 1)
+        assert f"executions_{old:%Y%m%d}" not in await partitions(conn)
+    finally:
+        await conn.close()
+
+
+async def test_the_shard_count_is_fixed_when_the_installation_is_created(empty_db: str) -> None:
+    assert (await migrate_installation(empty_db, shards=16)).installation.shards == 16
+    assert (await migrate_installation(empty_db)).installation.shards == 16
+    with pytest.raises(ConfigError, match="this installation has 16 shards"):
+        await migrate_installation(empty_db, shards=64)
+
+
+async def test_the_cli_places_jobs_by_the_installations_shard_count(empty_db: str) -> None:
+    """A CLI left at the default 64 shards once put jobs on shards no scheduler of a smaller
+    installation owns: the shard count comes from the database."""
+    r = horae("migrate", "--shards", "4", "--retention-days", "7", db_url=empty_db)
+    assert r.returncode == 0, r.stderr
+    assert "installation: 4 shards, 7 days of history kept" in r.stdout
+    for _ in range(12):
+        r = horae("jobs", "create", "--task", "t", "--cron", "0 * * * *", "-o", "json",
+                  db_url=empty_db)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    conn = await connect(empty_db)
+    try:
+        shards = {r["shard"] for r in await conn.fetch("SELECT shard FROM jobs")}
+        assert shards <= {0, 1, 2, 3} and len(shards) > 1, shards
+    finally:
+        await conn.close()
+    refused = horae("migrate", env={"HORAE_SHARDS": "64"}, db_url=empty_db)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "horae: HORAE_SHARDS: this installation has 4 shards, fixed when it was created;"
+        " 64 was asked (leave it unset, or set it to 4)"
+    ]

@@ -47,8 +47,6 @@ capabilities: {drop: [ALL]}
   value: {{ .Values.broker.prefix | quote }}
 - name: HORAE_DATABASE_POOL_SIZE
   value: {{ .Values.database.poolSize | quote }}
-- name: HORAE_SHARDS
-  value: {{ .Values.shards | quote }}
 - name: HORAE_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 - name: HORAE_IDENTITY
