@@ -265,16 +265,13 @@ def executions(
 
     async def go() -> None:
         async with database(settings.database.url) as conn:
-
             # Every job named must exist: a typo is exit code 1, not an empty table.
             found_jobs = [(ref.text, (await find_job(conn, ref))["id"]) for ref in refs]
 
             async def fetch() -> list[tuple[str, Any]]:
                 rows: list[tuple[str, Any]] = []
                 for text, job_id in found_jobs:
-                    found = await executions_store.for_job(
-                        conn, job_id, status=wanted, limit=limit
-                    )
+                    found = await executions_store.for_job(conn, job_id, status=wanted, limit=limit)
                     rows.extend((text, r) for r in found)
                 rows.sort(key=lambda x: x[1]["due_at"], reverse=True)
                 return rows
@@ -293,6 +290,36 @@ def executions(
                 while deadline is None or loop.time() < deadline:
                     await asyncio.sleep(0.5)
                     live.update(table(await fetch()))
+
+    _run(go())
+
+
+@app.command()
+def rerun(
+    execution: Annotated[str, typer.Argument(help="The execution's full id (-o json shows it).")],
+) -> None:
+    """Run a dead, failed or timed-out occurrence again, now (also of a completed one-off
+    job): one more attempt of the same occurrence. Prints the new execution's id."""
+    import uuid
+
+    from horae.errors import Conflict, NotFound
+    from horae.store import jobs as jobs_store
+
+    try:
+        execution_id = uuid.UUID(execution)
+    except ValueError:
+        raise fail(f"EXECUTION must be an execution's full id, got {execution!r}") from None
+    settings = _settings()
+
+    async def go() -> None:
+        from datetime import UTC, datetime
+
+        async with database(settings.database.url) as conn:
+            try:
+                new_id = await jobs_store.rerun_execution(conn, execution_id, now=datetime.now(UTC))
+            except (NotFound, Conflict) as exc:
+                raise fail(str(exc), 1) from None
+        typer.echo(str(new_id))
 
     _run(go())
 

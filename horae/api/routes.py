@@ -322,6 +322,20 @@ def build_router(
             raise Problem(404, "Not found", f"execution {execution_id} not found")
         return ExecutionOut.from_row(row)
 
+    @router.post("/executions/{execution_id}:rerun", status_code=201, response_model=Created,
+                 responses=ERRORS)  # fmt: skip
+    async def rerun(
+        execution_id: uuid.UUID, tenant: Annotated[str, Depends(access("update"))]
+    ) -> Created:
+        """Run a dead, failed or timed-out occurrence again, now: one more attempt of the same
+        occurrence (same idempotency key), also for a completed one-off job. Only the
+        occurrence's latest attempt; 409 for any other, or for a paused or cancelled job.
+        Returns the new execution's id."""
+        async with pool().acquire() as conn:
+            return Created(
+                id=await store.rerun_execution(conn, execution_id, now=_now(), tenant=tenant)
+            )
+
     @router.post("/schedules:preview", response_model=PreviewOut, responses=ERRORS)
     async def preview(body: PreviewRequest) -> PreviewOut:
         """Fire times of a schedule, without creating anything."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from horae.errors import Conflict, NotFound
-from horae.models import CatchUpPolicy, JobSource, JobSpec, JobState, shard_of
+from horae.models import CatchUpPolicy, ExecutionStatus, JobSource, JobSpec, JobState, shard_of
 from horae.schedule import cron_times, jitter_offset, next_fire_times
 from horae.store.queries import Q
 
@@ -397,6 +397,61 @@ async def trigger_job(
         if execution_id is None:
             raise Conflict(f"job {job_id} already has an occurrence at {now.isoformat()}")
         return execution_id
+
+
+RERUNNABLE = frozenset({ExecutionStatus.DEAD, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT})
+"""Final failures a user may run again by hand."""
+
+
+async def rerun_execution(
+    conn: Conn, execution_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+) -> uuid.UUID:
+    """Run a failed occurrence again, now: one more attempt of the same occurrence (so its
+    handler sees the same idempotency key), whatever the job's schedule and even when the
+    job is `completed` (a one-off). Only the occurrence's latest attempt, and only once it
+    ended dead, failed or timed out; not for a paused or cancelled job. Returns the new
+    execution's id."""
+    async with conn.transaction():
+        found = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
+        if found is None:
+            raise NotFound(f"execution {execution_id} not found")
+        job = await _locked(conn, found["job_id"], tenant)
+        if job["state"] in (JobState.PAUSED, JobState.CANCELLED):
+            raise Conflict(
+                f"job {job['id']} is {job['state']}: resume it (or create a new job) to run"
+                " an occurrence again"
+            )
+        # Read again under the job's lock: two re-runs at once find each other's attempt.
+        row = await conn.fetchrow(Q["latest_attempt"], found["job_id"], found["occurrence_at"])
+        assert row is not None
+        if row["attempt"] != found["attempt"]:
+            raise Conflict(
+                f"execution {execution_id} is attempt {found['attempt']} of its occurrence;"
+                f" attempt {row['attempt']} ({row['id']}) is the latest: re-run that one"
+            )
+        if ExecutionStatus(row["status"]) not in RERUNNABLE:
+            raise Conflict(
+                f"execution {execution_id} is {row['status']}: only a dead, failed or"
+                " timed-out execution can be run again"
+            )
+        if job["state"] == JobState.COMPLETED:
+            # Claims run only active jobs' executions; the re-run's outcome completes the
+            # one-off again.
+            await conn.execute(Q["set_job_state"], job["id"], JobState.ACTIVE.value, now, now)
+        new_id = await insert_execution(
+            conn,
+            job_id=job["id"],
+            tenant=job["tenant"],
+            task=job["task"],
+            shard=job["shard"],
+            due_at=now,
+            occurrence_at=found["occurrence_at"],
+            attempt=found["attempt"] + 1,
+            job_version=job["spec_version"],
+            now=now,
+        )
+        assert new_id is not None  # attempt > 1 is never deduplicated
+        return new_id
 
 
 async def cancel_job(

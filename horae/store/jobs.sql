@@ -129,3 +129,9 @@ SELECT id, tenant, name, state, created_at FROM jobs WHERE source = 'crd' AND st
 -- name: existing_job_ids
 -- Which of these job ids exist, in any state.
 SELECT id FROM jobs WHERE id = ANY($1::uuid[])
+
+-- name: latest_attempt
+-- The latest attempt of one occurrence of a job (due no earlier than a day before it).
+SELECT id, attempt, status FROM executions
+WHERE job_id = $1 AND occurrence_at = $2 AND due_at >= $2 - interval '1 day'
+ORDER BY attempt DESC LIMIT 1

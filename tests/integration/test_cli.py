@@ -241,3 +241,33 @@ async def statuses(pool: asyncpg.Pool, job_id: str) -> list[str]:
         uuid.UUID(job_id),
     )
     return [r["status"] for r in rows]
+
+
+async def test_rerun_runs_a_dead_occurrence_again_and_refuses_the_rest(
+    db_url: str, pool: asyncpg.Pool
+) -> None:
+    at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    r = horae("jobs", "create", "--task", "t", "--run-at", at, "-o", "json", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    job_id = uuid.UUID(json.loads(r.stdout)["id"])
+    dead = await pool.fetchval(
+        "UPDATE executions SET status = 'dead', started_at = now(), finished_at = now(),"
+        " error_kind = 'E', error_message = 'boom' WHERE job_id = $1 RETURNING id",
+        job_id,
+    )
+    await pool.execute("UPDATE jobs SET state = 'completed' WHERE id = $1", job_id)
+    r = horae("rerun", str(dead), db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    new = uuid.UUID(r.stdout.strip())
+    row = await pool.fetchrow("SELECT status, attempt FROM executions WHERE id = $1", new)
+    assert (row["status"], row["attempt"]) == ("scheduled", 2)
+    again = horae("rerun", str(dead), db_url=db_url)
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        f"horae: execution {dead} is attempt 1 of its occurrence; attempt 2 ({new}) is the"
+        " latest: re-run that one"
+    )
+    bad = horae("rerun", "0193abcd", db_url=db_url)
+    assert bad.returncode == 2 and bad.stderr.startswith("horae: EXECUTION must be")
+    missing = horae("rerun", str(uuid.uuid4()), db_url=db_url)
+    assert missing.returncode == 1 and "not found" in missing.stderr

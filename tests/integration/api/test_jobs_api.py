@@ -183,3 +183,60 @@ async def test_a_tenant_limit_is_set_through_the_api(
     other = await api.put(f"/tenants/{tenants.b}", json={"max_running": 5},
                           headers=bearer(tenants.alice))  # fmt: skip
     assert other.status_code == 403
+
+
+async def test_a_dead_one_off_is_run_again_by_rerun_while_trigger_refuses(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    """docs/operations.md tells users to run a dead occurrence again: a one-off whose final
+    outcome is recorded is `completed`, which trigger refuses, so re-running is its own
+    route, on the execution."""
+    h = bearer(tenants.alice)
+    run_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    job_id = (await api.post("/jobs", json={"task": "t", "run_at": run_at}, headers=h)).json()["id"]
+    dead_id = await pool.fetchval("SELECT id FROM executions WHERE job_id = $1", uuid.UUID(job_id))
+    # The state a worker leaves a one-off in after its last attempt died.
+    await pool.execute(
+        "UPDATE executions SET status = 'dead', attempt = 3, started_at = now(),"
+        " finished_at = now(), error_kind = 'E', error_message = 'boom' WHERE id = $1",
+        dead_id,
+    )
+    await pool.execute("UPDATE jobs SET state = 'completed' WHERE id = $1", uuid.UUID(job_id))
+    assert (await api.post(f"/jobs/{job_id}:trigger", headers=h)).status_code == 409
+
+    r = await api.post(f"/executions/{dead_id}:rerun", headers=h)
+    assert r.status_code == 201, r.text
+    new = (await api.get(f"/executions/{r.json()['id']}", headers=h)).json()
+    old = (await api.get(f"/executions/{dead_id}", headers=h)).json()
+    assert (new["status"], new["attempt"]) == ("scheduled", 4)
+    assert new["occurrence_at"] == old["occurrence_at"] and old["status"] == "dead"
+    assert datetime.fromisoformat(new["due_at"]) <= datetime.now(UTC)
+    assert (await api.get(f"/jobs/{job_id}", headers=h)).json()["state"] == "active"
+
+    again = await api.post(f"/executions/{dead_id}:rerun", headers=h)
+    assert again.status_code == 409 and r.json()["id"] in again.json()["detail"]
+    pending = await api.post(f"/executions/{r.json()['id']}:rerun", headers=h)
+    assert pending.status_code == 409 and "is scheduled" in pending.json()["detail"]
+    other = await api.post(f"/executions/{dead_id}:rerun", headers=bearer(tenants.bob))
+    assert other.status_code == 404
+    statuses = await pool.fetch(
+        "SELECT status FROM executions WHERE job_id = $1 ORDER BY attempt", uuid.UUID(job_id)
+    )
+    assert [s["status"] for s in statuses] == ["dead", "scheduled"]
+
+
+async def test_a_paused_jobs_failed_occurrence_is_not_run_again(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    h = bearer(tenants.alice)
+    job_id = (await api.post("/jobs", json=CRON, headers=h)).json()["id"]
+    failed = await pool.fetchval(
+        "UPDATE executions SET status = 'failed', started_at = now(), finished_at = now(),"
+        " error_kind = 'E', error_message = 'no' WHERE job_id = $1 RETURNING id",
+        uuid.UUID(job_id),
+    )
+    assert (await api.post(f"/jobs/{job_id}:pause", headers=h)).status_code == 204
+    r = await api.post(f"/executions/{failed}:rerun", headers=h)
+    assert r.status_code == 409 and "paused" in r.json()["detail"], r.text
+    assert (await api.post(f"/jobs/{job_id}:resume", headers=h)).status_code == 204
+    assert (await api.post(f"/executions/{failed}:rerun", headers=h)).status_code == 201
