@@ -114,10 +114,19 @@ def api(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
     workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes.")] = 1,
 ) -> None:
-    """Serve the HTTP job API (auth: Kubernetes tokens; HORAE_API_TOKENS_FILE for local dev)."""
+    """Serve the HTTP job API (auth: Kubernetes tokens when there is a cluster;
+    HORAE_API_TOKENS_FILE for local development)."""
     import uvicorn
 
+    from horae.api.app import auth_plan
+    from horae.errors import ConfigError
+
     _settings()  # fail fast with a one-line error on bad settings
+    try:
+        plan = auth_plan(os.environ)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(f"horae api on {host}:{port}: {plan.describe()}", err=True)
     uvicorn.run(
         "horae.api.app:app_from_env", factory=True, host=host, port=port, workers=workers,
         log_level="warning", access_log=False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from horae.api.auth import Authenticator, Chain, KubernetesAuth, StaticTokens
 from horae.api.problems import Problem, problem_response
 from horae.api.routes import build_router
 from horae.config import Settings
+from horae.errors import ConfigError
 from horae.kube import Reviews, load_api_client
 from horae.store.db import connect_pool
 from horae.store.installation import read_installation
@@ -155,12 +156,52 @@ def create_app(
     return app
 
 
-def authenticator(settings: Settings, tokens_file: str | None) -> Authenticator:
+@dataclass(frozen=True)
+class AuthPlan:
+    """Which authenticators the API runs with, decided from its settings alone."""
+
+    tokens_file: str | None
+    """HORAE_API_TOKENS_FILE: static `token,tenant[,verbs]` lines (local development)."""
+    kubernetes: bool
+    """Kubernetes TokenReview and SubjectAccessReview."""
+
+    def describe(self) -> str:
+        active = [f"static tokens from {self.tokens_file} (local development only)"] * bool(
+            self.tokens_file
+        ) + ["Kubernetes TokenReview + SubjectAccessReview"] * self.kubernetes
+        return "authenticators: " + ", ".join(active)
+
+
+def auth_plan(env: Mapping[str, str]) -> AuthPlan:
+    """HORAE_API_KUBERNETES_AUTH: `true` (Kubernetes authentication required), `false` (off),
+    unset: on when there is a cluster to ask (KUBECONFIG, or running in a pod), off
+    otherwise. ConfigError when no authenticator at all would be active, or when
+    Kubernetes authentication is required with no cluster to ask."""
+    tokens_file = env.get("HORAE_API_TOKENS_FILE") or None
+    if tokens_file is not None and not Path(tokens_file).is_file():
+        raise ConfigError(f"HORAE_API_TOKENS_FILE: no such file: {tokens_file}")
+    raw = env.get("HORAE_API_KUBERNETES_AUTH", "").strip().lower()
+    if raw not in ("", "true", "false"):
+        raise ConfigError(f"HORAE_API_KUBERNETES_AUTH: expected true or false, got {raw!r}")
+    cluster = bool(env.get("KUBECONFIG") or env.get("KUBERNETES_SERVICE_HOST"))
+    if raw == "true" and not cluster:
+        raise ConfigError(
+            "HORAE_API_KUBERNETES_AUTH=true: no cluster to ask (set KUBECONFIG, or run in a pod)"
+        )
+    plan = AuthPlan(tokens_file, kubernetes=raw == "true" or (raw == "" and cluster))
+    if not plan.tokens_file and not plan.kubernetes:
+        raise ConfigError(
+            "no authenticator: run in a cluster or set KUBECONFIG (Kubernetes tokens), or set"
+            " HORAE_API_TOKENS_FILE (local development)"
+        )
+    return plan
+
+
+def authenticator(settings: Settings, plan: AuthPlan) -> Authenticator:
     chain: list[Any] = []
-    if tokens_file:
-        log.warning("static API tokens from %s: for local development only", tokens_file)
-        chain.append(StaticTokens(Path(tokens_file)))
-    if os.environ.get("HORAE_API_KUBERNETES_AUTH", "true").lower() != "false":
+    if plan.tokens_file:
+        chain.append(StaticTokens(Path(plan.tokens_file)))
+    if plan.kubernetes:
         chain.append(KubernetesAuth(Reviews(load_api_client(settings.kube.kubeconfig))))
     return Chain(*chain)
 
@@ -171,8 +212,10 @@ def app_from_env() -> FastAPI:
 
     logs.setup(os.environ.get("HORAE_LOG_LEVEL", "INFO"))
     settings = Settings.from_env()
+    plan = auth_plan(os.environ)
+    log.info("job API %s", plan.describe())
     return create_app(
         dsn=settings.database.url,
-        auth=authenticator(settings, os.environ.get("HORAE_API_TOKENS_FILE")),
+        auth=authenticator(settings, plan),
         pool_size=settings.database.pool_size,
     )

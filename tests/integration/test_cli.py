@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import asyncpg
+import httpx
 import yaml
 
 from tests.support.processes import HORAE, REPO
+from tests.support.wait import until
 
 
 def horae(
@@ -271,3 +275,54 @@ async def test_rerun_runs_a_dead_occurrence_again_and_refuses_the_rest(
     assert bad.returncode == 2 and bad.stderr.startswith("horae: EXECUTION must be")
     missing = horae("rerun", str(uuid.uuid4()), db_url=db_url)
     assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen([HORAE, *args], env=env, cwd=REPO, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+
+
+async def test_the_api_starts_with_only_a_tokens_file_outside_a_cluster(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The README's local-development setup: `HORAE_API_TOKENS_FILE` and no cluster. The API
+    once always added Kubernetes authentication and crashed at start outside a cluster."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("dev-token,acme\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cluster = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "HORAE_API_KUBERNETES_AUTH")
+    env = {k: v for k, v in os.environ.items() if k not in cluster}
+    env |= {"HORAE_DATABASE_URL": db_url, "HORAE_API_TOKENS_FILE": str(tokens)}
+    log = tmp_path / "api.log"
+    api = _start(["api", "--port", str(port)], env, log)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+            async def ready() -> bool:
+                try:
+                    return (await http.get("/readyz")).status_code == 200
+                except httpx.TransportError:
+                    assert api.poll() is None, log.read_text()
+                    return False
+
+            await until(ready, timeout=30, what="the API ready")
+            r = await http.get("/jobs", headers={"Authorization": "Bearer dev-token"})
+            assert r.status_code == 200, r.text
+        assert (
+            f"horae api on 127.0.0.1:{port}: authenticators: static tokens from {tokens}"
+            " (local development only)"
+        ) in log.read_text().splitlines()
+    finally:
+        api.terminate()
+        api.wait(timeout=15)
+    nothing = {k: v for k, v in env.items() if k != "HORAE_API_TOKENS_FILE"}
+    r = subprocess.run([HORAE, "api", "--port", str(port)], env=nothing,  # noqa: ASYNC221
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "horae: no authenticator: run in a cluster or set KUBECONFIG (Kubernetes tokens), or"
+        " set HORAE_API_TOKENS_FILE (local development)"
+    ]
