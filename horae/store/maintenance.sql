@@ -26,3 +26,11 @@ SELECT horae_create_partition($1::date)
 -- name: drop_partitions
 -- Drop the daily partitions that end on or before a UTC day; returns how many.
 SELECT horae_drop_partitions($1::date)
+
+-- name: ping
+-- A round trip that touches nothing: is the connection (or the pool) alive?
+SELECT 1
+
+-- name: database_now
+-- PostgreSQL's wall clock at this instant (not the transaction's start), for DatabaseClock.
+SELECT clock_timestamp()
