@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from horae.store.queries import Q
+
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
@@ -37,7 +39,7 @@ class DatabaseClock:
         self, conn: asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
     ) -> None:
         before = datetime.now(UTC)
-        theirs: datetime = await conn.fetchval("SELECT clock_timestamp()")
+        theirs: datetime = await conn.fetchval(Q["database_now"])
         after = datetime.now(UTC)
         offset = theirs - (before + (after - before) / 2)
         if abs(offset - self.offset) > DRIFT_WARNING:

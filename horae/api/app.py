@@ -26,6 +26,7 @@ from horae.errors import ConfigError
 from horae.kube import Reviews, load_api_client
 from horae.store.db import connect_pool
 from horae.store.installation import read_installation
+from horae.store.queries import Q
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def create_app(
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> Response:
         try:
-            await pool().fetchval("SELECT 1")
+            await pool().fetchval(Q["ping"])
         except Exception:
             return JSONResponse({"status": "unready"}, status_code=503)
         return JSONResponse({"status": "ready"})

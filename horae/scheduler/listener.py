@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 
 from horae.store.db import connect
+from horae.store.queries import Q
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class ShardListener:
                         await asyncio.wait_for(stop.wait(), timeout=1.0)
                     except TimeoutError:
                         async with self._lock:  # notice a dead connection
-                            await self._conn.execute("SELECT 1")
+                            await self._conn.execute(Q["ping"])
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 log.warning("listener connection lost; reconnecting")
                 await asyncio.sleep(0.5)

@@ -346,7 +346,7 @@ async def resume_job(
             run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
             for fire in missed[-MAX_SKIPPED_ON_RESUME:]:
                 await conn.execute(
-                    Q["insert_skipped"], uuid.uuid4(), job_id, row["tenant"], spec.task,
+                    Q["insert_skipped"], new_execution_id(), job_id, row["tenant"], spec.task,
                     row["shard"], fire, version, now, "paused", "job was paused at this time",
                 )  # fmt: skip
             if run_now is not None:

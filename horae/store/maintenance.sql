@@ -39,3 +39,11 @@ ON CONFLICT (singleton) DO NOTHING
 -- name: set_retention
 -- Change the installation's retention (days of execution history kept).
 UPDATE installation SET retention_days = $1, updated_at = now()
+
+-- name: ping
+-- A round trip that touches nothing: is the connection (or the pool) alive?
+SELECT 1
+
+-- name: database_now
+-- PostgreSQL's wall clock at this instant (not the transaction's start), for DatabaseClock.
+SELECT clock_timestamp()

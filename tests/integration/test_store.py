@@ -96,6 +96,21 @@ async def test_pause_cancels_pending_and_resume_schedules_from_now(pool: asyncpg
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "active"
 
 
+async def test_occurrences_skipped_on_resume_get_uuid7_ids_like_every_execution(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(
+            conn, cron_spec("0 * * * *"), tenant="acme", source=JobSource.API, shards=64,
+            now=NOW,
+        )  # fmt: skip
+        await jobs.set_paused(conn, job_id, True, now=NOW)
+        await jobs.set_paused(conn, job_id, False, now=NOW + timedelta(hours=3))
+    skipped = [r for r in await rows(pool, job_id) if r["status"] == "skipped"]
+    assert len(skipped) == 3 and all(r["error_kind"] == "paused" for r in skipped)
+    assert [r["id"].version for r in skipped] == [7, 7, 7]
+
+
 async def test_cancel_keeps_history(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
         job_id = await jobs.create_job(
