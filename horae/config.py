@@ -129,6 +129,9 @@ class SchedulerSettings:
     MAX_DISPATCH_LEAD. Off by default: a held message keeps its prefetch slot (prefetch =
     concurrency), and at a sustained rate the held executions cost workers CPU (see
     docs/performance.md)."""
+    dead_webhook: str | None = None
+    """HORAE_DEAD_WEBHOOK_URL: POST a JSON event here for each execution the reaper finds
+    dead (its last attempt's worker stopped heartbeating); workers send the others."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name in Leases; hostname-pid by default."""
 
@@ -221,6 +224,7 @@ class Settings:
                 dispatch_lead=env_seconds(
                     env, "HORAE_DISPATCH_LEAD_SECONDS", 0, zero=True, most=MAX_DISPATCH_LEAD
                 ),
+                dead_webhook=_url(env, "HORAE_DEAD_WEBHOOK_URL"),
                 identity=identity or sched_defaults.identity,
             ),
             metrics_port=_int(env, "HORAE_METRICS_PORT", 0, minimum=0),

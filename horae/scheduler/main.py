@@ -111,6 +111,7 @@ async def run(settings: Settings) -> None:
         publisher,
         epochs=lambda: dispatcher.epochs,
         redelivery_timeout=cfg.redelivery_timeout,
+        dead_webhook=cfg.dead_webhook,
     )
     maintenance = Maintenance(
         pool,

@@ -5,7 +5,8 @@
   a worker until it is due): published again.
 - `running` with an expired lease (the worker stopped heartbeating): a failed
   attempt ("lease lost") with a retry per the job's policy, or `dead` (and a
-  copy on the dead-letter queue) when it was the last attempt.
+  copy on the dead-letter queue, and the dead-execution webhook when one is set) when it
+  was the last attempt.
 Every write is fenced with the shard's epoch, like dispatch.
 """
 
@@ -19,7 +20,7 @@ from datetime import timedelta
 
 import asyncpg
 
-from horae import metrics
+from horae import alerts, metrics
 from horae.broker import Publisher
 from horae.clock import DatabaseClock
 from horae.models import RetryPolicy
@@ -41,12 +42,16 @@ class Reaper:
         epochs: Callable[[], dict[int, int]],
         redelivery_timeout: timedelta,
         period: timedelta = timedelta(seconds=5),
+        dead_webhook: str | None = None,
     ) -> None:
         self._pool = pool
         self._publisher = publisher
         self._epochs = epochs
         self._redelivery = redelivery_timeout
         self._period = period.total_seconds()
+        self._dead_webhook = dead_webhook
+        self._alerts: set[asyncio.Task[bool]] = set()
+        """Webhook POSTs under way (kept referenced until done)."""
         self._clock = DatabaseClock()
         """Leases are judged by Postgres's clock, the one the workers write them by."""
 
@@ -85,10 +90,31 @@ class Reaper:
                         await self._publisher.dead_letter(body, str(row["id"]),
                                                           {"reason": "lease lost"})  # fmt: skip
                         metrics.dead_letters.inc()
+                        self._alert(row, owner=row["lease_owner"])
             if lost:
                 metrics.reaped.labels("lease_lost").inc(lost)
                 log.info("%d running executions lost their lease", lost)
         return len(stale), lost
+
+    def _alert(self, row: asyncpg.Record, *, owner: str | None) -> None:
+        """The dead-execution webhook for an execution that died with its lease, in the
+        background (it never holds up a sweep)."""
+        if not self._dead_webhook:
+            return
+        event = alerts.dead_event(
+            execution_id=row["id"],
+            job_id=row["job_id"],
+            job_name=row["job_name"],
+            tenant=row["tenant"],
+            task=row["task"],
+            attempt=row["attempt"],
+            occurrence_at=row["occurrence_at"],
+            error_kind="lease_lost",
+            error_message=f"worker {owner or '?'} stopped heartbeating",
+        )
+        task = asyncio.create_task(alerts.post_dead(self._dead_webhook, event))
+        self._alerts.add(task)
+        task.add_done_callback(self._alerts.discard)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

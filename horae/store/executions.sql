@@ -135,7 +135,7 @@ WHERE e.shard = fence.shard AND e.status = 'queued'
 -- name: expired_running
 -- Running executions of these shards whose lease ran out before $2 (reaper), with their policy.
 SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
-       e.job_version, e.lease_owner, j.retry_policy
+       e.job_version, e.lease_owner, j.retry_policy, j.name AS job_name
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard = ANY($1::smallint[]) AND e.status = 'running' AND e.lease_until < $2
 ORDER BY e.lease_until

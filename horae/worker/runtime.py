@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import asyncpg
 import pydantic
 
-from horae import broker, metrics
+from horae import alerts, broker, metrics
 from horae.batching import GroupCommit
 from horae.clock import DatabaseClock
 from horae.config import Settings
@@ -39,7 +39,6 @@ from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, Retr
 from horae.store import executions as store
 from horae.store.db import connect_pool
 from horae.store.executions import Claimed
-from horae.worker import alerts
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
 
@@ -342,13 +341,18 @@ class Worker:
             )  # fmt: skip
             metrics.dead_letters.inc()
             if self._cfg.dead_webhook:
-                self._background(alerts.post_dead(self._cfg.dead_webhook, {
-                    "type": "horae.execution.dead", "execution_id": claimed.id,
-                    "job_id": claimed.job_id, "job_name": claimed.name,
-                    "tenant": claimed.tenant, "task": claimed.task, "attempt": claimed.attempt,
-                    "occurrence_at": claimed.occurrence_at, "error_kind": outcome.error_kind,
-                    "error_message": outcome.error_message,
-                }))  # fmt: skip
+                event = alerts.dead_event(
+                    execution_id=claimed.id,
+                    job_id=claimed.job_id,
+                    job_name=claimed.name,
+                    tenant=claimed.tenant,
+                    task=claimed.task,
+                    attempt=claimed.attempt,
+                    occurrence_at=claimed.occurrence_at,
+                    error_kind=outcome.error_kind,
+                    error_message=outcome.error_message,
+                )
+                self._background(alerts.post_dead(self._cfg.dead_webhook, event))
         if recorded:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:

@@ -147,6 +147,21 @@ def test_only_the_migration_hook_decides_shards_and_retention(control_plane: Con
         assert not {e["name"] for e in pool["spec"]["env"]} & {"HORAE_RETENTION_DAYS"}
 
 
+def test_the_dead_webhook_reaches_the_schedulers_and_the_workers(
+    control_plane: ControlPlane,
+) -> None:
+    """Workers send the deaths they record; the schedulers' reaper sends those it finds."""
+    url = "https://hooks.example.com/horae"
+    objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", None,
+                                                    f"deadWebhookUrl={url}")) if o]  # fmt: skip
+    by_name = {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+    scheduler = by_name["Deployment/horae-scheduler"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in scheduler["containers"][0]["env"]}
+    assert env["HORAE_DEAD_WEBHOOK_URL"] == url
+    pool = by_name["WorkerPool/default"]["spec"]
+    assert {"name": "HORAE_DEAD_WEBHOOK_URL", "value": url} in pool["env"]
+
+
 def test_keda_worker_pods_get_the_grace_a_workerpool_gets(control_plane: ControlPlane) -> None:
     """With KEDA the chart renders the worker Deployment itself: its pods must get the
     termination grace the operator gives a WorkerPool's pods (shutdown grace, the

@@ -257,6 +257,42 @@ async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
     assert finishers == {heir.identity}
 
 
+async def test_a_last_attempt_lost_with_its_worker_is_dead_lettered_and_sent_to_the_webhook(
+    processes: Processes, pool: asyncpg.Pool, tmp_path: Path, broker_url: str, broker_prefix: str
+) -> None:
+    """A death the reaper finds (the last attempt's worker stopped heartbeating) reaches the
+    dead-execution webhook like one a worker records; it once reached only the queue."""
+    log = tmp_path / "calls.jsonl"
+    with webhook_receiver() as (url, alerts):
+        processes.start("scheduler", "scheduler", env={"HORAE_DEAD_WEBHOOK_URL": url})
+        victim = processes.start("worker", "worker", "--tasks", TASKS, env={
+            "HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3",
+            "HORAE_DEAD_WEBHOOK_URL": url,
+        })  # fmt: skip
+        once = RetryPolicy(max_attempts=1)
+        job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC), retry=once,
+                                         payload={"seconds": 60}), due_in=2)  # fmt: skip
+
+        async def started() -> bool:
+            return len(invocations(log)) == 1
+
+        await until(started, timeout=20, what="the slow handler to start")
+        victim.kill()
+        [row] = await terminal(pool, job["id"], 1, timeout=30)
+        assert (row["status"], row["error_kind"]) == ("dead", "lease_lost")
+
+        async def alerted() -> bool:
+            return bool(alerts)
+
+        await until(alerted, timeout=15, what="the dead-execution webhook")
+    [alert] = alerts
+    assert alert["type"] == "horae.execution.dead"
+    assert (alert["execution_id"], alert["job_id"]) == (str(row["id"]), str(job["id"]))
+    assert (alert["task"], alert["attempt"], alert["error_kind"]) == ("e2e.slow", 1, "lease_lost")
+    assert alert["error_message"] == row["error_message"]
+    assert set(await drain(broker_url, f"{broker_prefix}.dead-letter")) == {str(row["id"])}
+
+
 async def test_a_tenant_limit_is_never_exceeded_and_other_tenants_are_unaffected(
     processes: Processes, pool: asyncpg.Pool
 ) -> None:

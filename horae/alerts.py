@@ -1,4 +1,6 @@
-"""The optional dead-execution webhook: one JSON POST per execution that ended `dead`.
+"""The optional dead-execution webhook: one JSON POST per execution that ended `dead`,
+whoever found it: the worker that recorded its last attempt, or the scheduler's reaper
+when that attempt's worker stopped heartbeating.
 
 The dead-letter queue is the durable record and the `horae_dead_letters_total` metric
 the alert to page on; the webhook is a convenience for chat or incident tools, so it is
@@ -12,7 +14,9 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +27,37 @@ TIMEOUT_SECONDS = 5.0
 def _post(url: str, body: bytes) -> int:
     request = urllib.request.Request(
         url, data=body, method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "horae-worker"},
+        headers={"Content-Type": "application/json", "User-Agent": "horae"},
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
         return int(response.status)
+
+
+def dead_event(
+    *,
+    execution_id: UUID,
+    job_id: UUID,
+    job_name: str | None,
+    tenant: str,
+    task: str,
+    attempt: int,
+    occurrence_at: datetime,
+    error_kind: str | None,
+    error_message: str | None,
+) -> dict[str, Any]:
+    """The webhook's JSON event for one dead execution."""
+    return {
+        "type": "horae.execution.dead",
+        "execution_id": execution_id,
+        "job_id": job_id,
+        "job_name": job_name,
+        "tenant": tenant,
+        "task": task,
+        "attempt": attempt,
+        "occurrence_at": occurrence_at,
+        "error_kind": error_kind,
+        "error_message": error_message,
+    }
 
 
 async def post_dead(url: str, event: dict[str, Any]) -> bool:
