@@ -1,4 +1,6 @@
-"""Broken set-up fails fast, with a one-line reason and a non-zero exit."""
+"""The set-up scripts: broken set-up fails fast, with a one-line reason and a non-zero exit;
+what they find on the machine (another PostgreSQL, a partial binaries directory) is used
+or left alone, never changed."""
 
 from __future__ import annotations
 
@@ -6,7 +8,12 @@ import os
 import shutil
 import socket
 import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from tests.support.kube import free_port
 
@@ -67,8 +74,165 @@ def test_control_plane_refuses_a_taken_port(tmp_path: Path) -> None:
     assert err.splitlines()[-1].startswith(f"k8s-up: port {port} on 127.0.0.1 is already taken")
 
 
-def test_services_refuse_a_postgres_port_with_no_cluster() -> None:
-    port = free_port()
-    rc, err = run("services.sh", env={"HORAE_PG_PORT": str(port)})
+# ---- services.sh beside a PostgreSQL it did not start ------------------------------------
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("pg_createcluster") is None,
+    reason="creates Debian PostgreSQL clusters: needs root and postgresql-common",
+)
+PG_VERSION = os.environ.get("HORAE_TEST_PG_VERSION", "15")
+
+
+@dataclass
+class Cluster:
+    name: str
+    port: int
+
+    def sql(self, query: str) -> str:
+        out = subprocess.run(
+            ["runuser", "-u", "postgres", "--", "psql", "-p", str(self.port), "-qtAc", query],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    @property
+    def started_at(self) -> str:
+        return self.sql("select pg_postmaster_start_time()")
+
+    @property
+    def auto_conf(self) -> bytes:
+        return Path(
+            f"/var/lib/postgresql/{PG_VERSION}/{self.name}/postgresql.auto.conf"
+        ).read_bytes()
+
+    def settings(self) -> tuple[str, str, str]:
+        return (
+            self.sql("show shared_buffers"),
+            self.sql("show max_connections"),
+            self.sql("show shared_preload_libraries"),
+        )
+
+
+def drop_cluster(name: str) -> None:
+    subprocess.run(
+        ["pg_dropcluster", "--stop", PG_VERSION, name],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def cluster_name() -> str:
+    return f"horae_test_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def users_cluster() -> Iterator[Cluster]:
+    """A PostgreSQL the user runs: a Debian cluster with settings of its own."""
+    cluster = Cluster(cluster_name(), free_port())
+    subprocess.run(
+        [
+            "pg_createcluster",
+            PG_VERSION,
+            cluster.name,
+            "-p",
+            str(cluster.port),
+            "--start",
+            "-o",
+            "shared_buffers=32MB",
+            "-o",
+            "max_connections=20",
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    try:
+        yield cluster
+    finally:
+        drop_cluster(cluster.name)
+
+
+@needs_root
+def test_services_refuse_the_port_of_a_postgres_they_did_not_start(
+    users_cluster: Cluster,
+) -> None:
+    before = (users_cluster.started_at, users_cluster.auto_conf, users_cluster.settings())
+    ours = cluster_name()
+    rc, err = run(
+        "services.sh", env={"HORAE_PG_PORT": str(users_cluster.port), "HORAE_PG_CLUSTER": ours}
+    )
     assert rc != 0
-    assert err.splitlines()[-1] == f"services: no PostgreSQL cluster is configured on port {port}"
+    assert err == (
+        f"services: port {users_cluster.port} on 127.0.0.1 is taken by PostgreSQL cluster "
+        f"{PG_VERSION}/{users_cluster.name}, not Horae's PostgreSQL cluster '{ours}': "
+        "set HORAE_PG_PORT to a free port (hack/services.sh env follows it)"
+    )
+    after = (users_cluster.started_at, users_cluster.auto_conf, users_cluster.settings())
+    assert after == before
+    assert before[2] == ("32MB", "20", "")
+
+
+@needs_root
+def test_services_refuse_a_postgres_port_another_process_holds() -> None:
+    ours = cluster_name()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc, err = run(
+            "services.sh",
+            env={
+                "HORAE_PG_PORT": str(port),
+                "HORAE_PG_CLUSTER": ours,
+                "HORAE_SERVICE_TIMEOUT": "5",
+            },
+        )
+    assert rc != 0
+    assert err == (
+        f"services: port {port} on 127.0.0.1 is taken by another process, not Horae's "
+        f"PostgreSQL cluster '{ours}': set HORAE_PG_PORT to a free port "
+        "(hack/services.sh env follows it)"
+    )
+
+
+@needs_root
+def test_services_create_horaes_own_cluster_beside_another_and_leave_both_running(
+    users_cluster: Cluster,
+) -> None:
+    before = (users_cluster.started_at, users_cluster.auto_conf, users_cluster.settings())
+    ours = Cluster(cluster_name(), free_port())
+    env = {"HORAE_PG_PORT": str(ours.port), "HORAE_PG_CLUSTER": ours.name}
+    try:
+        rc, err = run("services.sh", env=env, timeout=180)
+        assert rc == 0, err
+        assert ours.settings() == ("1GB", "300", "pg_stat_statements")
+        started = ours.started_at
+        rc, err = run("services.sh", env=env)
+        assert rc == 0, err
+        assert ours.started_at == started  # already up: not restarted
+        out = subprocess.run(
+            [str(HACK / "services.sh"), "env"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        url = f"postgresql://horae:horae@127.0.0.1:{ours.port}/horae"
+        assert f"HORAE_DATABASE_URL={url}" in out.splitlines()
+        answer = subprocess.run(
+            ["psql", url, "-tAc", "select current_user"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert answer.strip() == "horae"
+    finally:
+        drop_cluster(ours.name)
+    after = (users_cluster.started_at, users_cluster.auto_conf, users_cluster.settings())
+    assert after == before
