@@ -95,8 +95,13 @@ ensure_pg_cluster() {
   if [ -n "${ver:-}" ] && [ "$have_port" != "$port" ]; then
     die "Horae's PostgreSQL cluster $ver/$name is configured on port $have_port, not $port: set HORAE_PG_PORT=$have_port, or pg_dropcluster --stop $ver $name to recreate it"
   fi
-  # Fast path: up and configured as wanted (without root: Horae's role can log in).
+  # Horae's conf.d file marks a cluster this script made: a user's own cluster that happens
+  # to bear the name is not Horae's to change.
   conf=/etc/postgresql/${ver:-none}/$name/conf.d/horae.conf
+  if [ -n "${ver:-}" ] && [ ! -e "$conf" ]; then
+    die "PostgreSQL cluster $ver/$name was not made by hack/services.sh (no $conf): set HORAE_PG_CLUSTER to another name"
+  fi
+  # Fast path: up and configured as wanted (without root: Horae's role can log in).
   if [ "${status:-}" = online ] && [ "$(cat "$conf" 2>/dev/null)" = "$PG_SETTINGS" ]; then
     if [ "$(id -u)" != 0 ]; then
       PGPASSWORD=$PG_PASSWORD psql -h 127.0.0.1 -p "$port" -U "$PG_USER" -d "$PG_DB" -tAc 'select 1' >/dev/null 2>&1 \

@@ -266,6 +266,24 @@ def test_services_refuse_the_port_of_a_postgres_they_did_not_start(
 
 
 @needs_root
+def test_services_leave_a_users_cluster_alone_even_under_horaes_cluster_name(
+    users_cluster: Cluster,
+) -> None:
+    before = (users_cluster.started_at, users_cluster.auto_conf, users_cluster.settings())
+    rc, err = run(
+        "services.sh",
+        env={"HORAE_PG_PORT": str(users_cluster.port), "HORAE_PG_CLUSTER": users_cluster.name},
+    )
+    assert rc != 0
+    conf = f"/etc/postgresql/{PG_VERSION}/{users_cluster.name}/conf.d/horae.conf"
+    assert err == (
+        f"services: PostgreSQL cluster {PG_VERSION}/{users_cluster.name} was not made by "
+        f"hack/services.sh (no {conf}): set HORAE_PG_CLUSTER to another name"
+    )
+    assert (users_cluster.started_at, users_cluster.auto_conf, users_cluster.settings()) == before
+
+
+@needs_root
 def test_services_refuse_a_postgres_port_another_process_holds() -> None:
     ours = cluster_name()
     with socket.socket() as taken:
