@@ -24,7 +24,7 @@ from horae.store.migrate import migrate
 from tests.support.kube import start_control_plane, stop_control_plane
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
+BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5433/horae")
 BROKER = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
 HORAE = str(Path(sys.executable).parent / "horae")
 

@@ -5,8 +5,11 @@
 #
 #   hack/build-k8s.sh            build what is missing, print the bin directory
 #
-# If HORAE_K8S_BIN or KUBEBUILDER_ASSETS points at a directory that already has
-# the binaries, nothing is built and that directory is printed.
+# If HORAE_K8S_BIN or KUBEBUILDER_ASSETS points at a directory that has all the
+# binaries, nothing is built and that directory is printed. If it has only some
+# (setup-envtest's has no helm), those are used and only the missing ones are
+# built into the cache: the printed directory, under the cache, holds links to
+# both.
 set -euo pipefail
 
 K8S_VERSION=${HORAE_K8S_VERSION:-v1.34.3}
@@ -21,23 +24,51 @@ has_all() {
   for b in "${BINARIES[@]}"; do [ -x "$dir/$b" ] || return 1; done
 }
 
+provided= provided_var=
 for var in HORAE_K8S_BIN KUBEBUILDER_ASSETS; do
   dir=${!var:-}
   if [ -n "$dir" ]; then
-    has_all "$dir" || die "$var=$dir lacks one of: ${BINARIES[*]}"
-    echo "$dir"; exit 0
+    has_all "$dir" && { echo "$dir"; exit 0; }
+    [ -d "$dir" ] || die "$var=$dir is not a directory"
+    provided=$(cd "$dir" && pwd) provided_var=$var
+    break
   fi
 done
 
 CACHE=${HORAE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horae}/k8s/$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION
 BIN=$CACHE/bin
-if has_all "$BIN"; then echo "$BIN"; exit 0; fi
 
+# The binaries wanted from the cache: all of them, or those the provided directory lacks.
+wanted=()
+for b in "${BINARIES[@]}"; do
+  [ -n "$provided" ] && [ -x "$provided/$b" ] || wanted+=("$b")
+done
+missing=()
+for b in "${wanted[@]}"; do [ -x "$BIN/$b" ] || missing+=("$b"); done
+needs() { [[ " ${missing[*]} " == *" $1 "* ]]; }
+
+# A directory of links: the provided binaries, and the cache's for the rest. One per
+# provided directory, so different ones never overwrite each other's links.
+print_bin() {
+  if [ -z "$provided" ]; then echo "$BIN"; return; fi
+  local mixed b
+  mixed=$CACHE/with/$(printf '%s' "$provided" | sha256sum | cut -c1-16)
+  mkdir -p "$mixed"
+  for b in "${BINARIES[@]}"; do
+    if [ -x "$provided/$b" ]; then ln -sfn "$provided/$b" "$mixed/$b"; else ln -sfn "$BIN/$b" "$mixed/$b"; fi
+  done
+  has_all "$mixed" || die "binaries are missing in $mixed"
+  echo "$mixed"
+}
+
+if [ ${#missing[@]} = 0 ]; then print_bin; exit 0; fi
+
+[ -n "$provided" ] && echo "build-k8s: $provided_var=$provided has no ${missing[*]}: building only that into $BIN" >&2
 command -v go >/dev/null || die "no Go toolchain on PATH: install Go >= 1.24 to build the Kubernetes binaries"
 mkdir -p "$BIN"
 LOG=$CACHE/build.log
 : >"$LOG"
-echo "build-k8s: building kube-apiserver/kubectl $K8S_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION into $BIN (log: $LOG)" >&2
+echo "build-k8s: building ${missing[*]} (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION) into $BIN (log: $LOG)" >&2
 
 export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-local} CGO_ENABLED=0
 work=$(mktemp -d)
@@ -63,13 +94,14 @@ build_module() {  # name, module require lines, replace lines, then pkg=>out pai
   (cd "$dir" && go mod tidy >>"$LOG" 2>&1) || die "go mod tidy failed for $name (see $LOG)"
   local pair
   for pair in "$@"; do
-    (cd "$dir" && go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/${pair##*=>}.tmp" "${pair%%=>*}" >>"$LOG" 2>&1) \
+    # A name of its own per build: two builds at once never write the same file.
+    (cd "$dir" && go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/${pair##*=>}.tmp.$$" "${pair%%=>*}" >>"$LOG" 2>&1) \
       || die "go build ${pair%%=>*} failed (see $LOG)"
-    mv "$BIN/${pair##*=>}.tmp" "$BIN/${pair##*=>}"
+    mv "$BIN/${pair##*=>}.tmp.$$" "$BIN/${pair##*=>}"
   done
 }
 
-if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ]; then
+if needs kube-apiserver || needs kubectl; then
   gomod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>>"$LOG" \
     | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p') || true
   [ -f "$gomod" ] || die "could not fetch k8s.io/kubernetes@$K8S_VERSION from the Go module proxy (see $LOG)"
@@ -81,19 +113,21 @@ if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ]; then
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LDFLAGS="$LDFLAGS -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
-  build_module kubernetes "	k8s.io/kubernetes $K8S_VERSION" "$replaces" \
-    "k8s.io/kubernetes/cmd/kube-apiserver=>kube-apiserver" "k8s.io/kubernetes/cmd/kubectl=>kubectl"
+  pairs=()
+  needs kube-apiserver && pairs+=("k8s.io/kubernetes/cmd/kube-apiserver=>kube-apiserver")
+  needs kubectl && pairs+=("k8s.io/kubernetes/cmd/kubectl=>kubectl")
+  build_module kubernetes "	k8s.io/kubernetes $K8S_VERSION" "$replaces" "${pairs[@]}"
 fi
 
-if [ ! -x "$BIN/etcd" ]; then
+if needs etcd; then
   LDFLAGS="-s -w"
   build_module etcd "	go.etcd.io/etcd/server/v3 $ETCD_VERSION" "" "go.etcd.io/etcd/server/v3=>etcd"
 fi
 
-if [ ! -x "$BIN/helm" ]; then
+if needs helm; then
   LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
   build_module helm "	helm.sh/helm/v3 $HELM_VERSION" "" "helm.sh/helm/v3/cmd/helm=>helm"
 fi
 
-has_all "$BIN" || die "build finished but binaries are missing in $BIN"
-echo "$BIN"
+for b in "${wanted[@]}"; do [ -x "$BIN/$b" ] || die "build finished but $b is missing in $BIN"; done
+print_bin

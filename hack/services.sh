@@ -4,14 +4,25 @@
 # the role, database and vhost Horae uses. Idempotent; never stops a server it
 # did not start. Needs root when something must be installed or started.
 #
+# PostgreSQL: Horae runs a cluster of its own (Debian's pg_createcluster: its own
+# data directory, configuration and port, 5433 by default), created when missing,
+# with the settings a scheduler's database wants in that cluster's own conf.d.
+# Any other cluster on the machine (Debian's 15/main on 5432, say) is never
+# reconfigured, restarted or stopped. A port held by anything that is not
+# Horae's cluster is refused: pick another with HORAE_PG_PORT.
+#
 #   hack/services.sh            ensure both services
 #   hack/services.sh env        print the HORAE_* variables that reach them
+#
+# HORAE_PG_PORT (5433) and HORAE_PG_CLUSTER (horae) name the cluster; HORAE_PG_USER,
+# HORAE_PG_PASSWORD, HORAE_PG_DB, HORAE_MQ_* the rest.
 set -euo pipefail
 
 PG_USER=${HORAE_PG_USER:-horae}
 PG_PASSWORD=${HORAE_PG_PASSWORD:-horae}
 PG_DB=${HORAE_PG_DB:-horae}
-PG_PORT=${HORAE_PG_PORT:-5432}
+PG_CLUSTER=${HORAE_PG_CLUSTER:-horae}
+PG_PORT=${HORAE_PG_PORT:-5433}
 MQ_USER=${HORAE_MQ_USER:-horae}
 MQ_PASSWORD=${HORAE_MQ_PASSWORD:-horae}
 MQ_VHOST=${HORAE_MQ_VHOST:-horae}
@@ -52,35 +63,95 @@ apt_install() {
 }
 
 # ---- PostgreSQL -------------------------------------------------------------
-ensure_postgres() {
-  local ver cluster
-  if ! command -v pg_lsclusters >/dev/null || [ -z "$(pg_lsclusters -h 2>/dev/null)" ]; then
-    apt_install postgresql postgresql-contrib
+# Settings a scheduler's database is run with (Debian's defaults are sized for a
+# laptop): statement statistics for the benchmarks, buffers and connections for
+# 10+ processes. They live in Horae's cluster's own conf.d, nowhere else.
+PG_SETTINGS="# Written by hack/services.sh for Horae's own cluster; rewritten when it changes.
+listen_addresses = '127.0.0.1'
+shared_buffers = 1GB
+max_connections = 300
+shared_preload_libraries = 'pg_stat_statements'"
+
+pg_cluster() {  # name: "version port status" of the Debian cluster called name, if any
+  pg_lsclusters -h 2>/dev/null | awk -v n="$1" '$2 == n {print $1, $3, $4; exit}'
+}
+
+pg_holder() {  # port: the Debian cluster configured on port ("15/main"), if any
+  pg_lsclusters -h 2>/dev/null | awk -v p="$1" '$3 == p {print $1 "/" $2; exit}'
+}
+
+pg_refuse_port() {  # port, what holds it
+  die "port $1 on 127.0.0.1 is taken by $2, not Horae's PostgreSQL cluster '$PG_CLUSTER': set HORAE_PG_PORT to a free port (hack/services.sh env follows it)"
+}
+
+pg_answers() { runuser -u postgres -- psql -p "$1" -tAc 'select 1' >/dev/null 2>&1; }
+
+# ensure_pg_cluster NAME PORT: Horae's cluster NAME exists (created with the newest
+# installed PostgreSQL when missing), carries PG_SETTINGS, runs on 127.0.0.1:PORT and
+# has Horae's role and database. Only cluster NAME is ever created, changed or started.
+ensure_pg_cluster() {
+  local name=$1 port=$2 ver have_port status holder conf
+  read -r ver have_port status < <(pg_cluster "$name") || true
+  if [ -n "${ver:-}" ] && [ "$have_port" != "$port" ]; then
+    die "Horae's PostgreSQL cluster $ver/$name is configured on port $have_port, not $port: set HORAE_PG_PORT=$have_port, or pg_dropcluster --stop $ver $name to recreate it"
   fi
-  if ! port_open "$PG_PORT"; then
-    read -r ver cluster _ < <(pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p' | head -1) || true
-    [ -n "${ver:-}" ] || die "no PostgreSQL cluster is configured on port $PG_PORT"
-    log "starting PostgreSQL $ver/$cluster on 127.0.0.1:$PG_PORT"
-    pg_ctlcluster "$ver" "$cluster" start >/dev/null 2>&1 \
-      || die "PostgreSQL $ver/$cluster did not start: see /var/log/postgresql/postgresql-$ver-$cluster.log"
-    wait_for postgres port_open "$PG_PORT" || die "PostgreSQL not accepting connections on port $PG_PORT after ${TIMEOUT}s"
+  # Horae's conf.d file marks a cluster this script made: a user's own cluster that happens
+  # to bear the name is not Horae's to change.
+  conf=/etc/postgresql/${ver:-none}/$name/conf.d/horae.conf
+  if [ -n "${ver:-}" ] && [ ! -e "$conf" ]; then
+    die "PostgreSQL cluster $ver/$name was not made by hack/services.sh (no $conf): set HORAE_PG_CLUSTER to another name"
   fi
-  wait_for postgres runuser -u postgres -- psql -p "$PG_PORT" -tAc 'select 1' \
-    || die "PostgreSQL on port $PG_PORT does not answer queries"
-  local psql=(runuser -u postgres -- psql -p "$PG_PORT" -v ON_ERROR_STOP=1 -qtA)
-  # Settings a scheduler's database is run with (Debian's defaults are sized for a laptop):
-  # statement statistics for the benchmarks, buffers and connections for 10+ processes.
-  # Applied once, with one restart, the first time this cluster is seen.
-  if [ "$("${psql[@]}" -c 'show shared_preload_libraries')" != pg_stat_statements ]; then
-    "${psql[@]}" -c "alter system set shared_preload_libraries = 'pg_stat_statements'" \
-      -c "alter system set shared_buffers = '1GB'" -c "alter system set max_connections = 300" >/dev/null
-    read -r ver cluster _ < <(pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p' | head -1)
-    log "restarting PostgreSQL $ver/$cluster once to apply its settings"
-    pg_ctlcluster "$ver" "$cluster" restart >/dev/null 2>&1 \
-      || die "PostgreSQL $ver/$cluster did not restart: see /var/log/postgresql/postgresql-$ver-$cluster.log"
-    wait_for postgres runuser -u postgres -- psql -p "$PG_PORT" -tAc 'select 1' \
-      || die "PostgreSQL on port $PG_PORT does not answer queries after its restart"
+  # Fast path: up and configured as wanted (without root: Horae's role can log in).
+  if [ "${status:-}" = online ] && [ "$(cat "$conf" 2>/dev/null)" = "$PG_SETTINGS" ]; then
+    if [ "$(id -u)" != 0 ]; then
+      PGPASSWORD=$PG_PASSWORD psql -h 127.0.0.1 -p "$port" -U "$PG_USER" -d "$PG_DB" -tAc 'select 1' >/dev/null 2>&1 \
+        || die "Horae's PostgreSQL cluster $ver/$name on port $port refuses $PG_USER: run hack/services.sh as root once"
+      return
+    fi
+    if pg_answers "$port"; then
+      pg_ensure_role_db "$port"
+      return
+    fi
   fi
+  [ "$(id -u)" = 0 ] || die "Horae's PostgreSQL cluster '$name' on port $port is missing, stopped or not configured, and not root to fix it"
+  if [ "${status:-}" != online ]; then
+    holder=$(pg_holder "$port")
+    if [ -n "$holder" ] && [ "$holder" != "$ver/$name" ]; then
+      pg_refuse_port "$port" "PostgreSQL cluster $holder"
+    fi
+    port_open "$port" && pg_refuse_port "$port" "another process"
+  fi
+  if [ -z "${ver:-}" ]; then
+    ver=$(find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path '*/bin/postgres' 2>/dev/null \
+      | awk -F/ '{print $5}' | sort -n | tail -1)
+    [ -n "$ver" ] || die "no PostgreSQL server binaries under /usr/lib/postgresql"
+    log "creating PostgreSQL cluster $ver/$name on 127.0.0.1:$port"
+    pg_createcluster "$ver" "$name" -p "$port" >/dev/null 2>&1 \
+      || die "pg_createcluster $ver $name -p $port failed"
+    conf=/etc/postgresql/$ver/$name/conf.d/horae.conf
+  fi
+  if [ "$(cat "$conf" 2>/dev/null)" != "$PG_SETTINGS" ]; then
+    mkdir -p "$(dirname "$conf")"
+    printf '%s\n' "$PG_SETTINGS" >"$conf"
+    chown postgres:postgres "$conf"
+    if [ "${status:-}" = online ]; then
+      log "restarting Horae's PostgreSQL cluster $ver/$name to apply its settings"
+      pg_ctlcluster "$ver" "$name" restart >/dev/null 2>&1 \
+        || die "PostgreSQL $ver/$name did not restart: see /var/log/postgresql/postgresql-$ver-$name.log"
+      status=online
+    fi
+  fi
+  if [ "${status:-}" != online ]; then
+    log "starting PostgreSQL $ver/$name on 127.0.0.1:$port"
+    pg_ctlcluster "$ver" "$name" start >/dev/null 2>&1 \
+      || die "PostgreSQL $ver/$name did not start: see /var/log/postgresql/postgresql-$ver-$name.log"
+  fi
+  wait_for postgres pg_answers "$port" || die "PostgreSQL $ver/$name on port $port does not answer queries after ${TIMEOUT}s"
+  pg_ensure_role_db "$port"
+}
+
+pg_ensure_role_db() {  # port
+  local psql=(runuser -u postgres -- env PGOPTIONS=--client-min-messages=warning psql -p "$1" -v ON_ERROR_STOP=1 -qtA)
   if [ "$("${psql[@]}" -c "select 1 from pg_roles where rolname = '$PG_USER'")" != 1 ]; then
     "${psql[@]}" -c "create role \"$PG_USER\" login createdb password '$PG_PASSWORD'" >/dev/null
   fi
@@ -92,6 +163,14 @@ ensure_postgres() {
   fi
   # Benchmarks read statement counts; harmless elsewhere.
   "${psql[@]}" -d "$PG_DB" -c "create extension if not exists pg_stat_statements" >/dev/null 2>&1 || true
+}
+
+ensure_postgres() {
+  # On a fresh machine this also creates Debian's own 15/main (on 5432); it is left as it is.
+  if ! command -v pg_lsclusters >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+    apt_install postgresql postgresql-contrib
+  fi
+  ensure_pg_cluster "$PG_CLUSTER" "$PG_PORT"
 }
 
 # ---- RabbitMQ ---------------------------------------------------------------

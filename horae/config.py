@@ -70,7 +70,7 @@ def _optional_int(env: Mapping[str, str], name: str, *, most: int | None = None)
 
 @dataclass(frozen=True, kw_only=True)
 class DatabaseSettings:
-    url: str = "postgresql://horae:horae@127.0.0.1:5432/horae"
+    url: str = "postgresql://horae:horae@127.0.0.1:5433/horae"
     """HORAE_DATABASE_URL: asyncpg DSN of the Postgres primary."""
     pool_size: int = 10
     """HORAE_DATABASE_POOL_SIZE: connections per process."""

@@ -36,7 +36,7 @@ from tests.support.kube import (
 )
 from tests.support.processes import Processes
 
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
+BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5433/horae")
 BASE_MQ = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
 REPO = Path(__file__).resolve().parents[1]
 

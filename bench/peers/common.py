@@ -31,7 +31,7 @@ from psycopg import sql
 
 from bench.load import Arrival, Result, by_second, peak_rss_mib, sustained, top_of_hour
 
-BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5432/horae")
+BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5433/horae")
 BROKER = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
 REPO = Path(__file__).resolve().parents[2]
 RECORD_DIR_ENV = "BENCH_PEERS_RECORD_DIR"

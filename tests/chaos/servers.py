@@ -1,10 +1,10 @@
 """The chaos suite's own PostgreSQL cluster and RabbitMQ node.
 
-Other tests and benchmarks share the machine's servers (PostgreSQL on 5432, RabbitMQ on
-5672); the chaos suite restarts its servers on purpose, so it runs private ones: a
-PostgreSQL cluster made by `initdb` in a temporary directory and a RabbitMQ node with its
-own name, ports and Mnesia directory. Real servers, only private. Run as root, each runs
-as its Debian package's user (`postgres`, `rabbitmq`).
+Other tests and benchmarks share the servers hack/services.sh runs (Horae's PostgreSQL
+cluster on 5433, RabbitMQ on 5672); the chaos suite restarts its servers on purpose, so it
+runs private ones: a PostgreSQL cluster made by `initdb` in a temporary directory and a
+RabbitMQ node with its own name, ports and Mnesia directory. Real servers, only private.
+Run as root, each runs as its Debian package's user (`postgres`, `rabbitmq`).
 """
 
 from __future__ import annotations

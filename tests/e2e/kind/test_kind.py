@@ -1,9 +1,10 @@
-"""The chart end to end on a kind cluster: images built and loaded, `helm install`, a
-ScheduledJob applied, its execution Succeeded in `kubectl get executions`.
+"""The chart end to end on a kind cluster: the README's walkthrough, command for command
+(images built and loaded, the throwaway services applied, `helm install`, the examples
+applied), then an execution Succeeded in `kubectl get executions`.
 
 Runs only where `kind` and a working Docker engine exist; skipped, with the reason,
 elsewhere (this development machine has no Docker engine). It uses its own cluster
-(`horae-e2e`), deleted afterwards, and the README's commands.
+(`horae-e2e`, in place of the README's `horae`), deleted afterwards.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.e2e.kind.walkthrough import readme_commands
 from tests.support.kube import REPO
 
 CLUSTER = "horae-e2e"
-NS = "horae-system"
 
 
 def _docker_works() -> str | None:
@@ -50,46 +50,30 @@ def kubectl(*args: str, input: str | None = None) -> str:
     return run("kubectl", "--context", f"kind-{CLUSTER}", *args, input=input)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    run("kind", "create", "cluster", "--name", CLUSTER, "--wait", "120s")
+def as_in_test(argv: list[str]) -> list[str]:
+    """A README command aimed at this test's cluster; `helm install` also waits for it."""
+    if argv[0] == "kind":
+        return [CLUSTER if i and argv[i - 1] == "--name" else a for i, a in enumerate(argv)]
+    if argv[0] == "kubectl":
+        return ["kubectl", "--context", f"kind-{CLUSTER}", *argv[1:]]
+    if argv[:2] == ["helm", "install"]:
+        return ["helm", "--kube-context", f"kind-{CLUSTER}", *argv[1:],
+                "--wait", "--timeout", "10m"]  # fmt: skip
+    return argv
+
+
+@pytest.fixture
+def cluster_deleted_afterwards() -> Iterator[None]:
     try:
         yield
     finally:
         subprocess.run(["kind", "delete", "cluster", "--name", CLUSTER], check=False, timeout=300)
 
 
-def test_helm_install_on_kind_runs_a_scheduled_job(cluster: None) -> None:
-    run("docker", "build", "-f", "operator/Dockerfile", "-t", "horae:e2e", ".")
-    run("docker", "build", "-f", "worker/Dockerfile", "-t", "horae-worker:e2e", ".")
-    run("kind", "load", "docker-image", "--name", CLUSTER, "horae:e2e", "horae-worker:e2e")
-    kubectl("create", "namespace", NS)
-    kubectl("apply", "-f", str(REPO / "tests" / "e2e" / "kind" / "services.yaml"))
-    kubectl("-n", NS, "rollout", "status", "deployment/postgres", "--timeout=300s")
-    kubectl("-n", NS, "rollout", "status", "deployment/rabbitmq", "--timeout=300s")
-    kubectl(
-        "-n",
-        NS,
-        "create",
-        "secret",
-        "generic",
-        "horae-postgres",
-        "--from-literal=url=postgresql://horae:horae@postgres.horae-system:5432/horae",
-    )
-    kubectl("-n", NS, "create", "secret", "generic", "horae-rabbitmq",
-            "--from-literal=url=amqp://horae:horae@rabbitmq.horae-system:5672/")  # fmt: skip
-    run("helm", "--kube-context", f"kind-{CLUSTER}", "install", "horae", "charts/horae",
-        "-n", NS, "--wait", "--timeout", "10m",
-        "--set", "image.repository=horae,image.tag=e2e,image.pullPolicy=Never",
-        "--set", "workerPool.image.repository=horae-worker,workerPool.image.tag=e2e")  # fmt: skip
-    kubectl("create", "namespace", "horae-demo")
-    run_at = (datetime.now(UTC) + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    manifest = (
-        (REPO / "examples" / "once.yaml")
-        .read_text()
-        .replace('"2030-01-01T09:00:00Z"', f'"{run_at}"')
-    )
-    kubectl("apply", "-n", "horae-demo", "-f", "-", input=manifest)
+@pytest.mark.timeout(3600)  # two image builds and a 10-minute helm --wait
+def test_readme_walkthrough_on_kind_runs_scheduled_jobs(cluster_deleted_afterwards: None) -> None:
+    for argv in readme_commands():
+        run(*as_in_test(argv))
     deadline = time.monotonic() + 300
     statuses: list[str] = []
     while time.monotonic() < deadline:
