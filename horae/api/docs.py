@@ -40,6 +40,13 @@ namespace (`PUT /tenants/{name}` checks resource `tenants`). The tenant is the
 404. `HORAE_API_TOKENS_FILE` (lines `token,tenant[,verbs]`) is for local
 development only.
 
+## Jobs of ScheduledJobs
+
+A job created from a `ScheduledJob` (`source: crd`) is its manifest's: `PATCH`,
+`:pause`, `:resume` and `DELETE` answer 409 with a problem naming the resource to
+change instead (`kubectl edit scheduledjob/NAME -n NAMESPACE`). Reading it, its
+executions, `:trigger` and re-running its executions work as for any job.
+
 ## Errors
 
 Every error is `application/problem+json` (RFC 9457):

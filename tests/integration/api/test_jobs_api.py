@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import httpx
 
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
 from tests.integration.api.conftest import Tenants, bearer
 
 CRON = {"task": "report", "cron": "*/5 * * * *", "payload": {"to": "ops"}}
@@ -240,3 +242,30 @@ async def test_a_paused_jobs_failed_occurrence_is_not_run_again(
     assert r.status_code == 409 and "paused" in r.json()["detail"], r.text
     assert (await api.post(f"/jobs/{job_id}:resume", headers=h)).status_code == 204
     assert (await api.post(f"/executions/{failed}:rerun", headers=h)).status_code == 201
+
+
+async def test_a_scheduledjobs_job_is_changed_through_its_manifest_only(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    """Edits through the API to a ScheduledJob's job once diverged silently from the manifest
+    (and a DELETE left the resource retrying forever): they answer 409 naming it."""
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(
+            conn, JobSpec(task="report", cron="*/5 * * * *"), tenant=tenants.a,
+            source=JobSource.CRD, shards=64, now=datetime.now(UTC), name="nightly",
+        )  # fmt: skip
+    before = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    h = bearer(tenants.alice)
+    for method, path, body in [
+        ("PATCH", f"/jobs/{job_id}", {"cron": "0 * * * *"}),
+        ("POST", f"/jobs/{job_id}:pause", None),
+        ("POST", f"/jobs/{job_id}:resume", None),
+        ("DELETE", f"/jobs/{job_id}", None),
+    ]:
+        r = await api.request(method, path, headers=h, json=body)
+        assert r.status_code == 409, (method, path, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        assert f"kubectl edit scheduledjob/nightly -n {tenants.a}" in r.json()["detail"], r.text
+    assert await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before
+    assert (await api.get(f"/jobs/{job_id}", headers=h)).status_code == 200
+    assert (await api.post(f"/jobs/{job_id}:trigger", headers=h)).status_code == 201
