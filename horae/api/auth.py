@@ -1,6 +1,7 @@
 """Who is calling and may they: bearer tokens checked with TokenReview, each call
 authorized with SubjectAccessReview (group horae.dev, resource `jobs`, namespace =
-tenant). A static token file serves local development only and is off unless set.
+tenant; resource `tenants` cluster-wide, for tenant limits). A static token file serves
+local development only and is off unless set (verb `admin` on a line grants tenant limits).
 
 A caller's tenant is the `Horae-Tenant` header, or else the namespace of its
 ServiceAccount (or the tenant its static token names).
@@ -20,6 +21,13 @@ from horae.api.problems import Problem
 from horae.kube import ReviewedUser, Reviews
 
 log = logging.getLogger(__name__)
+
+CLUSTER = ""
+"""The `tenant` an authorization is asked for when it must be granted cluster-wide (a
+SubjectAccessReview with no namespace: only ClusterRoleBindings count)."""
+
+ADMIN_VERB = "admin"
+"""A static token's verb for cluster-wide permissions (tenant limits)."""
 
 TOKEN_CACHE_SECONDS = 30.0
 ACCESS_CACHE_SECONDS = 10.0
@@ -129,7 +137,13 @@ class StaticTokens:
         return self._callers.get(_digest(token))
 
     async def allowed(self, caller: Caller, verb: str, resource: str, tenant: str) -> bool:
-        return tenant in caller.static_tenants and verb in caller.static_verbs
+        return _static_allowed(caller, verb, tenant)
+
+
+def _static_allowed(caller: Caller, verb: str, tenant: str) -> bool:
+    if tenant == CLUSTER:
+        return ADMIN_VERB in caller.static_verbs
+    return tenant in caller.static_tenants and verb in caller.static_verbs
 
 
 class Chain:
@@ -147,7 +161,7 @@ class Chain:
 
     async def allowed(self, caller: Caller, verb: str, resource: str, tenant: str) -> bool:
         if caller.user is None:
-            return tenant in caller.static_tenants and verb in caller.static_verbs
+            return _static_allowed(caller, verb, tenant)
         for auth in self._chain:
             if isinstance(auth, KubernetesAuth):
                 return await auth.allowed(caller, verb, resource, tenant)

@@ -35,7 +35,8 @@ The live document is served at `/openapi.json` by `horae api`.
 Every endpoint except `POST /schedules:preview` needs `Authorization: Bearer <token>`:
 a Kubernetes ServiceAccount token, checked with TokenReview and authorized with
 SubjectAccessReview on resource `jobs` in group `horae.dev` in the tenant's
-namespace (`PUT /tenants/{name}` checks resource `tenants`). The tenant is the
+namespace (`PUT /tenants/{name}` checks resource `tenants` cluster-wide: only a
+ClusterRoleBinding grants it). The tenant is the
 `Horae-Tenant` header, or the token's namespace. A job of another tenant answers
 404. `HORAE_API_TOKENS_FILE` (lines `token,tenant[,verbs]`) is for local
 development only.

@@ -16,7 +16,7 @@ import asyncpg
 import pydantic
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from horae.api.auth import Authenticator, Caller
+from horae.api.auth import CLUSTER, Authenticator, Caller
 from horae.api.problems import PROBLEM, Problem, invalid
 from horae.api.schemas import (
     BatchCreate,
@@ -140,7 +140,13 @@ def build_router(
 
     creates = GroupCommit(create_many, max_batch=500)
 
-    def access(verb: str, resource: str = "jobs") -> Callable[..., Awaitable[str]]:
+    def access(
+        verb: str, resource: str = "jobs", *, cluster: bool = False
+    ) -> Callable[..., Awaitable[str]]:
+        """A dependency answering the caller's tenant once it may `verb` `resource` there;
+        `cluster`: a permission bound cluster-wide (ClusterRoleBinding), not in the tenant's
+        namespace, for what a tenant must not decide about itself."""
+
         async def dependency(
             request: Request,
             horae_tenant: Annotated[
@@ -162,9 +168,10 @@ def build_router(
                 raise invalid("Horae-Tenant", "header required: this caller has no default tenant")
             if len(tenant) > 253:
                 raise invalid("Horae-Tenant", "at most 253 characters")
-            if not await auth.allowed(caller, verb, resource, tenant):
+            if not await auth.allowed(caller, verb, resource, CLUSTER if cluster else tenant):
+                where = "cluster-wide" if cluster else "in tenant"
                 raise Problem(
-                    403, "Forbidden", f"{caller.name} may not {verb} {resource} in tenant {tenant}"
+                    403, "Forbidden", f"{caller.name} may not {verb} {resource} {where} {tenant}"
                 )
             return tenant
 
@@ -382,8 +389,10 @@ def build_router(
 
     @router.put("/tenants/{name}", response_model=TenantOut, responses=ERRORS)
     async def set_tenant(name: str, body: TenantLimit, request: Request) -> TenantOut:
-        """Set a tenant's limit of concurrently running executions (null: no limit)."""
-        tenant = await access("update", "tenants")(request, horae_tenant=name)
+        """Set a tenant's limit of concurrently running executions (null: no limit). An
+        administrator's setting: needs `update` on `tenants` in group horae.dev granted
+        cluster-wide (a ClusterRoleBinding), never rights inside the tenant's namespace."""
+        tenant = await access("update", "tenants", cluster=True)(request, horae_tenant=name)
         async with pool().acquire() as conn:
             row = await store.set_tenant_limit(conn, tenant, body.max_running)
         return TenantOut.model_validate(dict(row))

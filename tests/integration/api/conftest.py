@@ -42,6 +42,25 @@ subjects:
 """
 
 
+ADMIN = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {name}}}
+rules:
+- apiGroups: [horae.dev]
+  resources: [tenants]
+  verbs: [update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}
+subjects:
+- {{kind: ServiceAccount, name: admin, namespace: {ns}}}
+"""
+"""As the chart's `horae-tenant-admin` ClusterRole, bound cluster-wide."""
+
+
 @dataclass(frozen=True)
 class Tenants:
     a: str
@@ -49,12 +68,19 @@ class Tenants:
     alice: str  # full access in a
     bob: str  # full access in b
     reader: str  # get/list only in a
+    admin: str  # tenant limits, cluster-wide (and nothing in a)
 
 
 def _account(plane: ControlPlane, ns: str, name: str, verbs: str) -> str:
     plane.kubectl("create", "serviceaccount", name, "-n", ns)
     plane.kubectl("apply", "-f", "-", input=ROLE.format(name=name, ns=ns, verbs=verbs))
     return plane.kubectl("create", "token", name, "-n", ns, "--duration=1h").stdout.strip()
+
+
+def _admin(plane: ControlPlane, ns: str, role: str) -> str:
+    plane.kubectl("create", "serviceaccount", "admin", "-n", ns)
+    plane.kubectl("apply", "-f", "-", input=ADMIN.format(name=role, ns=ns))
+    return plane.kubectl("create", "token", "admin", "-n", ns, "--duration=1h").stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +94,7 @@ def tenants(control_plane: ControlPlane) -> Tenants:
         a=a, b=b, alice=_account(control_plane, a, "alice", full),
         bob=_account(control_plane, b, "bob", full),
         reader=_account(control_plane, a, "reader", "get, list"),
+        admin=_admin(control_plane, a, f"horae-tenant-admin-{suffix}"),
     )  # fmt: skip
 
 

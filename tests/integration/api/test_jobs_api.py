@@ -175,16 +175,24 @@ async def test_schedule_preview_creates_nothing(api: httpx.AsyncClient, pool: as
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
 
 
-async def test_a_tenant_limit_is_set_through_the_api(
+async def test_a_tenant_limit_is_an_administrators_setting(
     api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
 ) -> None:
-    r = await api.put(f"/tenants/{tenants.a}", json={"max_running": 5},
-                      headers=bearer(tenants.alice))  # fmt: skip
-    assert r.status_code == 200 and r.json() == {"name": tenants.a, "max_running": 5, "running": 0}
-    assert await pool.fetchval("SELECT max_running FROM tenants WHERE name = $1", tenants.a) == 5
-    other = await api.put(f"/tenants/{tenants.b}", json={"max_running": 5},
-                          headers=bearer(tenants.alice))  # fmt: skip
-    assert other.status_code == 403
+    """Rights inside a namespace (alice may update `tenants` in her own) once let a tenant
+    lift its own limit: the limit needs the permission granted cluster-wide."""
+    own = await api.put(f"/tenants/{tenants.a}", json={"max_running": 500},
+                        headers=bearer(tenants.alice))  # fmt: skip
+    assert own.status_code == 403, own.text
+    assert "may not update tenants cluster-wide" in own.json()["detail"]
+    assert await pool.fetchval("SELECT count(*) FROM tenants") == 0
+    for name in (tenants.a, tenants.b):
+        r = await api.put(f"/tenants/{name}", json={"max_running": 5},
+                          headers=bearer(tenants.admin))  # fmt: skip
+        assert r.status_code == 200 and r.json() == {"name": name, "max_running": 5, "running": 0}
+    limits = await pool.fetch("SELECT name, max_running FROM tenants ORDER BY name")
+    assert [tuple(r) for r in limits] == [(tenants.a, 5), (tenants.b, 5)]
+    jobs_of_a = await api.get("/jobs", headers={**bearer(tenants.admin), "Horae-Tenant": tenants.a})
+    assert jobs_of_a.status_code == 403  # the tenant admin holds no rights on jobs
 
 
 async def test_a_dead_one_off_is_run_again_by_rerun_while_trigger_refuses(
