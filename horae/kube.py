@@ -388,6 +388,25 @@ def watch_leases(
             w.stop()
 
 
+class ServiceAccounts:
+    """Reads of ServiceAccounts (whether a WorkerPool may run its pods as one)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core = client.CoreV1Api(api)
+
+    async def labels(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The ServiceAccount's labels; None when it does not exist."""
+        try:
+            obj = await asyncio.to_thread(
+                self._core.read_namespaced_service_account, name, namespace, _request_timeout=10
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj.metadata.labels or {})
+
+
 class Events:
     """Kubernetes Events on Horae's resources (what `kubectl describe` shows)."""
 
@@ -425,6 +444,8 @@ class DeploymentReplicas:
 
     replicas: int
     ready_replicas: int
+    controller_uid: str | None = None
+    """uid of the object that controls it (its controller ownerReference), if any."""
 
 
 class Deployments:
@@ -448,9 +469,11 @@ class Deployments:
             if exc.status == 404:
                 return None
             raise
+        controllers = [o.uid for o in obj.metadata.owner_references or [] if o.controller]
         return DeploymentReplicas(
             replicas=obj.spec.replicas or 0,
             ready_replicas=(obj.status.ready_replicas if obj.status else None) or 0,
+            controller_uid=controllers[0] if controllers else None,
         )
 
     async def apply(self, namespace: str, name: str, body: dict[str, Any]) -> None:

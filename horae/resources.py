@@ -303,7 +303,20 @@ def workerpool_schema() -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             },
-            "serviceAccountName": {"type": "string"},
+            "serviceAccountName": {
+                "type": "string",
+                "maxLength": 253,
+                "description": "ServiceAccount the workers run as; it must carry the label"
+                " horae.dev/worker=true (set by whoever manages ServiceAccounts in the"
+                " namespace), or the operator refuses the pool. Default: the namespace's"
+                " default ServiceAccount.",
+            },
+            "automountServiceAccountToken": {
+                "type": "boolean",
+                "default": False,
+                "description": "Mount the ServiceAccount's token in the workers' pods (off:"
+                " workers need no Kubernetes API).",
+            },
         },
         "x-kubernetes-validations": [
             {

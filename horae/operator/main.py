@@ -17,6 +17,7 @@ from horae.kube import (
     Deployments,
     Events,
     Leases,
+    ServiceAccounts,
     SingletonLease,
     load_api_client,
 )
@@ -97,8 +98,10 @@ async def run(settings: Settings) -> None:
     resync = Resync(pool, objects, mirrors, shards=shards,
                     period=cfg.resync_period.total_seconds())  # fmt: skip
     deployments = Deployments(api)
+    accounts = ServiceAccounts(api)
     autoscaler = workerpool.Autoscaler(
         deployments=deployments,
+        accounts=accounts,
         objects=objects,
         broker_url=settings.broker.url,
         names=Names(settings.broker.prefix),
@@ -111,6 +114,7 @@ async def run(settings: Settings) -> None:
         mirrors=mirrors,
         events=events,
         deployments=deployments,
+        service_accounts=accounts,
         autoscaler=autoscaler,
     )
     background = [

@@ -34,7 +34,7 @@ from pydantic.alias_generators import to_camel
 from horae.broker import Names
 from horae.config import WorkerSettings, env_seconds
 from horae.errors import ConfigError
-from horae.kube import CustomObjects, Deployments
+from horae.kube import CustomObjects, DeploymentReplicas, Deployments, ServiceAccounts
 from horae.resources import GROUP, VERSION
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class WorkerPoolSpec(BaseModel):
     resources: dict[str, Any] | None = None
     env: list[dict[str, Any]] = Field(default_factory=list)
     service_account_name: str | None = None
+    automount_service_account_token: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,10 +176,13 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
     if pool.spec.resources:
         container["resources"] = pool.spec.resources
     pod: dict[str, Any] = {
-        "containers": [container], "securityContext": POD_SECURITY,
+        "containers": [container],
+        "securityContext": POD_SECURITY,
         "volumes": [{"name": "tmp", "emptyDir": {}}],
         "terminationGracePeriodSeconds": termination_grace(pool),
-    }  # fmt: skip
+        # Workers need no Kubernetes API: no token in their pods unless the pool asks.
+        "automountServiceAccountToken": pool.spec.automount_service_account_token,
+    }
     if pool.spec.service_account_name:
         # Also the deprecated alias, which the API server would otherwise fill in, own
         # nobody's, and copy back into serviceAccountName once the pool drops it.
@@ -202,11 +206,55 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def ensure_deployment(deployments: Deployments, pool: Pool) -> None:
-    """Apply the pool's Deployment; a new one starts at minReplicas."""
-    existed = await deployments.get(pool.namespace, pool.name) is not None
+WORKER_ACCOUNT_LABEL = f"{GROUP}/worker"
+"""A ServiceAccount a WorkerPool may run its pods as carries this label set to "true"."""
+
+
+class PoolRefused(Exception):
+    """The operator will not run this pool as it stands (`reason` is the Event's)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+async def check_privileges(
+    deployments: Deployments, accounts: ServiceAccounts, pool: Pool
+) -> DeploymentReplicas | None:
+    """Refuse what would let a WorkerPool author act beyond their rights: take over a
+    Deployment the pool does not own, or run pods as a ServiceAccount of the namespace
+    that nobody marked for workers (whoever may label ServiceAccounts there decides).
+    Returns the pool's existing Deployment, if any."""
+    existing = await deployments.get(pool.namespace, pool.name)
+    if existing is not None and existing.controller_uid != pool.uid:
+        raise PoolRefused(
+            "DeploymentNotOwned",
+            f"Deployment {pool.name} exists and is not this WorkerPool's: the operator never"
+            " takes over a Deployment it does not own (rename the pool, or delete that"
+            " Deployment)",
+        )
+    account = pool.spec.service_account_name
+    if account:
+        labels = await accounts.labels(pool.namespace, account)
+        if labels is None:
+            raise PoolRefused("ServiceAccountNotFound", f"ServiceAccount {account} not found")
+        if labels.get(WORKER_ACCOUNT_LABEL) != "true":
+            raise PoolRefused(
+                "ServiceAccountNotAllowed",
+                f"ServiceAccount {account} is not marked for workers: label it"
+                f" {WORKER_ACCOUNT_LABEL}=true to let WorkerPools run as it",
+            )
+    return existing
+
+
+async def ensure_deployment(
+    deployments: Deployments, accounts: ServiceAccounts, pool: Pool
+) -> None:
+    """Apply the pool's Deployment once its privileges are checked (PoolRefused if not);
+    a new one starts at minReplicas."""
+    existing = await check_privileges(deployments, accounts, pool)
     await deployments.apply(pool.namespace, pool.name, deployment_body(pool))
-    if not existed:
+    if existing is None:
         await deployments.scale(pool.namespace, pool.name, pool.spec.min_replicas)
 
 
@@ -260,6 +308,7 @@ class Autoscaler:
         self,
         *,
         deployments: Deployments,
+        accounts: ServiceAccounts,
         objects: CustomObjects,
         broker_url: str,
         names: Names,
@@ -268,6 +317,7 @@ class Autoscaler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._deployments = deployments
+        self._accounts = accounts
         self._objects = objects
         self._depths = QueueDepths(broker_url)
         self._names = names
@@ -337,10 +387,12 @@ class Autoscaler:
             # Deleted behind our back (put it back), or with its WorkerPool (then forget it).
             gone = {"replicas": 0, "readyReplicas": 0}
             if await self._objects.patch_status("workerpools", pool.namespace, pool.name, gone):
-                await ensure_deployment(self._deployments, pool)
+                await ensure_deployment(self._deployments, self._accounts, pool)
             else:
                 self.forget(pool.namespace, pool.name)
             return
+        if deployment.controller_uid != pool.uid:
+            raise PoolRefused("DeploymentNotOwned", f"Deployment {pool.name} is not the pool's")
         desired = desired_replicas(
             ready,
             minimum=spec.min_replicas,
@@ -383,9 +435,14 @@ class Autoscaler:
 # -- kopf handlers ---------------------------------------------------------------
 
 
+REFUSED_RETRY_SECONDS = 30
+"""How often a refused pool is checked again."""
+
+
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the WorkerPool handlers on `registry`; they use `memo.deployments`
-    (a `horae.kube.Deployments`) and `memo.autoscaler` (an `Autoscaler`)."""
+    (a `horae.kube.Deployments`), `memo.service_accounts`, `memo.events` and
+    `memo.autoscaler` (an `Autoscaler`)."""
 
     @kopf.on.create(GROUP, VERSION, "workerpools", registry=registry)
     @kopf.on.update(GROUP, VERSION, "workerpools", field="spec", registry=registry)
@@ -399,7 +456,19 @@ def register(registry: kopf.OperatorRegistry) -> None:
         except pydantic.ValidationError as exc:
             raise kopf.PermanentError(f"invalid WorkerPool spec: {exc}") from exc
         pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed)
-        await ensure_deployment(memo.deployments, pool)
+        try:
+            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
+        except PoolRefused as exc:
+            await memo.events.emit(
+                kind="WorkerPool",
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                reason=exc.reason,
+                message=str(exc),
+            )
+            # Retried: labelling the ServiceAccount or removing the Deployment settles it.
+            raise kopf.TemporaryError(str(exc), delay=REFUSED_RETRY_SECONDS) from None
         memo.autoscaler.track(pool)
 
     @kopf.on.cleanup(registry=registry)

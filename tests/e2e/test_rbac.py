@@ -239,6 +239,24 @@ async def runs_pools(ctx: Ctx, reduced: bool) -> bool:
     return await happens(deployed, 12)
 
 
+async def runs_pools_as_a_marked_account(ctx: Ctx, reduced: bool) -> bool:
+    """A WorkerPool naming a ServiceAccount marked for workers gets its Deployment."""
+    ctx.plane.kubectl("create", "serviceaccount", "workers", "-n", ctx.namespace)
+    ctx.plane.kubectl("label", "serviceaccount", "workers", "-n", ctx.namespace,
+                      "horae.dev/worker=true")  # fmt: skip
+    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    pool = workerpool()
+    pool["spec"]["serviceAccountName"] = "workers"
+    ctx.apply(pool)
+
+    async def deployed() -> bool:
+        found = ctx.plane.kubectl("get", "deployment", pool["metadata"]["name"], "-n",
+                                  ctx.namespace, check=False)  # fmt: skip
+        return found.returncode == 0
+
+    return await happens(deployed, 12)
+
+
 async def scales_pools(ctx: Ctx, reduced: bool) -> bool:
     """A WorkerPool's Deployment is scaled to its minReplicas."""
     ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
@@ -319,6 +337,7 @@ CASES: dict[tuple[str, tuple[str, ...], str], Callable[[Ctx, bool], Awaitable[bo
     ("horae-operator", ("executions",), "patch"): mirrors_follow_progress,
     ("horae-operator", ("executions",), "delete"): prunes_mirrors,
     ("horae-operator", ("executions",), "deletecollection"): deletes_mirrors_with_the_job,
+    ("horae-operator", ("serviceaccounts",), "get"): runs_pools_as_a_marked_account,
     ("horae-operator", ("deployments",), "get"): runs_pools,
     ("horae-operator", ("deployments",), "create"): runs_pools,
     ("horae-operator", ("deployments",), "patch"): runs_pools,

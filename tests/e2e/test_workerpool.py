@@ -72,6 +72,9 @@ async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
     control_plane: ControlPlane, namespace: str, processes: Processes
 ) -> None:
     processes.start("operator", "operator", env=OPERATOR_ENV)
+    control_plane.kubectl("create", "serviceaccount", "shop-workers", "-n", namespace)
+    control_plane.kubectl("label", "serviceaccount", "shop-workers", "-n", namespace,
+                          "horae.dev/worker=true")  # fmt: skip
     control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "shop", """
   image: registry.example/shop-workers:1.0
   tasks: shop.tasks
@@ -98,6 +101,7 @@ async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
     pod = dep["spec"]["template"]
     assert pod["metadata"]["labels"] == labels
     assert pod["spec"]["serviceAccountName"] == "shop-workers"
+    assert pod["spec"]["automountServiceAccountToken"] is False
     (container,) = pod["spec"]["containers"]
     assert container["image"] == "registry.example/shop-workers:1.0"
     assert container["command"] == ["horae", "worker", "--tasks", "shop.tasks"]
@@ -214,3 +218,59 @@ async def test_a_pool_scales_out_on_its_backlog_and_back_after_the_window(
     await publish(broker_url, queue, 1000)
     await asyncio.sleep(2)  # four autoscaler periods: nothing may happen, so nothing to await
     assert await replicas() == 1
+
+
+def events(plane: ControlPlane, namespace: str, name: str) -> list[tuple[str, str]]:
+    found = plane.get_json("events", "-n", namespace,
+                           "--field-selector", f"involvedObject.name={name}")  # fmt: skip
+    return [(e["reason"], e["message"]) for e in found["items"]]
+
+
+async def test_a_pool_cannot_borrow_an_unmarked_account_or_take_over_a_deployment(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    """A WorkerPool author could once run pods as any ServiceAccount of the namespace and
+    take over any Deployment of the pool's name."""
+    control_plane.kubectl("create", "serviceaccount", "deployer", "-n", namespace)
+    control_plane.kubectl("create", "deployment", "web", "-n", namespace,
+                          "--image=registry.example/web:1")  # fmt: skip
+    before = deployment(control_plane, namespace, "web")
+    assert before is not None
+    processes.start("operator", "operator", env=OPERATOR_ENV)
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "borrow", """
+  image: registry.example/w:1
+  tasks: t
+  serviceAccountName: deployer
+  automountServiceAccountToken: true
+"""))  # fmt: skip
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "web", """
+  image: registry.example/w:1
+  tasks: t
+"""))  # fmt: skip
+
+    async def refused() -> bool:
+        reasons = {r for r, _ in events(control_plane, namespace, "borrow")}
+        reasons |= {r for r, _ in events(control_plane, namespace, "web")}
+        return {"ServiceAccountNotAllowed", "DeploymentNotOwned"} <= reasons
+
+    await until(refused, timeout=30, what="both pools refused with an Event each")
+    assert deployment(control_plane, namespace, "borrow") is None
+    after = deployment(control_plane, namespace, "web")
+    assert after is not None
+    assert after["spec"]["template"] == before["spec"]["template"]
+    assert "ownerReferences" not in after["metadata"]
+    [message] = {m for r, m in events(control_plane, namespace, "borrow")
+                 if r == "ServiceAccountNotAllowed"}  # fmt: skip
+    assert "label it horae.dev/worker=true" in message
+
+    # Whoever manages the namespace's ServiceAccounts marks it: the pool then runs as it.
+    control_plane.kubectl("label", "serviceaccount", "deployer", "-n", namespace,
+                          "horae.dev/worker=true")  # fmt: skip
+
+    async def running() -> dict[str, Any] | None:
+        return deployment(control_plane, namespace, "borrow")
+
+    dep = await until(running, timeout=60, what="the pool's Deployment once allowed")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "deployer"
+    assert pod["automountServiceAccountToken"] is True
