@@ -163,8 +163,9 @@ class WorkerSettings:
 @dataclass(frozen=True, kw_only=True)
 class OperatorSettings:
     lease_duration: timedelta = timedelta(seconds=15)
-    """HORAE_OPERATOR_LEASE_SECONDS: the leader Lease; a standby replica takes over this
-    long after the leader stopped renewing it (at once when the leader stops cleanly)."""
+    """HORAE_OPERATOR_LEASE_SECONDS: the leader Lease, renewed every third of it; a
+    standby replica takes over this long after the last renewal it saw (so 10-15 s after a
+    crash by default), and as soon as a leader stopping cleanly releases it."""
     resync_period: timedelta = timedelta(seconds=60)
     """HORAE_RESYNC_SECONDS: how often resources and store are compared to heal drift."""
     scale_down_stabilization: timedelta = timedelta(seconds=300)

@@ -178,7 +178,16 @@ class Leases:
 
 class SingletonLease:
     """One Lease that one process at a time holds (partition maintenance, the operator's
-    leader): holding means taking it when free or expired, renewing it otherwise."""
+    leader): holding means taking it when free or expired, renewing it otherwise.
+
+    Expiry is judged by this process's monotonic clock, never by the holder's renewTime
+    (clocks differ): a version of the Lease expires `duration` after this process first
+    saw it, by `hold` or by a watch that reports it through `observe`.
+    """
+
+    SIGHTINGS = 8
+    """How many versions' first sightings are remembered (a watch and a list may report
+    them out of order; a forgotten one counts from its next sighting: later, so safe)."""
 
     def __init__(
         self, leases: Leases, name: str, *, identity: str, duration: float, label: str
@@ -188,11 +197,31 @@ class SingletonLease:
         self._identity = identity
         self._duration = duration
         self._label = label
-        self._seen: tuple[str, float] | None = None
+        self.selector = f"{label}=true"
+        """The label selector that finds the Lease (for `watch_leases`)."""
+        self._first_seen: dict[str, float] = {}
+        """resourceVersion -> monotonic time this process first saw it."""
+
+    def observe(self, lease: Lease, at: float) -> None:
+        """Note a version of the Lease seen elsewhere (a watch) at monotonic time `at`."""
+        if lease.name == self.name:
+            self._sighted(lease.resource_version, at)
+
+    def _sighted(self, version: str, at: float) -> float:
+        since = self._first_seen.setdefault(version, at)
+        while len(self._first_seen) > self.SIGHTINGS:
+            del self._first_seen[next(iter(self._first_seen))]
+        return since
+
+    def expires_in(self) -> float:
+        """Seconds until the newest version seen so far expires (the whole duration when
+        none was seen); at or below 0 a `hold` may take it."""
+        now = time.monotonic()
+        return max(self._first_seen.values(), default=now) + self._duration - now
 
     async def hold(self) -> bool:
         """Take or renew the Lease; False when another holder's Lease is still live."""
-        found = [x for x in await self._leases.list(f"{self._label}=true") if x.name == self.name]
+        found = [x for x in await self._leases.list(self.selector) if x.name == self.name]
         duration = max(1, math.ceil(self._duration))
         now = time.monotonic()
         try:
@@ -201,9 +230,7 @@ class SingletonLease:
                                           {self._label: "true"})  # fmt: skip
                 return True
             lease = found[0]
-            if self._seen is None or self._seen[0] != lease.resource_version:
-                self._seen = (lease.resource_version, now)
-            expired = now - self._seen[1] > self._duration
+            expired = now - self._sighted(lease.resource_version, now) > self._duration
             if lease.holder in (None, self._identity) or expired:
                 await self._leases.write(lease, self._identity, duration,
                                          acquire=lease.holder != self._identity)  # fmt: skip
@@ -214,7 +241,7 @@ class SingletonLease:
 
     async def release(self) -> None:
         """Clear the holder if it is us, so another process takes over at once."""
-        for lease in await self._leases.list(f"{self._label}=true"):
+        for lease in await self._leases.list(self.selector):
             if lease.name == self.name and lease.holder == self._identity:
                 try:
                     await self._leases.write(lease, None, 1, acquire=False)
@@ -380,6 +407,8 @@ def watch_leases(
                 if stop.is_set():
                     break
         except Exception as exc:
+            if stop.is_set():
+                break
             log.warning("lease watch (%s) failed, re-opening in %.0fs: %s", selector, backoff,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
             stop.wait(backoff)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
 import kopf
+from kubernetes import client
 
 from horae import metrics
 from horae.broker import Names
@@ -16,10 +19,12 @@ from horae.kube import (
     CustomObjects,
     Deployments,
     Events,
+    Lease,
     Leases,
     ServiceAccounts,
     SingletonLease,
     load_api_client,
+    watch_leases,
 )
 from horae.operator import scheduledjob, workerpool
 from horae.operator.executions import ExecutionMirrors
@@ -56,6 +61,51 @@ def build_registry() -> kopf.OperatorRegistry:
 LEADER_LEASE = "horae-operator"
 
 
+async def _standby(
+    lease: SingletonLease, api: client.ApiClient, namespace: str, *, poll: float
+) -> None:
+    """Return once this replica holds the leader Lease.
+
+    A watch on the Lease wakes the standby the moment the leader releases it (a clean
+    stop) and dates every renewal as it happens, so after a crash the standby tries again
+    at the instant the last renewal it saw is a lease duration old, not at its next poll.
+    The poll, every `poll` seconds, stands in while the watch is broken.
+    """
+    loop = asyncio.get_running_loop()
+    released = asyncio.Event()
+
+    def seen(event: str, found: Lease, at: float) -> None:  # on the event loop
+        lease.observe(found, at)
+        if event == "DELETED" or found.holder is None:
+            released.set()
+
+    def on_change(event: str, found: Lease) -> None:  # in the watch thread
+        if found.name == lease.name:
+            loop.call_soon_threadsafe(seen, event, found, time.monotonic())
+
+    stop = threading.Event()
+    threading.Thread(
+        target=watch_leases,
+        args=(api, namespace, lease.selector, on_change, stop),
+        daemon=True,
+        name="watch-leader",
+    ).start()
+    try:
+        while True:
+            released.clear()
+            try:
+                if await lease.hold():
+                    return
+                wait = min(poll, max(0.05, lease.expires_in()))
+            except Exception:
+                log.exception("could not read or take the leader Lease")
+                wait = poll
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), wait)
+    finally:
+        stop.set()
+
+
 async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
     """Renew the leader Lease until it is lost; returns (so the process exits) once another
     replica holds it, or once it could not be renewed for a whole lease duration."""
@@ -83,10 +133,7 @@ async def run(settings: Settings) -> None:
                            label="horae.dev/operator-leader")  # fmt: skip
     renew = cfg.lease_duration.total_seconds() / 3
     # Standby until this replica leads: two replicas never both act.
-    while True:
-        if await lease.hold():
-            break
-        await asyncio.sleep(renew)
+    await _standby(lease, api, settings.kube.namespace, poll=renew)
     log.info("operator %s leads (Lease %s)", cfg.identity, LEADER_LEASE)
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     async with pool.acquire() as conn:

@@ -31,7 +31,7 @@ from tests.support.kube import (
     service_account_kubeconfig,
 )
 from tests.support.processes import Component, Processes
-from tests.support.wait import until, until_serving
+from tests.support.wait import until, until_metrics, until_serving
 
 SJ = ("scheduledjobs", "workerpools")
 STATUS = ("scheduledjobs/status", "workerpools/status")
@@ -141,6 +141,29 @@ async def keeps_leading(ctx: Ctx, reduced: bool) -> bool:
     operator = ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
     await asyncio.sleep(10)  # over three Lease durations
     return operator.alive()
+
+
+async def hands_over_at_once(ctx: Ctx, reduced: bool) -> bool:
+    """A standby operator takes the leader Lease within 2 s of the leader's clean stop: it
+    watches the Lease (without the watch it would wait for its next poll, 10 s here)."""
+    env = {**OPERATOR_ENV, "HORAE_OPERATOR_LEASE_SECONDS": "30"}
+    first = ctx.start("operator", reduced=False, **env)
+
+    def holder() -> str | None:
+        leases = ctx.get("leases")["items"]
+        found = [x["spec"] for x in leases if x["metadata"]["name"] == "horae-operator"]
+        return found[0].get("holderIdentity") if found else None
+
+    async def leads(identity: str) -> bool:
+        return holder() == identity
+
+    await until(lambda: leads(first.identity), timeout=20, what="the first operator leading")
+    port = free_port()
+    second = ctx.start("operator", reduced=reduced, HORAE_METRICS_PORT=str(port), **env)
+
+    await until_metrics(port)  # up just before its first look at the Lease
+    first.stop()
+    return await happens(lambda: leads(second.identity), 2)
 
 
 async def warns_on_invalid_specs(ctx: Ctx, reduced: bool) -> bool:
@@ -348,6 +371,7 @@ CASES: dict[tuple[str, tuple[str, ...], str], Callable[[Ctx, bool], Awaitable[bo
     ("horae-operator-leader", LEASES, "list"): reconciles,
     ("horae-operator-leader", LEASES, "create"): reconciles,
     ("horae-operator-leader", LEASES, "update"): keeps_leading,
+    ("horae-operator-leader", LEASES, "watch"): hands_over_at_once,
     ("horae-scheduler", LEASES, "list"): holds_shards,
     ("horae-scheduler", LEASES, "create"): holds_shards,
     ("horae-scheduler", LEASES, "update"): holds_shards,
