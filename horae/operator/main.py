@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -106,21 +107,34 @@ async def _standby(
         stop.set()
 
 
+RENEW_DEADLINE = 2 / 3
+"""Of the lease duration: a leader that has not renewed its Lease for this long stops
+(client-go's leader election uses 10 s of 15 s). A standby takes the Lease no sooner than
+a whole duration after the last renewal it saw, so the old leader has stopped by then."""
+
+
 async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
-    """Renew the leader Lease until it is lost; returns (so the process exits) once another
-    replica holds it, or once it could not be renewed for a whole lease duration."""
+    """Renew the leader Lease until it is lost; returns (so the process stops acting and
+    exits) once another replica holds it, or once no renewal succeeded within the renew
+    deadline, a hanging call included."""
+    deadline = duration * RENEW_DEADLINE
     renewed = time.monotonic()
     while True:
-        await asyncio.sleep(renew)
+        await asyncio.sleep(max(0.0, min(renew, renewed + deadline - time.monotonic())))
+        left = renewed + deadline - time.monotonic()
         try:
-            if not await lease.hold():
+            if not await asyncio.wait_for(lease.hold(), timeout=max(0.05, left)):
                 log.error("leader Lease %s taken by another replica", lease.name)
                 return
             renewed = time.monotonic()
+        except TimeoutError:
+            log.error("leader Lease %s not renewed within %.1fs: stopping", lease.name, deadline)
+            return
         except Exception:
             log.exception("could not renew the leader Lease")
-            if time.monotonic() - renewed > duration:
-                return
+        if time.monotonic() - renewed >= deadline:
+            log.error("leader Lease %s not renewed within %.1fs: stopping", lease.name, deadline)
+            return
 
 
 async def run(settings: Settings) -> None:
@@ -175,12 +189,17 @@ async def run(settings: Settings) -> None:
     leading = asyncio.create_task(_lead(lease, renew, cfg.lease_duration.total_seconds()))
     try:
         await asyncio.wait([operator, leading], return_when=asyncio.FIRST_COMPLETED)
+        if leading.done() and not leading.cancelled():
+            # As client-go's leader election: a leader that lost its Lease exits at once,
+            # before a standby can take over, not after its tasks (and calls hanging on an
+            # unreachable API server) have wound down.
+            log.critical("lost the leader Lease; exiting so that only the new leader acts")
+            logging.shutdown()
+            os._exit(1)
     finally:
         for task in [leading, operator, *background]:
             task.cancel()
         await asyncio.gather(leading, operator, *background, return_exceptions=True)
         await pool.close()
-    if leading.done() and not leading.cancelled():
-        raise SystemExit("lost the leader Lease; exiting so that only the new leader acts")
     await lease.release()  # a clean stop: hand leadership over at once
     api.close()

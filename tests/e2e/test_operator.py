@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
+import yaml
 
 from tests.support.kube import ControlPlane, free_port
-from tests.support.processes import Processes
+from tests.support.processes import REPO, Processes
 from tests.support.wait import until, until_metrics
 
 
@@ -340,3 +345,53 @@ async def test_a_spec_only_the_operator_can_judge_is_reported_in_status_and_an_e
     [event, *_] = await until(warned, timeout=20, what="a Warning event InvalidSpec")
     assert event["message"].startswith("spec.schedule: Value error, invalid cron")
     assert await stored_state(pool, namespace, "ticker") is None, "nothing half-written"
+
+
+def _forwarder(listen: int, target: str) -> subprocess.Popen[bytes]:
+    script = str(REPO / "tests" / "chaos" / "forward.py")
+    return subprocess.Popen(
+        [sys.executable, script, f"127.0.0.1:{listen}={target}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def test_a_leader_cut_off_from_the_api_server_stops_before_a_standby_could_lead(
+    control_plane: ControlPlane, namespace: str, processes: Processes,
+    component_kubeconfigs: dict[str, Path], tmp_path: Path,
+) -> None:  # fmt: skip
+    """A leader that cannot renew stops within its renew deadline (2/3 of the lease), so it
+    is gone before a standby, which waits a whole lease after the last renewal it saw, may
+    take over. It once kept acting until a renewal failed more than a lease after its last
+    success, its calls hanging on the unreachable API server on top."""
+    duration = 6.0
+    config = yaml.safe_load(component_kubeconfigs["operator"].read_text())
+    server = urlsplit(config["clusters"][0]["cluster"]["server"])
+    port = free_port()
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    kubeconfig = tmp_path / "cut.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    forwarder = _forwarder(port, server.netloc)
+    try:
+        first = processes.start("operator", "operator", env={
+            "KUBECONFIG": str(kubeconfig), "HORAE_OPERATOR_LEASE_SECONDS": str(duration),
+        })  # fmt: skip
+
+        async def leads() -> bool:
+            return leader(control_plane, namespace) == first.identity
+
+        await until(leads, timeout=30, what="the operator leading through the forwarder")
+        forwarder.send_signal(signal.SIGSTOP)  # a partition: calls hang, nothing is refused
+        exited = await asyncio.to_thread(first.popen.wait, 3 * duration)
+        stopped = datetime.now(UTC)
+        assert exited != 0
+    finally:
+        forwarder.send_signal(signal.SIGCONT)
+        forwarder.kill()
+        forwarder.wait()
+    lease = control_plane.get_json("lease", "horae-operator", "-n", namespace)
+    renewed = datetime.fromisoformat(lease["spec"]["renewTime"])
+    assert lease["spec"]["holderIdentity"] == first.identity
+    after = (stopped - renewed).total_seconds()
+    # The earliest a standby could lead is a whole lease after this last renewal.
+    assert after < duration, f"the leader stopped {after:.1f}s after its last renewal"
