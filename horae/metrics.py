@@ -1,4 +1,4 @@
-"""Prometheus metrics of every Horae process, defined once; `serve(port)` exposes them.
+"""Prometheus metrics of every Horae process, defined once; `horae.probes` serves them.
 
 Lags are seconds after the due moment: dispatch lag (publish - due) on the
 scheduler, start lag (handler start - due) on the worker.
@@ -6,7 +6,7 @@ scheduler, start lag (handler start - due) on the worker.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 
@@ -34,9 +34,3 @@ retries = Counter("horae_retries_total", "Retry executions scheduled.")
 dead_letters = Counter("horae_dead_letters_total", "Executions dead-lettered.")
 in_flight = Gauge("horae_in_flight", "Handlers running in this worker.")
 throttled = Counter("horae_tenant_throttled_total", "Claims deferred by a tenant limit.")
-
-
-def serve(port: int) -> None:
-    """Expose /metrics on `port` (0: don't)."""
-    if port:
-        start_http_server(port)

@@ -13,7 +13,6 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from horae import metrics
 from horae.broker import Names
 from horae.config import Settings
 from horae.kube import (
@@ -31,6 +30,7 @@ from horae.operator import scheduledjob, workerpool
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
+from horae.probes import Probes
 from horae.store.db import connect_pool
 from horae.store.installation import read_installation
 
@@ -63,7 +63,7 @@ LEADER_LEASE = "horae-operator"
 
 
 async def _standby(
-    lease: SingletonLease, api: client.ApiClient, namespace: str, *, poll: float
+    lease: SingletonLease, api: client.ApiClient, namespace: str, *, poll: float, probes: Probes
 ) -> None:
     """Return once this replica holds the leader Lease.
 
@@ -97,6 +97,7 @@ async def _standby(
             try:
                 if await lease.hold():
                     return
+                probes.ready("standing by")
                 wait = min(poll, max(0.05, lease.expires_in()))
             except Exception:
                 log.exception("could not read or take the leader Lease")
@@ -139,7 +140,9 @@ async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
 
 async def run(settings: Settings) -> None:
     cfg = settings.operator
-    metrics.serve(settings.metrics_port)  # up in standby too: it is the liveness probe
+    probes = Probes()
+    probes.serve(settings.metrics_port)  # in standby too
+    beat = asyncio.create_task(probes.beat())
     api = load_api_client(settings.kube.kubeconfig)
     leases = Leases(api, settings.kube.namespace)
     lease = SingletonLease(leases, LEADER_LEASE, identity=cfg.identity,
@@ -147,7 +150,8 @@ async def run(settings: Settings) -> None:
                            label="horae.dev/operator-leader")  # fmt: skip
     renew = cfg.lease_duration.total_seconds() / 3
     # Standby until this replica leads: two replicas never both act.
-    await _standby(lease, api, settings.kube.namespace, poll=renew)
+    await _standby(lease, api, settings.kube.namespace, poll=renew, probes=probes)
+    probes.ready("leading")
     log.info("operator %s leads (Lease %s)", cfg.identity, LEADER_LEASE)
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     async with pool.acquire() as conn:
@@ -201,5 +205,7 @@ async def run(settings: Settings) -> None:
             task.cancel()
         await asyncio.gather(leading, operator, *background, return_exceptions=True)
         await pool.close()
+    probes.unready("stopping")
     await lease.release()  # a clean stop: hand leadership over at once
+    beat.cancel()
     api.close()

@@ -117,10 +117,22 @@ def decide(
 # -- the Deployment ------------------------------------------------------------
 
 
+METRICS_PORT = 9100
+"""The workers' metrics and probe port (HORAE_METRICS_PORT), unless the pool's env sets one."""
+
+
+def _metrics_port(pool: Pool) -> int:
+    for entry in pool.spec.env:
+        if entry.get("name") == "HORAE_METRICS_PORT" and str(entry.get("value", "")).isdigit():
+            return int(entry["value"]) or METRICS_PORT
+    return METRICS_PORT
+
+
 def _env(pool: Pool) -> list[dict[str, Any]]:
     ours: list[dict[str, Any]] = [{"name": "HORAE_POOL", "value": pool.name}]
     if pool.spec.concurrency is not None:
         ours.append({"name": "HORAE_CONCURRENCY", "value": str(pool.spec.concurrency)})
+    ours.append({"name": "HORAE_METRICS_PORT", "value": str(_metrics_port(pool))})
     theirs = {e.get("name") for e in pool.spec.env}
     # A name twice would be refused by the API server: the pool's own entries win.
     return [e for e in ours if e["name"] not in theirs] + list(pool.spec.env)
@@ -170,6 +182,11 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
         "image": pool.spec.image,
         "command": ["horae", "worker", "--tasks", pool.spec.tasks],
         "env": _env(pool),
+        "ports": [{"name": "metrics", "containerPort": _metrics_port(pool)}],
+        # horae/probes.py: /healthz fails once the event loop stops turning, /readyz says
+        # whether the worker consumes.
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}},
         "securityContext": CONTAINER_SECURITY,
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }

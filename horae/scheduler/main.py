@@ -14,6 +14,7 @@ import asyncpg
 from horae import broker, metrics
 from horae.config import Settings
 from horae.kube import Lease, Leases, load_api_client, watch_leases
+from horae.probes import Probes
 from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.leases import (
     MEMBER_LABEL,
@@ -120,7 +121,8 @@ async def run(settings: Settings) -> None:
         lease_duration=timedelta(seconds=30),
         ahead_days=settings.database.partitions_ahead_days,
     )
-    metrics.serve(settings.metrics_port)
+    probes = Probes()
+    probes.serve(settings.metrics_port)
     watch_stop = threading.Event()
 
     def on_lease_change(event: str, lease: Lease) -> None:
@@ -137,7 +139,17 @@ async def run(settings: Settings) -> None:
             name=f"watch-{selector}",
         ).start()
     log.info("scheduler %s starting with %d shards", cfg.identity, shards)
+
+    async def report() -> None:
+        """Ready once this replica has taken part in a round of shard Leases."""
+        while True:
+            if shard_leases.ticks:
+                probes.ready(f"holds {len(shard_leases.held)} of {shards} shards")
+            await asyncio.sleep(0.25)
+
     tasks = [
+        asyncio.create_task(probes.beat(), name="beat"),
+        asyncio.create_task(report(), name="readiness"),
         asyncio.create_task(listener.run(stop), name="listener"),
         asyncio.create_task(shard_leases.run(stop), name="leases"),
         asyncio.create_task(dispatcher.run_refresh(stop), name="refresh"),
@@ -146,6 +158,7 @@ async def run(settings: Settings) -> None:
         asyncio.create_task(maintenance.run(stop, period=10.0), name="maintenance"),
     ]
     await stop.wait()
+    probes.unready("stopping")
     log.info("scheduler %s stopping: releasing %d shards", cfg.identity, len(shard_leases.held))
     for task in tasks:
         task.cancel()

@@ -36,6 +36,7 @@ from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.errors import PermanentError
 from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
+from horae.probes import Probes
 from horae.store import executions as store
 from horae.store.db import connect_pool
 from horae.store.executions import Claimed
@@ -475,7 +476,9 @@ async def run(settings: Settings, tasks_module: str) -> None:
     worker = Worker(settings, pool, publisher)
     async with pool.acquire() as conn:
         await worker.clock.sync(conn)
-    metrics.serve(settings.metrics_port)
+    probes = Probes()
+    probes.serve(settings.metrics_port)
+    beat = asyncio.create_task(probes.beat())
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -503,8 +506,10 @@ async def run(settings: Settings, tasks_module: str) -> None:
     heartbeat_stop = asyncio.Event()  # heartbeats go on through the grace period
     heartbeat = asyncio.create_task(worker.heartbeat(heartbeat_stop))
     tag = await queue.consume(on_message)
+    probes.ready(f"consuming {queue.name}")
     log.info("worker %s consuming %s for tasks %s", cfg.identity, queue.name, sorted(REGISTRY))
     await stop.wait()
+    probes.unready("stopping")
     log.info("worker %s stopping: %d running", cfg.identity, len(inflight))
     await queue.cancel(tag)
     if inflight:
@@ -513,5 +518,6 @@ async def run(settings: Settings, tasks_module: str) -> None:
         await worker.hand_back()
     heartbeat_stop.set()
     heartbeat.cancel()
+    beat.cancel()
     await connection.close()
     await pool.close()

@@ -18,7 +18,7 @@ import yaml
 
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import REPO, Processes
-from tests.support.wait import until, until_metrics
+from tests.support.wait import readiness, until, until_metrics, until_ready
 
 
 def manifest(namespace: str, schedule: str, *, suspend: bool = False) -> str:
@@ -237,7 +237,9 @@ async def test_two_operators_never_both_act_and_the_standby_takes_over(
         return leader(control_plane, namespace) == identity
 
     await until(lambda: leads(first.identity), timeout=20, what="the first operator leading")
-    second = processes.start("operator", "operator", env=env)
+    port = free_port()
+    second = processes.start("operator", "operator", env={**env, "HORAE_METRICS_PORT": str(port)})
+    assert await until_ready(port) == "standing by"
     control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "before"))
 
     async def stored(name: str) -> bool:
@@ -247,12 +249,17 @@ async def test_two_operators_never_both_act_and_the_standby_takes_over(
     for _ in range(4):  # the standby neither takes the Lease nor starts acting
         assert leader(control_plane, namespace) == first.identity
         await asyncio.sleep(1)
-    assert "leads" not in second.log()
+    assert await readiness(port) == (200, "standing by")
     assert second.alive()
 
     first.kill()
     killed = datetime.now(UTC)
     await until(lambda: leads(second.identity), timeout=20, what="the standby taking over")
+
+    async def leading() -> bool:
+        return await readiness(port) == (200, "leading")
+
+    await until(leading, timeout=10, what="the new leader's /readyz saying so")
     # The standby dates each renewal as its watch delivers it and wakes when the last one
     # is a lease old: at most a lease duration after the crash, no poll period on top.
     took = (acquired(control_plane, namespace) - killed).total_seconds()

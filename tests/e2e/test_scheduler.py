@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from tests.support.kube import ControlPlane
+from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
 from tests.support.scheduling import drain, falling_due, holders, pending
-from tests.support.wait import until
+from tests.support.wait import readiness, until, until_ready
 
 LEASE = 3.0
 RENEW = 1.0
@@ -66,8 +66,15 @@ async def test_three_replicas_spread_64_shards_each_held_by_exactly_one(
 async def test_one_replica_takes_and_renews_all_64_shards_without_dropping_connections(
     control_plane: ControlPlane, namespace: str, processes: Processes
 ) -> None:
-    scheduler = processes.start("scheduler", "scheduler")
+    port = free_port()
+    scheduler = processes.start("scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(port)})
+    await until_ready(port)  # once it took part in a round of shard Leases
     await balanced(control_plane, namespace, ["scheduler-0"])
+
+    async def says_it_holds_all() -> bool:
+        return await readiness(port) == (200, "holds 64 of 64 shards")
+
+    await until(says_it_holds_all, timeout=10, what="/readyz saying it holds all 64")
     since = datetime.now(UTC) + timedelta(seconds=2 * RENEW)
 
     async def renewed_twice() -> bool:  # two rounds in which all 64 renewals go out together

@@ -18,9 +18,10 @@ from horae import broker
 from horae.models import ExecutionMessage, JobSource, JobSpec, RetryPolicy
 from horae.store import jobs
 from tests.support.invocations import invocations
+from tests.support.kube import free_port
 from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
 from tests.support.scheduling import drain
-from tests.support.wait import until
+from tests.support.wait import until, until_ready
 from tests.support.webhook import webhook_receiver
 
 TASKS = "tests/e2e/tasks.py"
@@ -438,12 +439,10 @@ async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_wo
         return len(invocations(log)) >= count
 
     await until(lambda: started(1), timeout=20, what="the handler to start")
-    heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-
-    async def consuming() -> bool:
-        return "consuming" in heir.log()
-
-    await until(consuming, timeout=20, what="the heir consuming")
+    port = free_port()
+    heir = processes.start("worker", "worker", "--tasks", TASKS,
+                           env={**env, "HORAE_METRICS_PORT": str(port)})  # fmt: skip
+    assert (await until_ready(port)).startswith("consuming"), "the heir consuming"
     leaving.signal(signal.SIGTERM)
     assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
     [row] = await terminal(pool, job["id"], 1, timeout=30)

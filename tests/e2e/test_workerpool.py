@@ -108,6 +108,7 @@ async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
     assert container["env"] == [
         {"name": "HORAE_POOL", "value": "shop"},
         {"name": "HORAE_CONCURRENCY", "value": "4"},
+        {"name": "HORAE_METRICS_PORT", "value": "9100"},
         {"name": "SHOP_REGION", "value": "eu"},
     ]
     assert container["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"}}
@@ -140,7 +141,10 @@ async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
     dep = await until(updated, timeout=20, what="the new image in the Deployment")
     assert dep["metadata"]["annotations"]["team.example/owner"] == "shop"
     pod = dep["spec"]["template"]["spec"]
-    assert pod["containers"][0]["env"] == [{"name": "HORAE_POOL", "value": "shop"}]
+    assert pod["containers"][0]["env"] == [
+        {"name": "HORAE_POOL", "value": "shop"},
+        {"name": "HORAE_METRICS_PORT", "value": "9100"},
+    ]
     assert "resources" not in pod["containers"][0] or not pod["containers"][0]["resources"]
     assert "serviceAccountName" not in pod and "serviceAccount" not in pod
     assert dep["spec"]["replicas"] == 2

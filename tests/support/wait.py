@@ -53,3 +53,24 @@ async def until_metrics(port: int, *, timeout: float = 20) -> None:
             return False
 
     await until(up, timeout=timeout, what=f"/metrics on port {port}")
+
+
+async def readiness(port: int) -> tuple[int, str]:
+    """A component's /readyz on `port`: (HTTP status, what it says it does); (0, "") while
+    nothing answers."""
+    try:
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
+    except httpx.TransportError:
+        return 0, ""
+    return response.status_code, str(response.json()["detail"])
+
+
+async def until_ready(port: int, *, timeout: float = 20) -> str:
+    """Until the component on `port` says it is ready (horae/probes.py); what it does."""
+
+    async def ready() -> str:
+        status, detail = await readiness(port)
+        return detail if status == 200 else ""
+
+    return await until(ready, timeout=timeout, what=f"/readyz on port {port}")

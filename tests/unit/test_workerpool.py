@@ -85,15 +85,31 @@ def test_the_deployment_runs_the_pool_workers_and_leaves_replicas_alone() -> Non
     assert container["env"] == [
         {"name": "HORAE_POOL", "value": "crunchers"},
         {"name": "HORAE_CONCURRENCY", "value": "4"},
+        {"name": "HORAE_METRICS_PORT", "value": "9100"},
     ]
     assert "resources" not in container
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9100}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_a_pools_own_metrics_port_is_the_probes_port() -> None:
+    env = [{"name": "HORAE_METRICS_PORT", "value": "9300"}]
+    container = deployment_body(_pool(env=env))["spec"]["template"]["spec"]["containers"][0]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9300}]
+    assert [e for e in container["env"] if e["name"] == "HORAE_METRICS_PORT"] == env
 
 
 def test_env_entries_of_the_pool_come_last_and_win_over_ours() -> None:
     env = [{"name": "HORAE_CONCURRENCY", "value": "9"}, {"name": "FOO", "value": "bar"}]
     body = deployment_body(_pool(concurrency=4, env=env))
     container = body["spec"]["template"]["spec"]["containers"][0]
-    assert container["env"] == [{"name": "HORAE_POOL", "value": "crunchers"}, *env]
+    assert container["env"] == [
+        {"name": "HORAE_POOL", "value": "crunchers"},
+        {"name": "HORAE_METRICS_PORT", "value": "9100"},
+        *env,
+    ]
 
 
 @pytest.mark.parametrize(("env", "expected"), [
