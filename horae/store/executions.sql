@@ -210,3 +210,10 @@ SELECT horae_release($1, $2::uuid[], $3)
 -- name: heartbeat
 -- Extend the leases of the executions this worker still works on (horae_heartbeat).
 SELECT id, cancel_requested FROM horae_heartbeat($1, $2, $3, $4::uuid[])
+
+-- name: recent_of_job
+-- A job's newest executions that were dispatched or resolved (what Execution mirrors show).
+SELECT * FROM executions
+WHERE job_id = $1 AND status <> 'scheduled'
+ORDER BY due_at DESC, id DESC
+LIMIT $2
