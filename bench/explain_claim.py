@@ -1,5 +1,7 @@
-"""The claim statement's plan on a scratch database: `EXPLAIN (ANALYZE, BUFFERS)` of one
-worker claim of `--claim` queued rows among `--rows` executions (rolled back).
+"""The claim's cost on a scratch database: `EXPLAIN (ANALYZE, BUFFERS)` of one worker claim
+of `--claim` queued rows among `--rows` executions (rolled back). The claim is a function
+(`horae_claim`, migration 004): its time and buffers are shown in all, not statement by
+statement.
 
     .venv/bin/python -m bench.explain_claim --rows 100000 --claim 1000
 
@@ -44,8 +46,10 @@ async def plan(url: str, rows: int, claim: int) -> list[str]:
             claim_tx = conn.transaction()
             await claim_tx.start()
             try:
-                lines = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + Q["claim_executions"],
-                                         ids, dues, "w", now, timedelta(seconds=30))  # fmt: skip
+                lease, throttle = timedelta(seconds=30), timedelta(seconds=1)
+                lines = await conn.fetch(
+                    "EXPLAIN (ANALYZE, BUFFERS) " + Q["claim"], ids, dues, "w", now, lease, throttle
+                )
             finally:
                 await claim_tx.rollback()
             return [r[0] for r in lines]

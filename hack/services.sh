@@ -155,6 +155,9 @@ pg_ensure_role_db() {  # port
   if [ "$("${psql[@]}" -c "select 1 from pg_roles where rolname = '$PG_USER'")" != 1 ]; then
     "${psql[@]}" -c "create role \"$PG_USER\" login createdb password '$PG_PASSWORD'" >/dev/null
   fi
+  # `horae migrate` creates the components' NOLOGIN group roles (once per cluster), and the
+  # tests create login roles in them: both take CREATEROLE.
+  "${psql[@]}" -c "alter role \"$PG_USER\" createrole" >/dev/null
   # Tests and benchmarks drop their databases WITH (FORCE); ending an autovacuum worker
   # still busy in one takes pg_signal_backend.
   "${psql[@]}" -c "grant pg_signal_backend to \"$PG_USER\"" >/dev/null

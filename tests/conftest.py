@@ -28,6 +28,7 @@ import pytest_asyncio
 from horae.store.db import connect_pool
 from horae.store.migrate import migrate
 from tests.support.chart import INSTALL_NAMESPACE, chart_rbac
+from tests.support.db_roles import LoginRoles, create_login_roles, drop_login_roles
 from tests.support.kube import (
     ControlPlane,
     service_account_kubeconfig,
@@ -85,6 +86,22 @@ async def db_url(template_db: str) -> AsyncIterator[str]:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def login_roles(template_db: str) -> AsyncIterator[LoginRoles]:
+    """A login role per component in its group role (which `horae migrate` of the template
+    created), for the whole session: every test database is a copy of the template, so
+    the grants are there in each."""
+    roles = await create_login_roles(BASE_DB, f"t_{uuid.uuid4().hex[:8]}")
+    yield roles
+    await drop_login_roles(BASE_DB, roles)
+
+
+@pytest.fixture
+def role_urls(db_url: str, login_roles: LoginRoles) -> dict[str, str]:
+    """This test's database as each component's login role sees it."""
+    return login_roles.urls(db_url)
 
 
 @pytest_asyncio.fixture
@@ -187,7 +204,7 @@ def component_kubeconfigs(
 @pytest.fixture
 def processes(
     horae_env: dict[str, str], tmp_path: Path, control_plane: ControlPlane, namespace: str,
-    component_kubeconfigs: dict[str, Path],
+    component_kubeconfigs: dict[str, Path], role_urls: dict[str, str],
 ) -> Iterator[Processes]:  # fmt: skip
     # Leases live in HORAE_NAMESPACE: the test's namespace stands in for the install
     # namespace, so the Lease roles are bound there as the chart binds them in its own.
@@ -197,10 +214,13 @@ def processes(
             f"--clusterrole=horae-{role}",
             f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
         )  # fmt: skip
-    procs = Processes(
-        horae_env, tmp_path,
-        command_env={c: {"KUBECONFIG": str(path)} for c, path in component_kubeconfigs.items()},
-    )  # fmt: skip
+    # Each component also connects to PostgreSQL as its own role, never as the owner.
+    command_env: dict[str, dict[str, str]] = {
+        c: {"HORAE_DATABASE_URL": url} for c, url in role_urls.items()
+    }
+    for c, path in component_kubeconfigs.items():
+        command_env[c]["KUBECONFIG"] = str(path)
+    procs = Processes(horae_env, tmp_path, command_env=command_env)
     yield procs
     procs.stop_all()
     print(procs.dump())  # shown by pytest only when the test failed

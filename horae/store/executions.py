@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,9 +14,11 @@ import asyncpg
 
 from horae.models import ExecutionStatus
 from horae.store.jobs import (
+    NOTIFY_WITHIN,
     NewExecution,
     insert_execution,
     insert_executions,
+    new_execution_id,
     next_occurrence,
     spec_from_row,
 )
@@ -274,60 +275,30 @@ async def claim_many(
     """Claim for `owner`, within tenants' limits, in one transaction; one answer per request.
 
     None for a duplicate or a stale execution (a stale one is cancelled);
-    `Throttled` when the tenant already runs its `max_running` executions (the
-    execution goes back to `scheduled` a little later, without using an attempt).
-    Limits are counted from the running rows themselves, so a killed worker leaks
-    no slot: its executions stop counting when the reaper ends them.
+    `Throttled` when the row's tenant already runs its `max_running` executions (the
+    execution goes back to `scheduled` 1-1.5 `throttle_delay` later, without using an
+    attempt). Limits are counted from the running rows themselves, so a killed worker leaks
+    no slot: its executions stop counting when the reaper ends them. The claim itself is
+    `horae_claim` (migration 004), the only way a worker's database role reaches a row.
     """
     answers: dict[uuid.UUID, Claimed | Throttled | None] = {}
     async with conn.transaction():
-        limits = await conn.fetch(Q["tenant_limits"], sorted({r.tenant for r in requests}))
-        limited = {row["name"]: row["max_running"] for row in limits}
-        claimable = [r for r in requests if r.tenant not in limited]
-        throttled: list[tuple[ClaimRequest, datetime]] = []
-        for tenant, limit in limited.items():  # in name order: advisory locks never deadlock
-            group = [r for r in requests if r.tenant == tenant]
-            await conn.execute(Q["lock_tenant"], tenant)
-            free = max(0, limit - await conn.fetchval(Q["tenant_running"], tenant))
-            claimable += group[:free]
-            throttled += [
-                (r, now + throttle_delay * random.uniform(1.0, 1.5)) for r in group[free:]
-            ]
-        if throttled:
-            rows = await conn.fetch(
-                Q["throttle_executions"], [r.id for r, _ in throttled],
-                [r.due_at for r, _ in throttled], [later for _, later in throttled],
-            )  # fmt: skip
-            moved = {row["id"] for row in rows}
-            answers |= {r.id: Throttled(later) for r, later in throttled if r.id in moved}
-            for shard in sorted({row["shard"] for row in rows}):
-                await conn.execute(Q["notify_shard"], shard, "throttled")
-        claimable.sort(key=lambda r: r.id)  # one lock order across workers
         rows = await conn.fetch(
-            Q["claim_executions"], [r.id for r in claimable], [r.due_at for r in claimable],
-            owner, now, lease,
+            Q["claim"], [r.id for r in requests], [r.due_at for r in requests], owner, now,
+            lease, throttle_delay,
         )  # fmt: skip
         for row in rows:
-            fields = dict(row)
-            del fields["unrecorded"]
-            answers[row["id"]] = Claimed(**fields)
+            if row["outcome"] == "throttled":
+                answers[row["id"]] = Throttled(row["due_at"])
+            else:
+                answers[row["id"]] = Claimed(**{f: row[f] for f in _CLAIMED_FIELDS})
         # Claimed before the scheduler recorded its dispatch, which may never happen (it
         # crashed, or its transaction failed): the next occurrence is scheduled here, or a
         # cron job whose record is lost would never fire again. Idempotent.
-        await _schedule_next(conn, [
-            Due(r["id"], r["job_id"], r["tenant"], r["task"], r["shard"], r["due_at"],
-                r["occurrence_at"], r["attempt"])
-            for r in rows if r["unrecorded"]
-        ], now)  # fmt: skip
-        for job_id in sorted({row["job_id"] for row in rows if row["source"] == "crd"}):
-            await conn.execute(Q["notify_job"], str(job_id))  # its Execution shows Running
-        missed = [r for r in claimable if r.id not in answers]
-        if missed:
-            stale = await conn.fetch(
-                Q["cancel_stale"], [r.id for r in missed], [r.due_at for r in missed], now
-            )
-            for job_id in sorted({row["job_id"] for row in stale}):
-                await conn.execute(Q["notify_job"], str(job_id))
+        await _schedule_claimed_next(
+            conn, [r for r in rows if r["unrecorded"] and r["cron"] is not None],
+            owner=owner, now=now,
+        )  # fmt: skip
     # The same execution twice in one batch (a redelivered duplicate): only the first runs.
     given: set[uuid.UUID] = set()
     results: list[Claimed | Throttled | None] = []
@@ -335,6 +306,32 @@ async def claim_many(
         results.append(None if r.id in given else answers.get(r.id))
         given.add(r.id)
     return results
+
+
+_CLAIMED_FIELDS = tuple(Claimed.__dataclass_fields__)
+
+
+async def _schedule_claimed_next(
+    conn: Conn, rows: Sequence[asyncpg.Record], *, owner: str, now: datetime
+) -> None:
+    """The next occurrence of each cron job among claimed first attempts (`rows`, as
+    `horae_claim` answers them, the job's schedule included): computed here, inserted by
+    `horae_schedule_next` for the executions `owner` holds."""
+    latest: dict[uuid.UUID, asyncpg.Record] = {}
+    for row in sorted((r for r in rows if r["attempt"] == 1), key=lambda r: r["occurrence_at"]):
+        latest[row["job_id"]] = row  # per job, its latest occurrence
+    planned = []
+    for row in latest.values():
+        nxt = next_occurrence(row["job_id"], spec_from_row(row), row["occurrence_at"])
+        if nxt is not None:
+            planned.append((row, nxt))
+    if planned:
+        await conn.execute(
+            Q["schedule_claimed_next"], owner, [r["id"] for r, _ in planned],
+            [r["due_at"] for r, _ in planned], [new_execution_id() for _ in planned],
+            [n.due_at for _, n in planned], [n.occurrence_at for _, n in planned], now,
+            now + NOTIFY_WITHIN,
+        )  # fmt: skip
 
 
 async def claim(
@@ -370,32 +367,17 @@ async def finish_many(
     conn: Conn, outcomes: Sequence[Finish], *, owner: str, now: datetime
 ) -> list[bool]:
     """Record terminal outcomes (and retry executions, and the jobs' latest runs) in one
-    transaction. An answer is False when `owner` no longer held that execution (its lease
-    was lost): nothing is recorded for it."""
-    ordered = sorted(outcomes, key=lambda f: f.claimed.id)  # one lock order across workers
-    async with conn.transaction():
-        rows = await conn.fetch(
-            Q["finish_executions"], [f.claimed.id for f in ordered],
-            [f.claimed.due_at for f in ordered], [f.status.value for f in ordered],
-            [now] * len(ordered), [f.error_kind for f in ordered],
-            [f.error_message for f in ordered], [f.result for f in ordered], owner,
-        )  # fmt: skip
-        recorded = {row["id"] for row in rows}
-        done = [f for f in ordered if f.claimed.id in recorded]
-        await insert_executions(conn, [
-            NewExecution(
-                f.claimed.job_id, f.claimed.tenant, f.claimed.task, f.claimed.shard, f.retry_at,
-                f.claimed.occurrence_at, f.claimed.attempt + 1, f.claimed.job_version,
-            )
-            for f in done if f.retry_at is not None
-        ], now)  # fmt: skip
-        latest = {f.claimed.job_id: f for f in done}  # a job's last outcome in the batch
-        jobs = sorted(latest)
-        if jobs:
-            await conn.execute(
-                Q["record_job_runs"], jobs, [now] * len(jobs),
-                [latest[j].status.value for j in jobs], [latest[j].retry_at is None for j in jobs],
-            )  # fmt: skip
+    statement (`horae_finish`, migration 004). An answer is False when `owner` no longer
+    held that execution (its lease was lost): nothing is recorded for it."""
+    rows = await conn.fetch(
+        Q["finish"], [f.claimed.id for f in outcomes], [f.claimed.due_at for f in outcomes],
+        [f.status.value for f in outcomes], [f.error_kind for f in outcomes],
+        [f.error_message for f in outcomes], [f.result for f in outcomes],
+        [f.retry_at for f in outcomes],
+        [new_execution_id() if f.retry_at is not None else None for f in outcomes],
+        owner, now, now + NOTIFY_WITHIN,
+    )  # fmt: skip
+    recorded = {row["id"] for row in rows}
     return [f.claimed.id in recorded for f in outcomes]
 
 
@@ -454,8 +436,5 @@ async def release_running(
 ) -> int:
     """Put `owner`'s unfinished executions back to `scheduled`, due now, and tell their
     shards' schedulers. Returns how many."""
-    async with conn.transaction():
-        rows = await conn.fetch(Q["release_running"], owner, list(ids), now)
-        for shard in {r["shard"] for r in rows}:
-            await conn.execute(Q["notify_shard"], shard, "released")
-    return len(rows)
+    released: int = await conn.fetchval(Q["release_running"], owner, list(ids), now)
+    return released

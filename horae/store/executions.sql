@@ -154,83 +154,25 @@ WHERE e.id = $1 AND e.due_at = $2 AND e.shard = fence.shard AND e.status = 'runn
   AND e.lease_until < $5
 RETURNING e.job_id
 
--- name: claim_executions
--- Claim dispatched executions for one worker: running, leased, job fresh. Rows missing from
--- the answer were stale or duplicates. Rows are locked in id order (see mark_queued).
--- `unrecorded`: the row was still `scheduled` (published, but its dispatch not recorded).
-WITH target AS (
-    SELECT e.id, e.due_at, e.status = 'scheduled' AS unrecorded
-    FROM executions e JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
-      ON e.id = u.id AND e.due_at = u.due_at
-    WHERE e.status IN ('queued', 'scheduled')
-    ORDER BY e.id
-    FOR UPDATE OF e
-)
-UPDATE executions e SET status = 'running', lease_owner = $3, lease_until = $4::timestamptz + $5::interval,
-       started_at = $4
-FROM target t, jobs j
-WHERE e.id = t.id AND e.due_at = t.due_at
-  AND j.id = e.job_id AND j.state = 'active' AND j.spec_version = e.job_version
-RETURNING e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
-          e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name,
-          t.unrecorded
+-- name: claim
+-- A worker's claim of one batch (horae_claim, migration 004: within the rows' tenants' limits).
+SELECT * FROM horae_claim($1::uuid[], $2::timestamptz[], $3, $4, $5, $6)
 
--- name: tenant_limits
--- The limits of those of these tenants that have one (a tenant not answered is unlimited).
-SELECT name, max_running FROM tenants WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
-ORDER BY name
+-- name: schedule_claimed_next
+-- Schedule the next occurrences of claimed executions found still `scheduled` (horae_schedule_next).
+SELECT horae_schedule_next($1, $2::uuid[], $3::timestamptz[], $4::uuid[], $5::timestamptz[],
+                           $6::timestamptz[], $7, $8)
 
--- name: lock_tenant
--- Serialise claims of one limited tenant for the rest of the transaction.
-SELECT pg_advisory_xact_lock(hashtext('horae_tenant:' || $1))
-
--- name: tenant_running
--- How many executions of a tenant run right now.
-SELECT count(*) FROM executions WHERE tenant = $1 AND status = 'running'
-
--- name: throttle_executions
--- No tenant slot: back to `scheduled`, each due again a little later (not an attempt).
-UPDATE executions e SET status = 'scheduled', due_at = u.later, enqueued_at = NULL,
-       dispatch_epoch = NULL
-FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[]) AS u(id, due_at, later)
-WHERE e.id = u.id AND e.due_at = u.due_at AND e.status IN ('queued', 'scheduled')
-RETURNING e.id, e.shard
-
--- name: cancel_stale
--- Dispatched executions whose job was paused, cancelled or edited: cancelled, never run.
-UPDATE executions e SET status = 'cancelled', finished_at = $3, error_kind = 'stale',
-       error_message = 'job ' || j.state::text || ' or edited (version ' || j.spec_version::text
-                       || ') before this execution started'
-FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at), jobs j
-WHERE e.id = u.id AND e.due_at = u.due_at AND e.status IN ('queued', 'scheduled')
-  AND j.id = e.job_id AND NOT (j.state = 'active' AND j.spec_version = e.job_version)
-RETURNING e.job_id
-
--- name: finish_executions
--- Record running executions' terminal outcomes (only those `$8` still holds), locking them
--- in id order as heartbeats do.
-WITH target AS (
-    SELECT e.id, e.due_at, u.status, u.finished_at, u.error_kind, u.error_message, u.result
-    FROM executions e
-    JOIN unnest($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::timestamptz[],
-                $5::text[], $6::text[], $7::jsonb[])
-         AS u(id, due_at, status, finished_at, error_kind, error_message, result)
-      ON e.id = u.id AND e.due_at = u.due_at
-    WHERE e.status = 'running' AND e.lease_owner = $8
-    ORDER BY e.id
-    FOR UPDATE OF e
-)
-UPDATE executions e SET status = t.status, finished_at = t.finished_at,
-       error_kind = t.error_kind, error_message = t.error_message, result = t.result,
-       lease_until = NULL
-FROM target t
-WHERE e.id = t.id AND e.due_at = t.due_at
-RETURNING e.id
+-- name: finish
+-- Record a worker's outcomes, retries and jobs' latest runs in one statement (horae_finish).
+SELECT id FROM horae_finish($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::text[],
+                            $5::text[], $6::jsonb[], $7::timestamptz[], $8::uuid[], $9, $10, $11)
+    AS f(id)
 
 -- name: record_job_runs
 -- Remember jobs' latest outcomes (a one-off that ended is completed), locking the jobs in id
 -- order; tell operators when the job is a ScheduledJob. Only those notify: NOTIFY
--- serialises committing transactions.
+-- serialises committing transactions. (The reaper's; a worker's is part of horae_finish.)
 WITH target AS (
     SELECT j.id, u.at, u.status, u.final
     FROM jobs j JOIN unnest($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::bool[])
@@ -262,27 +204,13 @@ LIMIT $5
 SELECT * FROM executions WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)
 
 -- name: release_running
--- Shutdown: give this worker's unfinished executions back, due now (not an attempt).
-UPDATE executions SET status = 'scheduled', due_at = $3, lease_owner = NULL,
-       lease_until = NULL, started_at = NULL, enqueued_at = NULL, dispatch_epoch = NULL
-WHERE lease_owner = $1 AND status = 'running' AND id = ANY($2::uuid[])
-RETURNING id, shard
+-- Shutdown: give this worker's unfinished executions back, due now (horae_release).
+SELECT horae_release($1, $2::uuid[], $3)
 
 -- name: heartbeat
--- Extend the leases of the executions this worker still works on ($4; locked in id order,
--- as outcomes are recorded); report those marked for cancellation. A row locked by another
--- transaction (its outcome being written, the reaper) is skipped, not waited for: one slow
--- lock must not let every other lease of the worker run out.
-WITH target AS (
-    SELECT id, due_at FROM executions
-    WHERE lease_owner = $1 AND status = 'running' AND id = ANY($4::uuid[])
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE executions e SET lease_until = $2::timestamptz + $3::interval
-FROM target t
-WHERE e.id = t.id AND e.due_at = t.due_at
-RETURNING e.id, e.cancel_requested
+-- Extend the leases of the executions this worker still works on (horae_heartbeat).
+SELECT id, cancel_requested FROM horae_heartbeat($1, $2, $3, $4::uuid[])
+
 -- name: recent_of_job
 -- A job's newest executions that were dispatched or resolved (what Execution mirrors show).
 SELECT * FROM executions

@@ -84,6 +84,7 @@ def test_chart_lints_and_every_rendered_manifest_is_accepted_by_the_api_server(
      ("workerPool.name=Not_A_Name", "/workerPool/name"),
      ("api.service.type=Ingress", "/api/service/type"),
      ("database.existingSecret=", "/database/existingSecret"),
+     ("database.roles.worker.existingSecret=", "/database/roles/worker/existingSecret"),
      ("replicas=3", "replicas")],
 )  # fmt: skip
 def test_bad_values_fail_at_install_naming_the_value(
@@ -179,3 +180,33 @@ def test_keda_worker_pods_get_the_grace_a_workerpool_gets(control_plane: Control
     pool_spec = WorkerPoolSpec.model_validate({"image": "w:1", "tasks": "t", "env": grace_env})
     expected = termination_grace(Pool("ns", "p", "uid", pool_spec))
     assert spec["terminationGracePeriodSeconds"] == expected == 65
+
+
+def database_secret(spec: dict[str, Any]) -> str:
+    [url] = [e for c in spec["containers"] for e in c.get("env", [])
+             if e["name"] == "HORAE_DATABASE_URL"]  # fmt: skip
+    return str(url["valueFrom"]["secretKeyRef"]["name"])
+
+
+@pytest.mark.parametrize("values", [None, ALL_OPTIONS], ids=["defaults", "all-options"])
+def test_each_component_reaches_postgres_through_its_own_secret(
+    control_plane: ControlPlane, values: Path | None
+) -> None:
+    """One credential per component (migration 004's roles); only the migration hook gets
+    the schema owner's."""
+    objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", values)) if o]
+    by_name = {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+    owner, prefix = ("pg", "pg-") if values else ("horae-postgres", "horae-postgres-")
+    assert database_secret(by_name["Job/horae-migrate"]["spec"]["template"]["spec"]) == owner
+    for component in ("api", "operator", "scheduler"):
+        spec = by_name[f"Deployment/horae-{component}"]["spec"]["template"]["spec"]
+        assert database_secret(spec) == prefix + component, component
+    if values:  # KEDA: the chart renders the worker Deployment itself
+        (worker,) = [o for o in objects if o["kind"] == "Deployment"
+                     and "horae.dev/workerpool" in o["metadata"]["labels"]]  # fmt: skip
+        assert database_secret(worker["spec"]["template"]["spec"]) == "pg-worker"
+    else:
+        pool = by_name["WorkerPool/default"]["spec"]
+        assert database_secret({"containers": [pool]}) == "horae-postgres-worker"
+    secrets = {database_secret(spec) for _, spec in pods(objects)}
+    assert len(secrets) == (5 if values else 4)  # the pool's pods are the operator's

@@ -37,22 +37,25 @@ readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
 
-{{/* Environment every component shares: where the store and broker are, who it is. */}}
+{{/* Environment every component shares: where the store and broker are, who it is. Called
+     with (list $ "component"): each component reaches PostgreSQL as its own role. */}}
 {{- define "horae.env" -}}
+{{- $root := index . 0 -}}
+{{- $role := index $root.Values.database.roles (index . 1) -}}
 - name: HORAE_DATABASE_URL
-  valueFrom: {secretKeyRef: {name: {{ .Values.database.existingSecret }}, key: {{ .Values.database.urlKey }}}}
+  valueFrom: {secretKeyRef: {name: {{ $role.existingSecret }}, key: {{ $root.Values.database.urlKey }}}}
 - name: HORAE_BROKER_URL
-  valueFrom: {secretKeyRef: {name: {{ .Values.broker.existingSecret }}, key: {{ .Values.broker.urlKey }}}}
+  valueFrom: {secretKeyRef: {name: {{ $root.Values.broker.existingSecret }}, key: {{ $root.Values.broker.urlKey }}}}
 - name: HORAE_BROKER_PREFIX
-  value: {{ .Values.broker.prefix | quote }}
+  value: {{ $root.Values.broker.prefix | quote }}
 - name: HORAE_DATABASE_POOL_SIZE
-  value: {{ .Values.database.poolSize | quote }}
+  value: {{ $root.Values.database.poolSize | quote }}
 - name: HORAE_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 - name: HORAE_IDENTITY
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: HORAE_METRICS_PORT
-  value: {{ .Values.metrics.port | quote }}
+  value: {{ $root.Values.metrics.port | quote }}
 - name: HORAE_LOG_LEVEL
   value: INFO
 {{- end -}}

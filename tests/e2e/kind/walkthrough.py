@@ -3,6 +3,7 @@ exactly what a reader types and a fast test checks it against `services.yaml`.""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,26 @@ def _service_address(name: str) -> str:
     return f"{name}.{service['metadata']['namespace']}:{port}"
 
 
+LOGIN_ROLE = re.compile(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']+)' IN ROLE horae_(\w+);")
+
+
+def _login_roles() -> dict[str, tuple[str, str]]:
+    """Component -> (login role, password), as the postgres-roles ConfigMap creates them."""
+    config = next(d for d in services() if d["kind"] == "ConfigMap"
+                  and d["metadata"]["name"] == "postgres-roles")  # fmt: skip
+    return {c: (name, pw) for name, pw, c in LOGIN_ROLE.findall(config["data"]["roles.sql"])}
+
+
 def service_urls() -> dict[str, str]:
-    """Secret name -> the URL that reaches what services.yaml runs, with its credentials."""
+    """Secret name -> the URL that reaches what services.yaml runs, with its credentials:
+    the schema owner's, each component's login role's, RabbitMQ's."""
     pg = _container_env("postgres")
     mq = _container_env("rabbitmq")
+    at = f"@{_service_address('postgres')}/{pg['POSTGRES_DB']}"
     return {
-        "horae-postgres": f"postgresql://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}"
-        f"@{_service_address('postgres')}/{pg['POSTGRES_DB']}",
+        "horae-postgres": f"postgresql://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}{at}",
+        **{f"horae-postgres-{c}": f"postgresql://{name}:{pw}{at}"
+           for c, (name, pw) in _login_roles().items()},
         "horae-rabbitmq": f"amqp://{mq['RABBITMQ_DEFAULT_USER']}:{mq['RABBITMQ_DEFAULT_PASS']}"
         f"@{_service_address('rabbitmq')}/",
-    }
+    }  # fmt: skip

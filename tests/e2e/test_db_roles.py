@@ -1,0 +1,57 @@
+"""A scheduler and a worker connected as their own PostgreSQL roles (migration 004) fire a
+job from end to end: the worker's role, which reads no table, claims it, runs it and
+records its outcome."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
+from horae.store.db import connect
+from tests.support.db_roles import LoginRoles
+from tests.support.processes import Processes
+from tests.support.wait import until
+
+
+async def test_a_scheduler_and_a_worker_under_their_roles_fire_a_job(
+    processes: Processes, pool: asyncpg.Pool, login_roles: LoginRoles, db_url: str,
+    role_urls: dict[str, str],
+) -> None:  # fmt: skip
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
+    database = db_url.rsplit("/", 1)[-1]
+
+    async def both_connected_as_their_roles() -> set[str]:
+        rows = await pool.fetch(
+            "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = $1", database
+        )
+        names = {r["usename"] for r in rows}
+        wanted = {login_roles.names["scheduler"], login_roles.names["worker"]}
+        return names if wanted <= names else set()
+
+    await until(both_connected_as_their_roles, timeout=30, what="both roles connected")
+    api = await connect(role_urls["api"])
+    try:
+        run_at = datetime.now(UTC) + timedelta(seconds=2)
+        job_id = await jobs.create_job(
+            api, JobSpec(task="e2e.echo", run_at=run_at, payload={"greeting": "hi"}),
+            tenant="acme", source=JobSource.API, shards=64, now=datetime.now(UTC),
+        )  # fmt: skip
+    finally:
+        await api.close()
+
+    async def finished() -> asyncpg.Record | None:
+        return await pool.fetchrow(
+            "SELECT status, lease_owner FROM executions WHERE job_id = $1"
+            " AND status NOT IN ('scheduled', 'queued', 'running')",
+            job_id,
+        )
+
+    execution = await until(finished, timeout=30, what="a terminal execution")
+    assert execution["status"] == "succeeded"
+    assert execution["lease_owner"].startswith("worker")
+    job = await pool.fetchrow("SELECT state, last_status FROM jobs WHERE id = $1", job_id)
+    assert (job["state"], job["last_status"]) == ("completed", "succeeded")

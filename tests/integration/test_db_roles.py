@@ -1,0 +1,319 @@
+"""Each component's PostgreSQL role (migration 004) allows its own store calls and nothing
+more: connected as the worker's role, jobs, tenants and executions cannot be read, no DDL
+runs, and only the claim reaches a payload; the worker's, scheduler's, API's and
+operator's real store calls succeed under their roles."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, date, datetime, timedelta
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from horae.models import ExecutionStatus, JobSource, JobSpec
+from horae.store import executions, jobs
+from horae.store.db import connect
+from horae.store.executions import Claimed, ClaimRequest, Finish, ShardDispatch, Throttled
+from horae.store.installation import read_installation
+from horae.store.migrate import maintain_partitions, migrate
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+LEASE = timedelta(seconds=30)
+
+
+@pytest_asyncio.fixture
+async def as_role(role_urls: dict[str, str]) -> AsyncIterator[dict[str, asyncpg.Connection]]:
+    """One connection per component, each as its own login role."""
+    conns = {c: await connect(url) for c, url in role_urls.items()}
+    yield conns
+    for conn in conns.values():
+        await conn.close()
+
+
+async def api_job(conn: asyncpg.Connection, spec: JobSpec, tenant: str = "acme") -> uuid.UUID:
+    return await jobs.create_job(
+        conn, spec, tenant=tenant, source=JobSource.API, shards=64, now=NOW
+    )
+
+
+async def first_execution(pool: asyncpg.Pool, job_id: uuid.UUID) -> asyncpg.Record:
+    return await pool.fetchrow(
+        "SELECT * FROM executions WHERE job_id = $1 ORDER BY due_at LIMIT 1", job_id
+    )
+
+
+def request(row: asyncpg.Record) -> ClaimRequest:
+    return ClaimRequest(row["id"], row["due_at"], row["tenant"])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM jobs",
+        "SELECT * FROM tenants",
+        "SELECT id, due_at FROM executions",
+        "SELECT * FROM installation",
+        "SELECT * FROM shard_epochs",
+        "UPDATE executions SET status = 'running'",
+        "INSERT INTO tenants (name) VALUES ('x')",
+    ],
+)
+async def test_the_worker_role_reads_and_writes_no_table(
+    as_role: dict[str, asyncpg.Connection], sql: str
+) -> None:
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+        await as_role["worker"].fetch(sql)
+
+
+@pytest.mark.parametrize("component", ["api", "operator", "scheduler", "worker"])
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "CREATE TABLE stolen (x int)",
+        "ALTER TABLE executions ADD COLUMN x int",
+        "DROP TABLE jobs",
+        "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        "TRUNCATE jobs",
+    ],
+)
+async def test_no_component_role_runs_ddl(
+    as_role: dict[str, asyncpg.Connection], component: str, ddl: str
+) -> None:
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await as_role[component].execute(ddl)
+
+
+async def test_only_the_scheduler_role_makes_partitions_and_only_through_the_function(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    for component in ("api", "operator", "worker"):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await as_role[component].fetchval("SELECT horae_create_partition($1)", date(2032, 1, 1))
+    later = NOW.date() + timedelta(days=30)
+    created, _ = await maintain_partitions(
+        as_role["scheduler"], today=later, ahead_days=1, retention_days=3650
+    )
+    assert later in created
+    # A partition made later is reached through its parent, with the parent's grants.
+    due = datetime(later.year, later.month, later.day, 12, tzinfo=UTC)
+    job_id = await api_job(as_role["api"], JobSpec(task="t", run_at=due))
+    found = await executions.preload(as_role["scheduler"], [job_id.int % 64], due + LEASE, 10)
+    assert [d.job_id for d in found] == [job_id]
+    assert (
+        await pool.fetchval(
+            "SELECT tableoid::regclass::text FROM executions WHERE job_id = $1", job_id
+        )
+        == f"executions_{later:%Y%m%d}"
+    )
+
+
+async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    worker = as_role["worker"]
+    spec = JobSpec(task="t", run_at=NOW, payload={"secret": "acme's"})
+    job_id = await api_job(as_role["api"], spec)
+    row = await first_execution(pool, job_id)
+    [claimed] = await executions.claim_many(worker, [request(row)], owner="w1", now=NOW,
+                                            lease=LEASE)  # fmt: skip
+    assert isinstance(claimed, Claimed) and claimed.payload == {"secret": "acme's"}
+    assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
+                                      ids=[claimed.id]) == []  # fmt: skip
+    retry_at = NOW + timedelta(seconds=5)
+    assert await executions.finish_many(worker, [Finish(
+        claimed, ExecutionStatus.FAILED, "Boom", "boom", retry_at=retry_at
+    )], owner="w1", now=NOW) == [True]  # fmt: skip
+    got = await pool.fetch("SELECT attempt, status FROM executions WHERE job_id = $1"
+                           " ORDER BY attempt", job_id)  # fmt: skip
+    assert [(r["attempt"], r["status"]) for r in got] == [(1, "failed"), (2, "scheduled")]
+    assert await pool.fetchval("SELECT last_status FROM jobs WHERE id = $1", job_id) == "failed"
+    retry = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1 AND attempt = 2",
+                                job_id)  # fmt: skip
+    [again] = await executions.claim_many(worker, [request(retry)], owner="w1", now=NOW,
+                                          lease=LEASE)  # fmt: skip
+    assert isinstance(again, Claimed)
+    assert await executions.release_running(worker, owner="w1", ids=[again.id], now=NOW) == 1
+    assert await pool.fetchval("SELECT status FROM executions WHERE id = $1",
+                               again.id) == "scheduled"  # fmt: skip
+    [third] = await executions.claim_many(worker, [ClaimRequest(again.id, NOW, "acme")],
+                                          owner="w1", now=NOW, lease=LEASE)  # fmt: skip
+    assert isinstance(third, Claimed)
+    assert await executions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
+                                   now=NOW, result={"ok": 1})  # fmt: skip
+    job = await pool.fetchrow("SELECT state, last_status FROM jobs WHERE id = $1", job_id)
+    assert (job["state"], job["last_status"]) == ("completed", "succeeded")
+
+
+async def test_the_worker_role_reaches_no_payload_but_its_claims(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    worker = as_role["worker"]
+    mine = await api_job(as_role["api"], JobSpec(task="t", run_at=NOW, payload={"a": 1}))
+    theirs = await api_job(as_role["api"], JobSpec(task="t", run_at=NOW, payload={"b": 2}),
+                           tenant="other")  # fmt: skip
+    their_row = await first_execution(pool, theirs)
+    # Their execution, already claimed by another worker: a claim gets nothing.
+    [other] = await executions.claim_many(worker, [request(their_row)], owner="w-other",
+                                          now=NOW, lease=LEASE)  # fmt: skip
+    assert isinstance(other, Claimed)
+    assert await executions.claim_many(worker, [request(their_row)], owner="w1", now=NOW,
+                                       lease=LEASE) == [None]  # fmt: skip
+    # Nor do a heartbeat, an outcome or a hand-back under another owner's name it guesses wrong.
+    assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
+                                      ids=[other.id]) == []  # fmt: skip
+    assert await executions.finish_many(worker, [Finish(other, ExecutionStatus.SUCCEEDED)],
+                                        owner="w1", now=NOW) == [False]  # fmt: skip
+    assert await executions.release_running(worker, owner="w1", ids=[other.id], now=NOW) == 0
+    # An id it makes up, or a real id with the wrong due time, claims nothing either.
+    made_up = [ClaimRequest(uuid.uuid4(), NOW, "other"),
+               ClaimRequest(their_row["id"], NOW + timedelta(days=1), "other")]  # fmt: skip
+    assert await executions.claim_many(worker, made_up, owner="w1", now=NOW,
+                                       lease=LEASE) == [None, None]  # fmt: skip
+    mine_row = await first_execution(pool, mine)
+    [claimed] = await executions.claim_many(worker, [request(mine_row)], owner="w1", now=NOW,
+                                            lease=LEASE)  # fmt: skip
+    assert isinstance(claimed, Claimed) and claimed.payload == {"a": 1}
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await worker.fetch("SELECT payload FROM jobs WHERE id = $1", theirs)
+
+
+async def test_the_worker_role_is_held_to_the_rows_tenant_limit(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    await jobs.set_tenant_limit(as_role["api"], "acme", 1)
+    ids = [await api_job(as_role["api"], JobSpec(task="t", run_at=NOW)) for _ in range(2)]
+    rows = [await first_execution(pool, i) for i in ids]
+    # The messages name another tenant: the limit is the row's tenant's all the same.
+    forged = [ClaimRequest(r["id"], r["due_at"], "unlimited") for r in rows]
+    answers = await executions.claim_many(as_role["worker"], forged, owner="w1", now=NOW,
+                                          lease=LEASE)  # fmt: skip
+    assert sorted(type(a).__name__ for a in answers) == ["Claimed", "Throttled"]
+    throttled = next(a for a in answers if isinstance(a, Throttled))
+    assert NOW + timedelta(seconds=1) <= throttled.due_at <= NOW + timedelta(seconds=1.5)
+
+
+async def test_the_worker_role_schedules_the_next_occurrence_of_an_unrecorded_claim(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    job_id = await api_job(as_role["api"], JobSpec(task="t", cron="*/10 * * * * *"))
+    row = await first_execution(pool, job_id)
+    [claimed] = await executions.claim_many(as_role["worker"], [request(row)], owner="w1",
+                                            now=NOW, lease=LEASE)  # fmt: skip
+    assert isinstance(claimed, Claimed)
+    nxt = await pool.fetch("SELECT occurrence_at FROM executions WHERE job_id = $1"
+                           " AND status = 'scheduled'", job_id)  # fmt: skip
+    assert [r["occurrence_at"] for r in nxt] == [row["occurrence_at"] + timedelta(seconds=10)]
+    assert await pool.fetchval("SELECT next_run_at FROM jobs WHERE id = $1",
+                               job_id) == nxt[0]["occurrence_at"]  # fmt: skip
+
+
+async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    scheduler = as_role["scheduler"]
+    assert (await read_installation(scheduler)).shards == 64
+    job_id = await api_job(as_role["api"], JobSpec(task="t", cron="*/10 * * * * *"))
+    shard = job_id.int % 64
+    epoch = await executions.take_shard(scheduler, shard, "s1", NOW)
+    [due] = await executions.preload(scheduler, [shard], NOW + timedelta(minutes=1), 10)
+    queued, fenced = await executions.record_dispatch(
+        scheduler, {shard: ShardDispatch(epoch, [due])}, NOW
+    )
+    assert (queued, fenced) == (1, set())
+    assert len(await executions.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10)) == 1
+    await executions.touch_queued(scheduler, shard, epoch, [due], NOW)
+    [claimed] = await executions.claim_many(as_role["worker"], [ClaimRequest(
+        due.id, due.due_at, due.tenant)], owner="w1", now=NOW, lease=LEASE)  # fmt: skip
+    assert isinstance(claimed, Claimed)
+    [expired] = await executions.expired_running(scheduler, [shard], NOW + LEASE * 2, 10)
+    assert await executions.lose_lease(scheduler, expired, epoch=epoch, now=NOW + LEASE * 2,
+                                       retry_at=NOW + LEASE * 3)  # fmt: skip
+    assert await pool.fetchval("SELECT status FROM executions WHERE id = $1", due.id) == "failed"
+    assert await executions.live_of_jobs(scheduler, [job_id]) == []
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):  # UPDATE is granted by column
+        await scheduler.execute("UPDATE jobs SET payload = '{}' WHERE id = $1", job_id)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await scheduler.fetch("SELECT * FROM tenants")
+
+
+async def test_the_api_role_runs_the_job_lifecycle(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    api = as_role["api"]
+    job_id = await api_job(api, JobSpec(task="t", cron="0 * * * *"), tenant="acme")
+    await jobs.edit_job(api, job_id, JobSpec(task="t", cron="30 * * * *"), now=NOW,
+                        tenant="acme")  # fmt: skip
+    await jobs.pause_job(api, job_id, now=NOW, tenant="acme")
+    await jobs.resume_job(api, job_id, now=NOW, tenant="acme")
+    triggered = await jobs.trigger_job(api, job_id, now=NOW, tenant="acme")
+    row = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", triggered)
+    [claimed] = await executions.claim_many(as_role["worker"], [request(row)], owner="w1",
+                                            now=NOW, lease=LEASE)  # fmt: skip
+    assert isinstance(claimed, Claimed)
+    await executions.finish(as_role["worker"], claimed, owner="w1",
+                            status=ExecutionStatus.FAILED, now=NOW)  # fmt: skip
+    assert await jobs.rerun_execution(api, triggered, now=NOW, tenant="acme")
+    assert [r["id"] for r in await jobs.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
+    assert len(await executions.for_job(api, job_id)) >= 3
+    assert (await executions.get(api, triggered, "acme"))["status"] == "failed"
+    assert (await jobs.set_tenant_limit(api, "acme", 5))["max_running"] == 5
+    assert await jobs.cancel_job(api, job_id, now=NOW, tenant="acme")
+    assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):  # a job stays in its tenant
+        await api.execute("UPDATE jobs SET tenant = 'other' WHERE id = $1", job_id)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await api.execute("DELETE FROM executions")
+
+
+async def test_the_operator_role_keeps_scheduled_jobs(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    operator = as_role["operator"]
+    shards = (await read_installation(operator)).shards
+    job_id = await jobs.create_job(operator, JobSpec(task="t", cron="0 * * * *"), tenant="ns",
+                                   source=JobSource.CRD, shards=shards, now=NOW,
+                                   name="nightly")  # fmt: skip
+    await jobs.edit_job(operator, job_id, JobSpec(task="t", cron="5 * * * *"), now=NOW)
+    await jobs.set_paused(operator, job_id, True, now=NOW)
+    await jobs.set_paused(operator, job_id, False, now=NOW)
+    assert await jobs.find_live_crd_job(operator, "ns", "nightly") == job_id
+    assert [r["id"] for r in await jobs.live_crd_jobs(operator)] == [job_id]
+    assert await jobs.existing_ids(operator, [job_id, uuid.uuid4()]) == {job_id}
+    assert await executions.recent_of_job(operator, job_id, 10) is not None
+    await jobs.cancel_crd_namesake(operator, "ns", "nightly", keep=uuid.uuid4(), now=NOW)
+    assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await operator.fetch("SELECT * FROM tenants")
+
+
+async def test_migrating_another_database_of_the_cluster_finds_the_roles_there(
+    db_url: str,
+) -> None:
+    # The roles exist (the session's template made them): a fresh database of the same
+    # cluster migrates, and its own objects are granted to the same roles.
+    admin = await asyncpg.connect(db_url)
+    name = f"horae_second_{uuid.uuid4().hex[:8]}"
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        second = db_url.rsplit("/", 1)[0] + "/" + name
+        assert "004_roles.sql" in await migrate(second)
+        conn = await asyncpg.connect(second)
+        try:
+            granted = await conn.fetchval(
+                "SELECT has_function_privilege('horae_worker',"
+                " 'horae_claim(uuid[], timestamptz[], text, timestamptz, interval, interval)',"
+                " 'EXECUTE')"
+            )
+            assert granted is True
+            assert (
+                await conn.fetchval("SELECT has_table_privilege('horae_worker', 'jobs', 'SELECT')")
+                is False
+            )
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
