@@ -109,10 +109,6 @@ SELECT name, max_running,
         AND e.status = 'running')::int AS running
 FROM tenants t ORDER BY name
 
--- name: notify_shard
--- Tell the scheduler owning a shard that a near-term execution was inserted.
-SELECT pg_notify('horae_shard_' || ($1::int)::text, $2::text)
-
 -- name: notify_job
 -- Tell operators that a job's executions changed (status mirrors).
 SELECT pg_notify('horae_job_events', $1::text)
