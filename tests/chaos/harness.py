@@ -31,7 +31,7 @@ from tests.chaos import checker
 from tests.chaos.faults import Cluster, Injector, plan
 from tests.chaos.partition import Partition
 from tests.chaos.servers import Postgres, RabbitMQ
-from tests.chaos.workload import TENANTS, ScheduledJobs, Workload, cron_promise
+from tests.chaos.workload import ADMIN_TOKEN, TENANTS, ScheduledJobs, Workload, cron_promise
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Component, Processes
 from tests.support.scheduling import holders
@@ -84,7 +84,10 @@ class Run:
         self.history_dir.mkdir(mode=0o777)
         self.history_dir.chmod(0o777)
         tokens = {tenant: f"chaos-token-{tenant}" for tenant in TENANTS}
-        (base / "tokens").write_text("".join(f"{t},{tenant}\n" for tenant, t in tokens.items()))
+        lines = [f"{t},{tenant}\n" for tenant, t in tokens.items()]
+        # Tenant limits are an administrator's: a token with the `admin` verb sets them.
+        lines.append(f"{ADMIN_TOKEN},chaos-admin,admin\n")
+        (base / "tokens").write_text("".join(lines))
         self.tokens = tokens
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("HORAE_")},

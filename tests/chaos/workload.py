@@ -24,6 +24,8 @@ from tests.chaos.checker import Promise
 from tests.support.kube import ControlPlane
 
 TENANTS = {"t-free": None, "t-capped": 12, "t-tight": 3}
+ADMIN_TOKEN = "chaos-token-admin"
+"""A static token with the `admin` verb: tenant limits are an administrator's."""
 """Tenants and their `max_running` limits (None: unlimited). The limited ones are loaded
 so that they hit their limits at times without building a lasting backlog: `t-tight`
 gets only quick jobs."""
@@ -73,7 +75,7 @@ class Workload:
             for tenant, limit in TENANTS.items():
                 if limit is None:
                     continue
-                headers = {"Authorization": f"Bearer {self.tokens[tenant]}"}
+                headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
                 answer = await http.put(f"{self.apis[0]}/tenants/{tenant}", headers=headers,
                                         json={"max_running": limit}, timeout=10)  # fmt: skip
                 assert answer.status_code == 200, answer.text
