@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -253,13 +253,44 @@ class Throttled:
     due_at: datetime
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Not this worker's to run: the row's tenant is not one it serves, or the message named
+    another tenant than the row's. The row is left as it was."""
+
+    tenant: str
+    """The row's tenant."""
+    reason: str
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
-    """A dispatched execution a worker wants to run."""
+    """A dispatched execution a worker wants to run, and the tenant its message named."""
 
     id: uuid.UUID
     due_at: datetime
     tenant: str
+
+
+Answer = Claimed | Throttled | Refused | None
+
+
+def _vet(
+    requests: Sequence[ClaimRequest], tenants: Mapping[uuid.UUID, str], serves: Collection[str]
+) -> dict[uuid.UUID, Refused]:
+    """The requests this worker may not claim, judged by each row's own tenant."""
+    refused: dict[uuid.UUID, Refused] = {}
+    for r in requests:
+        tenant = tenants.get(r.id)
+        if tenant is None:
+            continue  # not claimable at all: a duplicate or stale, answered None
+        if tenant not in serves:
+            why = f"execution {r.id} belongs to tenant {tenant!r}, which this worker does not serve"
+            refused[r.id] = Refused(tenant, why)
+        elif tenant != r.tenant:
+            why = f"the message names tenant {r.tenant!r} for execution {r.id} of tenant {tenant!r}"
+            refused[r.id] = Refused(tenant, why)
+    return refused
 
 
 async def claim_many(
@@ -269,24 +300,36 @@ async def claim_many(
     owner: str,
     now: datetime,
     lease: timedelta,
+    serves: Collection[str],
     throttle_delay: timedelta = timedelta(seconds=1),
-) -> list[Claimed | Throttled | None]:
+) -> list[Answer]:
     """Claim for `owner`, within tenants' limits, in one transaction; one answer per request.
 
     None for a duplicate or a stale execution (a stale one is cancelled);
+    `Refused` when the row's tenant is not among `serves` (the tenants the worker runs
+    executions of) or is not the tenant the message named: the row is left untouched;
     `Throttled` when the tenant already runs its `max_running` executions (the
     execution goes back to `scheduled` a little later, without using an attempt).
-    Limits are counted from the running rows themselves, so a killed worker leaks
-    no slot: its executions stop counting when the reaper ends them.
+    Tenants and limits are the rows' own, so a message naming another tenant can neither
+    reach a handler nor escape its tenant's limit. Limits are counted from the running
+    rows themselves, so a killed worker leaks no slot: its executions stop counting when
+    the reaper ends them.
     """
-    answers: dict[uuid.UUID, Claimed | Throttled | None] = {}
+    answers: dict[uuid.UUID, Answer] = {}
     async with conn.transaction():
-        limits = await conn.fetch(Q["tenant_limits"], sorted({r.tenant for r in requests}))
-        limited = {row["name"]: row["max_running"] for row in limits}
-        claimable = [r for r in requests if r.tenant not in limited]
+        rows = await conn.fetch(
+            Q["claim_tenants"], [r.id for r in requests], [r.due_at for r in requests]
+        )
+        tenants = {row["id"]: row["tenant"] for row in rows}
+        limited = {r["tenant"]: r["max_running"] for r in rows if r["max_running"] is not None}
+        answers |= _vet(requests, tenants, serves)
+        vetted = [r for r in requests if r.id not in answers]
+        claimable = [r for r in vetted if tenants.get(r.id) not in limited]
         throttled: list[tuple[ClaimRequest, datetime]] = []
-        for tenant, limit in limited.items():  # in name order: advisory locks never deadlock
-            group = [r for r in requests if r.tenant == tenant]
+        for tenant, limit in sorted(limited.items()):  # by name: advisory locks never deadlock
+            group = [r for r in vetted if tenants.get(r.id) == tenant]
+            if not group:
+                continue
             await conn.execute(Q["lock_tenant"], tenant)
             free = max(0, limit - await conn.fetchval(Q["tenant_running"], tenant))
             claimable += group[:free]
@@ -330,7 +373,7 @@ async def claim_many(
                 await conn.execute(Q["notify_job"], str(job_id))
     # The same execution twice in one batch (a redelivered duplicate): only the first runs.
     given: set[uuid.UUID] = set()
-    results: list[Claimed | Throttled | None] = []
+    results: list[Answer] = []
     for r in requests:
         results.append(None if r.id in given else answers.get(r.id))
         given.add(r.id)
@@ -346,10 +389,15 @@ async def claim(
     now: datetime,
     lease: timedelta,
     tenant: str,
-) -> Claimed | Throttled | None:
-    """`claim_many` for one execution."""
+) -> Answer:
+    """`claim_many` for one execution of `tenant`, by a worker serving that tenant."""
     [answer] = await claim_many(
-        conn, [ClaimRequest(execution_id, due_at, tenant)], owner=owner, now=now, lease=lease
+        conn,
+        [ClaimRequest(execution_id, due_at, tenant)],
+        owner=owner,
+        now=now,
+        lease=lease,
+        serves={tenant},
     )
     return answer
 

@@ -175,10 +175,14 @@ RETURNING e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, 
           e.job_version, j.payload, j.timeout_seconds, j.retry_policy, j.run_at, j.source, j.name,
           t.unrecorded
 
--- name: tenant_limits
--- The limits of those of these tenants that have one (a tenant not answered is unlimited).
-SELECT name, max_running FROM tenants WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
-ORDER BY name
+-- name: claim_tenants
+-- The tenant of each execution still to claim, as its row says (never as a message says),
+-- and that tenant's `max_running` (NULL: unlimited).
+SELECT e.id, e.tenant, t.max_running
+FROM executions e JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
+  ON e.id = u.id AND e.due_at = u.due_at
+LEFT JOIN tenants t ON t.name = e.tenant
+WHERE e.status IN ('queued', 'scheduled')
 
 -- name: lock_tenant
 -- Serialise claims of one limited tenant for the rest of the transaction.
