@@ -308,10 +308,11 @@ def workerpool_schema() -> dict[str, Any]:
             "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             "env": {
                 "type": "array",
+                "maxItems": 500,
                 "items": {
                     "type": "object",
                     "x-kubernetes-preserve-unknown-fields": True,
-                    "properties": {"name": {"type": "string"}},
+                    "properties": {"name": {"type": "string", "maxLength": 256}},
                 },
                 "x-kubernetes-validations": [
                     {
