@@ -26,7 +26,7 @@ from tests.support.webhook import loopback_server
 
 HTTP_CHECK = "worker/examples/http_check.py"
 PAYMENT = "worker/examples/payment.py"
-pytestmark = pytest.mark.usefixtures("tenant_t_workers")  # jobs of tenant "t"
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
 QUICK = RetryPolicy(max_attempts=3, initial_interval_seconds=0.2, max_interval_seconds=0.5)
 
 

@@ -24,7 +24,7 @@ from tests.support.wait import until
 from tests.support.webhook import webhook_receiver
 
 TASKS = "tests/e2e/tasks.py"
-pytestmark = pytest.mark.usefixtures("tenant_t_workers")  # jobs of tenant "t"
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
 
 
 async def create(pool: asyncpg.Pool, spec: JobSpec, *, due_in: float = 1.0) -> asyncpg.Record:
