@@ -82,7 +82,9 @@ async def scratch_database(prefix: str) -> AsyncIterator[str]:
 async def delete_topology(prefix: str) -> None:
     """A run's queues and exchanges: idle quorum queues left behind by every run would keep
     RabbitMQ busy (each is a Raft group) in the runs after it."""
-    exchanges, queues = Names(prefix).declared
+    names = Names(prefix)
+    exchanges, queues = names.declared
+    queues = (*queues, names.pool_queue("default", "default"))  # the workers' (HORAE_NAMESPACE)
     connection = await aio_pika.connect(BROKER)
     try:
         channel = await connection.channel()

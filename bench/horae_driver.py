@@ -81,6 +81,7 @@ def start_horae(system: System, *, schedulers: int, workers: int, concurrency: i
     tokens = Path(tempfile.mkdtemp()) / "tokens"
     tokens.write_text("".join(f"{TOKEN}-{t},{t}\n" for t in TENANTS))
     system.env |= {"HORAE_API_TOKENS_FILE": str(tokens), "HORAE_API_KUBERNETES_AUTH": "false"}
+    system.env["HORAE_TENANTS"] = ",".join(TENANTS)  # the workers: one pool serving them all
     system.start("api", "api", "--port", str(PORT))
     for i in range(schedulers):
         system.start(f"scheduler-{i}", "scheduler")

@@ -2,20 +2,33 @@
 
 Topology (names under the configured prefix, `horae` by default):
 
-    <p>.dispatch   direct exchange, routing key = task name,
-                   alternate exchange <p>.unrouted -> queue <p>.pool.default
-    <p>.pool.NAME  durable quorum queue per WorkerPool, bound by task name
-    <p>.dead       fanout exchange -> queue <p>.dead-letter
+    <p>.dispatch      direct exchange, routing key = `routing_key(tenant, task)`,
+                      alternate exchange <p>.unrouted
+    <p>.pool.NS.NAME  durable quorum queue of the WorkerPool NAME of namespace NS, bound
+                      for each (tenant it serves, task its workers register)
+    <p>.unrouted      fanout exchange (what no pool serves) -> exchange <p>.fallback
+    <p>.fallback      headers exchange on the `tenant` header: a pool named `default`
+                      binds its queue for each tenant it serves; alternate exchange
+                      <p>.held -> queue <p>.held (bounded: `HELD_MAX_MESSAGES`)
+    <p>.dead          fanout exchange -> queue <p>.dead-letter
+
+So a tenant's executions reach only the pools that serve that tenant: those of its own
+namespace, or a shared pool a cluster administrator set up in Horae's namespace. What
+no pool of the tenant serves goes to the tenant's `default` pool, or else waits in
+<p>.held (its rows stay `queued`; the reaper publishes them again, so a pool created
+later gets them), never to another tenant's queue.
 
 Messages are persistent. A dispatch message's body is an `ExecutionBatch`: up to
-`BATCH_SIZE` executions of one task (the payload is read from Postgres at claim
-time). A dead letter's body is one `ExecutionMessage`; its message id is the
-execution id.
+`BATCH_SIZE` executions of one tenant and one task (the payload is read from Postgres at
+claim time); its `tenant` header names the tenant. A dead letter's body is one
+`ExecutionMessage`; its message id is the execution id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -23,8 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aio_pika
+import aio_pika.exceptions
 from aio_pika.abc import (
     AbstractChannel,
+    AbstractConnection,
     AbstractExchange,
     AbstractIncomingMessage,
     AbstractQueue,
@@ -43,6 +58,27 @@ well under it. A bigger one is dead-lettered unread."""
 DEAD_LETTER_BODY_BYTES = 65536
 """A dead letter keeps at most this much of a refused message's body."""
 
+HELD_MAX_MESSAGES = 10_000
+"""<p>.held keeps at most this many messages (the oldest are dropped): its messages are
+evidence, not the only copy, since their rows stay `queued` and are published again."""
+
+ROUTING_KEY_BYTES = 255
+"""AMQP's limit on a routing key."""
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+"""A DNS label, as every namespace name is: it has no dot and never starts with `#`."""
+
+
+def routing_key(tenant: str, task: str) -> str:
+    """The dispatch routing key of a tenant's task: `<tenant>.<task>` when the tenant is a
+    DNS label (no dot, so the key names one pair) and the key fits in AMQP's 255 bytes;
+    otherwise `#` and a SHA-256 of both (no label starts with `#`). One function, used by
+    the publisher and every binding, so both always agree."""
+    plain = f"{tenant}.{task}"
+    if _LABEL.fullmatch(tenant) and len(plain.encode()) <= ROUTING_KEY_BYTES:
+        return plain
+    return "#" + hashlib.sha256(f"{tenant}\0{task}".encode()).hexdigest()
+
 
 @dataclass(frozen=True)
 class Names:
@@ -57,6 +93,15 @@ class Names:
         return f"{self.prefix}.unrouted"
 
     @property
+    def fallback(self) -> str:
+        return f"{self.prefix}.fallback"
+
+    @property
+    def held(self) -> str:
+        """The exchange, and the queue, of messages no pool of their tenant takes."""
+        return f"{self.prefix}.held"
+
+    @property
     def dead(self) -> str:
         return f"{self.prefix}.dead"
 
@@ -64,16 +109,16 @@ class Names:
     def dead_letter_queue(self) -> str:
         return f"{self.prefix}.dead-letter"
 
-    def pool_queue(self, pool: str) -> str:
-        return f"{self.prefix}.pool.{pool}"
+    def pool_queue(self, namespace: str, pool: str) -> str:
+        """The queue of the WorkerPool `pool` of `namespace`."""
+        return f"{self.prefix}.pool.{namespace}.{pool}"
 
     @property
     def declared(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The (exchanges, queues) that `declare_topology` declares; each further pool
-        declares its own queue."""
-        return (self.dispatch, self.unrouted, self.dead), (
-            self.pool_queue("default"), self.dead_letter_queue,
-        )  # fmt: skip
+        """The (exchanges, queues) that `declare_topology` declares; each pool declares
+        its own queue."""
+        exchanges = (self.dispatch, self.unrouted, self.fallback, self.held, self.dead)
+        return exchanges, (self.held, self.dead_letter_queue)
 
 
 async def connect(url: str) -> AbstractRobustConnection:
@@ -82,7 +127,7 @@ async def connect(url: str) -> AbstractRobustConnection:
 
 
 async def declare_topology(channel: AbstractChannel, names: Names) -> AbstractExchange:
-    """Declare exchanges, the default and dead-letter queues; return the dispatch exchange."""
+    """Declare exchanges, the held and dead-letter queues; return the dispatch exchange."""
     unrouted = await channel.declare_exchange(
         names.unrouted, aio_pika.ExchangeType.FANOUT, durable=True
     )
@@ -92,8 +137,23 @@ async def declare_topology(channel: AbstractChannel, names: Names) -> AbstractEx
         durable=True,
         arguments={"alternate-exchange": names.unrouted},
     )
-    default = await declare_pool_queue(channel, names, "default")
-    await default.bind(unrouted)
+    # <p>.dispatch and <p>.unrouted are declared as by earlier versions (a changed type or
+    # argument would fail against an existing installation); the per-tenant fallback hangs
+    # below them.
+    held = await channel.declare_exchange(names.held, aio_pika.ExchangeType.FANOUT, durable=True)
+    fallback = await channel.declare_exchange(
+        names.fallback,
+        aio_pika.ExchangeType.HEADERS,
+        durable=True,
+        arguments={"alternate-exchange": names.held},
+    )
+    await fallback.bind(unrouted)
+    held_queue = await channel.declare_queue(
+        names.held,
+        durable=True,
+        arguments={"x-queue-type": "quorum", "x-max-length": HELD_MAX_MESSAGES},
+    )
+    await held_queue.bind(held)
     dead = await channel.declare_exchange(names.dead, aio_pika.ExchangeType.FANOUT, durable=True)
     dlq = await channel.declare_queue(
         names.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"}
@@ -102,9 +162,11 @@ async def declare_topology(channel: AbstractChannel, names: Names) -> AbstractEx
     return dispatch
 
 
-async def declare_pool_queue(channel: AbstractChannel, names: Names, pool: str) -> AbstractQueue:
+async def declare_pool_queue(
+    channel: AbstractChannel, names: Names, namespace: str, pool: str
+) -> AbstractQueue:
     return await channel.declare_queue(
-        names.pool_queue(pool), durable=True, arguments={"x-queue-type": "quorum"}
+        names.pool_queue(namespace, pool), durable=True, arguments={"x-queue-type": "quorum"}
     )
 
 
@@ -115,6 +177,12 @@ def _message(body: bytes, message_id: str) -> aio_pika.Message:
         content_type="application/json",
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
     )
+
+
+def _dispatch_message(batch: ExecutionBatch, tenant: str) -> aio_pika.Message:
+    msg = _message(batch.model_dump_json().encode(), str(uuid.uuid4()))
+    msg.headers = {"tenant": tenant}  # what <p>.fallback routes on
+    return msg
 
 
 class Publisher:
@@ -133,26 +201,26 @@ class Publisher:
         self._dead = await self._channel.get_exchange(self._names.dead)
 
     async def publish_batch(self, messages: Sequence[ExecutionMessage]) -> None:
-        """Publish all, grouped by task into `ExecutionBatch` messages (pipelined), and wait
-        for every confirm; raises if any is refused."""
+        """Publish all, grouped by tenant and task into `ExecutionBatch` messages
+        (pipelined), and wait for every confirm; raises if any is refused."""
         assert self._dispatch is not None, "start() first"
         exchange = self._dispatch
-        by_task: dict[str, list[ExecutionMessage]] = defaultdict(list)
+        by_kind: dict[tuple[str, str], list[ExecutionMessage]] = defaultdict(list)
         for m in messages:
-            by_task[m.task].append(m)
+            by_kind[m.tenant, m.task].append(m)
         bodies = [
-            (task, ExecutionBatch(executions=group[i : i + BATCH_SIZE]))
-            for task, group in by_task.items()
+            (tenant, task, ExecutionBatch(executions=group[i : i + BATCH_SIZE]))
+            for (tenant, task), group in by_kind.items()
             for i in range(0, len(group), BATCH_SIZE)
         ]
         await asyncio.gather(
             *(
                 exchange.publish(
-                    _message(batch.model_dump_json().encode(), str(uuid.uuid4())),
-                    routing_key=task,
+                    _dispatch_message(batch, tenant),
+                    routing_key=routing_key(tenant, task),
                     mandatory=False,
                 )
-                for task, batch in bodies
+                for tenant, task, batch in bodies
             )
         )
 
@@ -163,15 +231,54 @@ class Publisher:
         await self._dead.publish(msg, routing_key="")
 
 
-async def bind_tasks(
-    channel: AbstractChannel, names: Names, pool: str, tasks: Iterable[str]
+async def bind_pool(
+    channel: AbstractChannel,
+    names: Names,
+    *,
+    namespace: str,
+    pool: str,
+    tenants: Iterable[str],
+    tasks: Iterable[str],
 ) -> AbstractQueue:
-    """Declare a pool's queue and bind it to the dispatch exchange for each task."""
+    """Declare a pool's queue and bind it to the dispatch exchange for each tenant it serves
+    and each task; a pool named `default` also takes what no pool of its tenants serves."""
     await declare_topology(channel, names)
-    queue = await declare_pool_queue(channel, names, pool)
-    for task in tasks:
-        await queue.bind(names.dispatch, routing_key=task)
+    queue = await declare_pool_queue(channel, names, namespace, pool)
+    tasks = sorted(tasks)
+    for tenant in sorted(tenants):
+        for task in tasks:
+            await queue.bind(names.dispatch, routing_key=routing_key(tenant, task))
+        if pool == "default":
+            await queue.bind(names.fallback, arguments={"x-match": "all", "tenant": tenant})
     return queue
+
+
+class QueueDepths:
+    """Ready messages on queues, read with passive declares (which create nothing)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+
+    async def ready(self, queue: str) -> int:
+        """Messages ready for delivery on `queue`; 0 when it does not exist (yet)."""
+        if self._connection is None or self._connection.is_closed:
+            self._connection = await aio_pika.connect(self._url, timeout=15)
+            self._channel = None
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await self._connection.channel()
+        try:
+            declared = await self._channel.declare_queue(queue, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            self._channel = None  # the broker closes the channel of a failed passive declare
+            return 0
+        return int(declared.declaration_result.message_count or 0)
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
 
 
 IncomingMessage = AbstractIncomingMessage

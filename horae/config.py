@@ -59,6 +59,18 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -
     return value
 
 
+def _tenants(env: Mapping[str, str], default: str) -> tuple[str, ...]:
+    raw = env.get("HORAE_TENANTS")
+    if raw is None:
+        return (default,)
+    tenants = tuple(sorted({t.strip() for t in raw.split(",")}))
+    if not tenants or any(not t or len(t) > 253 or "\x00" in t for t in tenants):
+        raise ConfigError(
+            f"HORAE_TENANTS: expected comma-separated tenant names (1-253 characters), got {raw!r}"
+        )
+    return tenants
+
+
 def _optional_int(env: Mapping[str, str], name: str, *, most: int | None = None) -> int | None:
     if not env.get(name):
         return None
@@ -140,6 +152,14 @@ class SchedulerSettings:
 class WorkerSettings:
     pool: str = "default"
     """HORAE_POOL: the WorkerPool whose queue this worker consumes."""
+    pool_namespace: str = "default"
+    """HORAE_POOL_NAMESPACE: that WorkerPool's namespace; HORAE_NAMESPACE when unset. The
+    queue is `<prefix>.pool.<namespace>.<pool>`."""
+    tenants: tuple[str, ...] = ("default",)
+    """HORAE_TENANTS: the tenants (namespaces) whose executions this worker runs, comma
+    separated; the pool's namespace when unset. The operator sets it for a WorkerPool's
+    workers: the pool's namespace, or the `tenants` an administrator gave a pool in Horae's
+    own namespace. A message for any other tenant is dead-lettered, never run."""
     concurrency: int = 16
     """HORAE_CONCURRENCY: handlers run at once; also the queue prefetch."""
     lease: timedelta = timedelta(seconds=30)
@@ -195,6 +215,8 @@ class Settings:
         identity = env.get("HORAE_IDENTITY")
         sched_defaults = SchedulerSettings()
         worker_defaults = WorkerSettings()
+        namespace = env.get("HORAE_NAMESPACE", KubeSettings.namespace)
+        pool_namespace = env.get("HORAE_POOL_NAMESPACE") or namespace
         return cls(
             database=DatabaseSettings(
                 url=env.get("HORAE_DATABASE_URL", DatabaseSettings.url),
@@ -213,7 +235,7 @@ class Settings:
                 prefix=env.get("HORAE_BROKER_PREFIX", BrokerSettings.prefix),
             ),
             kube=KubeSettings(
-                namespace=env.get("HORAE_NAMESPACE", KubeSettings.namespace),
+                namespace=namespace,
                 kubeconfig=env.get("KUBECONFIG") or None,
             ),
             scheduler=SchedulerSettings(
@@ -240,6 +262,8 @@ class Settings:
             ),
             worker=WorkerSettings(
                 pool=env.get("HORAE_POOL", worker_defaults.pool),
+                pool_namespace=pool_namespace,
+                tenants=_tenants(env, pool_namespace),
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),
                 lease=env_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
                 shutdown_grace=env_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),

@@ -33,4 +33,14 @@ outcomes = Counter("horae_outcomes_total", "Execution outcomes recorded.", ["sta
 retries = Counter("horae_retries_total", "Retry executions scheduled.")
 dead_letters = Counter("horae_dead_letters_total", "Executions dead-lettered.")
 in_flight = Gauge("horae_in_flight", "Handlers running in this worker.")
+refused = Counter(
+    "horae_refused_messages_total",
+    "Dispatch messages a worker refused and dead-lettered, by reason (malformed, oversized, "
+    "unprocessable, foreign-tenant).",
+    ["reason"],
+)
+held_messages = Gauge(
+    "horae_held_messages",
+    "Dispatch messages waiting in <prefix>.held: executions of a tenant no pool serves.",
+)
 throttled = Counter("horae_tenant_throttled_total", "Claims deferred by a tenant limit.")

@@ -281,6 +281,13 @@ def execution_schema() -> dict[str, Any]:
     return {"type": "object", "properties": {"status": status}}
 
 
+RESERVED_POOL_ENV = ("HORAE_POOL", "HORAE_POOL_NAMESPACE", "HORAE_TENANTS")
+"""Which pool and tenants a WorkerPool's workers serve: the operator sets them, never the
+pool's `env` (horae/operator/workerpool.py)."""
+
+DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
 def workerpool_schema() -> dict[str, Any]:
     spec = {
         "type": "object",
@@ -301,7 +308,21 @@ def workerpool_schema() -> dict[str, Any]:
             "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             "env": {
                 "type": "array",
-                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "maxItems": 500,
+                "items": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "properties": {"name": {"type": "string", "maxLength": 256}},
+                },
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.all(e, !has(e.name) || !(e.name in "
+                        f"{list(RESERVED_POOL_ENV)}))",
+                        "message": "spec.env may not set "
+                        f"{', '.join(RESERVED_POOL_ENV)}: the operator sets which pool "
+                        "and tenants a worker serves",
+                    },
+                ],
             },
             "serviceAccountName": {
                 "type": "string",
@@ -316,6 +337,16 @@ def workerpool_schema() -> dict[str, Any]:
                 "default": False,
                 "description": "Mount the ServiceAccount's token in the workers' pods (off:"
                 " workers need no Kubernetes API).",
+            },
+            "tenants": {
+                "type": "array",
+                "maxItems": 1000,
+                "x-kubernetes-list-type": "set",
+                "items": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
+                "description": "Namespaces whose executions this pool's workers run. Honoured "
+                "only for a pool in Horae's own namespace (a cluster administrator's shared "
+                "pool); a pool elsewhere that sets it is refused (Ready=False, "
+                "TenantsNotAllowed). Unset: the pool's own namespace.",
             },
         },
         "x-kubernetes-validations": [
@@ -335,6 +366,7 @@ def workerpool_schema() -> dict[str, Any]:
             "replicas": {"type": "integer", "description": "The Deployment's spec.replicas."},
             "readyReplicas": {"type": "integer", "description": "Worker pods ready."},
             "lastScaleTime": {"type": "string", "format": "date-time", "nullable": True},
+            "conditions": _condition_schema(),
         },
         "x-kubernetes-preserve-unknown-fields": True,
     }

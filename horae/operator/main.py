@@ -174,6 +174,7 @@ async def run(settings: Settings) -> None:
         stabilization=cfg.scale_down_stabilization,
     )
     memo = kopf.Memo(
+        namespace=settings.kube.namespace,  # Horae's own: where shared WorkerPools may be
         pool=pool,
         shards=shards,
         mirrors=mirrors,

@@ -1,8 +1,11 @@
 """WorkerPools: each one reconciled into a Deployment of workers, scaled on its queue depth.
 
 The handlers apply the Deployment (same name and namespace, owned by the WorkerPool, so
-it is garbage-collected with it) and hand the pool to the `Autoscaler`. Every period the
-autoscaler reads the ready messages on the pool's queue (`<prefix>.pool.NAME`), asks for
+it is garbage-collected with it) and hand the pool to the `Autoscaler`. A pool's workers
+serve the executions of its own namespace only (`HORAE_TENANTS`); a pool in Horae's own
+namespace may serve the namespaces its `spec.tenants` lists (a cluster administrator's
+shared pool), and a pool elsewhere that lists any is refused. Every period the
+autoscaler reads the ready messages on the pool's queue (`<prefix>.pool.NS.NAME`), asks for
 `ceil(ready / targetBacklogPerReplica)` replicas within [minReplicas, maxReplicas],
 scales up at once and down only once the lower figure has held for the stabilization
 window, and shows what it saw in the WorkerPool's status.
@@ -23,19 +26,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aio_pika
-import aio_pika.exceptions
 import kopf
 import pydantic
-from aio_pika.abc import AbstractChannel, AbstractConnection
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from horae.broker import Names
+from horae import metrics
+from horae.broker import Names, QueueDepths
 from horae.config import WorkerSettings, env_seconds
 from horae.errors import ConfigError
 from horae.kube import CustomObjects, DeploymentReplicas, Deployments, ServiceAccounts
-from horae.resources import GROUP, VERSION
+from horae.operator.tenancy import TenantsNotAllowed, served_tenants
+from horae.resources import GROUP, RESERVED_POOL_ENV, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class WorkerPoolSpec(BaseModel):
     env: list[dict[str, Any]] = Field(default_factory=list)
     service_account_name: str | None = None
     automount_service_account_token: bool = False
+    tenants: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class Pool:
     name: str
     uid: str
     spec: WorkerPoolSpec
+    tenants: tuple[str, ...] = ()
+    """The tenants its workers serve (`tenancy.served_tenants`); empty: its own namespace."""
 
 
 # -- the scaling rule (pure) -----------------------------------------------------
@@ -129,13 +134,21 @@ def _metrics_port(pool: Pool) -> int:
 
 
 def _env(pool: Pool) -> list[dict[str, Any]]:
-    ours: list[dict[str, Any]] = [{"name": "HORAE_POOL", "value": pool.name}]
+    tenants = ",".join(pool.tenants or (pool.namespace,))
+    reserved: list[dict[str, Any]] = [
+        {"name": "HORAE_POOL", "value": pool.name},
+        {"name": "HORAE_POOL_NAMESPACE", "value": pool.namespace},
+        {"name": "HORAE_TENANTS", "value": tenants},
+    ]
+    ours: list[dict[str, Any]] = []
     if pool.spec.concurrency is not None:
         ours.append({"name": "HORAE_CONCURRENCY", "value": str(pool.spec.concurrency)})
     ours.append({"name": "HORAE_METRICS_PORT", "value": str(_metrics_port(pool))})
-    theirs = {e.get("name") for e in pool.spec.env}
+    # The CRD refuses these in `env`; a pool stored before that rule has them dropped.
+    theirs = [e for e in pool.spec.env if e.get("name") not in RESERVED_POOL_ENV]
+    names = {e.get("name") for e in theirs}
     # A name twice would be refused by the API server: the pool's own entries win.
-    return [e for e in ours if e["name"] not in theirs] + list(pool.spec.env)
+    return reserved + [e for e in ours if e["name"] not in names] + theirs
 
 
 HAND_BACK_MARGIN = 10
@@ -278,34 +291,6 @@ async def ensure_deployment(
 # -- the autoscaler ------------------------------------------------------------
 
 
-class QueueDepths:
-    """Ready messages on queues, read with passive declares (which create nothing)."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._connection: AbstractConnection | None = None
-        self._channel: AbstractChannel | None = None
-
-    async def ready(self, queue: str) -> int:
-        """Messages ready for delivery on `queue`; 0 when it does not exist (yet)."""
-        if self._connection is None or self._connection.is_closed:
-            self._connection = await aio_pika.connect(self._url, timeout=15)
-            self._channel = None
-        if self._channel is None or self._channel.is_closed:
-            self._channel = await self._connection.channel()
-        try:
-            declared = await self._channel.declare_queue(queue, passive=True)
-        except aio_pika.exceptions.ChannelNotFoundEntity:
-            self._channel = None  # the broker closes the channel of a failed passive declare
-            return 0
-        return int(declared.declaration_result.message_count or 0)
-
-    async def close(self) -> None:
-        if self._connection is not None:
-            await self._connection.close()
-            self._connection = None
-
-
 @dataclass
 class _Tracked:
     pool: Pool
@@ -387,7 +372,13 @@ class Autoscaler:
             await self._depths.close()
 
     async def tick(self) -> None:
-        """Look at every pool once."""
+        """Look at every pool once, and at what waits for a pool in `<prefix>.held`."""
+        try:
+            metrics.held_messages.set(await self._depths.ready(self._names.held))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("could not read the depth of %s", self._names.held)
         for key, tracked in list(self._pools.items()):
             try:
                 await self._scale(tracked)
@@ -398,7 +389,7 @@ class Autoscaler:
 
     async def _scale(self, tracked: _Tracked) -> None:
         pool, spec = tracked.pool, tracked.pool.spec
-        ready = await self._depths.ready(self._names.pool_queue(pool.name))
+        ready = await self._depths.ready(self._names.pool_queue(pool.namespace, pool.name))
         deployment = await self._deployments.get(pool.namespace, pool.name)
         if deployment is None:
             # Deleted behind our back (put it back), or with its WorkerPool (then forget it).
@@ -465,27 +456,49 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.update(GROUP, VERSION, "workerpools", field="spec", registry=registry)
     @kopf.on.resume(GROUP, VERSION, "workerpools", registry=registry)
     async def reconcile(
-        spec: kopf.Spec, uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+        spec: kopf.Spec,
+        uid: str,
+        namespace: str | None,
+        name: str,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        **_: Any,
     ) -> None:
         assert namespace is not None, "WorkerPool is namespaced"
         try:
             parsed = WorkerPoolSpec.model_validate(dict(spec))
         except pydantic.ValidationError as exc:
             raise kopf.PermanentError(f"invalid WorkerPool spec: {exc}") from exc
-        pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed)
         try:
-            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
-        except PoolRefused as exc:
+            tenants = served_tenants(namespace, parsed.tenants, install_namespace=memo.namespace)
+        except TenantsNotAllowed as exc:
+            # Nothing is applied: an existing Deployment keeps serving this namespace only.
+            patch.status["conditions"] = [_ready(False, "TenantsNotAllowed", str(exc))]
             await memo.events.emit(
                 kind="WorkerPool",
                 namespace=namespace,
                 name=name,
                 uid=uid,
-                reason=exc.reason,
+                reason="TenantsNotAllowed",
                 message=str(exc),
             )
+            raise kopf.PermanentError(str(exc)) from exc
+        pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed, tenants=tenants)
+        try:
+            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
+        except PoolRefused as refused:
+            patch.status["conditions"] = [_ready(False, refused.reason, str(refused))]
+            await memo.events.emit(
+                kind="WorkerPool",
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                reason=refused.reason,
+                message=str(refused),
+            )
             # Retried: labelling the ServiceAccount or removing the Deployment settles it.
-            raise kopf.TemporaryError(str(exc), delay=REFUSED_RETRY_SECONDS) from None
+            raise kopf.TemporaryError(str(refused), delay=REFUSED_RETRY_SECONDS) from None
+        patch.status["conditions"] = [_ready(True, "Deployed", f"serves {', '.join(tenants)}")]
         memo.autoscaler.track(pool)
 
     @kopf.on.cleanup(registry=registry)
@@ -498,6 +511,16 @@ def register(registry: kopf.OperatorRegistry) -> None:
     def forget(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         if namespace is not None:
             memo.autoscaler.forget(namespace, name)
+
+
+def _ready(ok: bool, reason: str, message: str) -> dict[str, str]:
+    return {
+        "type": "Ready",
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": _iso_now(),
+    }
 
 
 def _deleted(event: kopf.RawEvent, **_: Any) -> bool:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -254,13 +254,38 @@ class Throttled:
     due_at: datetime
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Not this worker's to run: the row's tenant is not one it serves, or the message named
+    another tenant than the row's. The row is left as it was."""
+
+    tenant: str
+    """The row's tenant."""
+    reason: str
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
-    """A dispatched execution a worker wants to run."""
+    """A dispatched execution a worker wants to run, and the tenant its message named."""
 
     id: uuid.UUID
     due_at: datetime
     tenant: str
+
+
+Answer = Claimed | Throttled | Refused | None
+
+
+def _refusal(request: ClaimRequest, tenant: str, serves: Collection[str]) -> Refused:
+    """Why `horae_claim` refused `request`, whose row belongs to `tenant`."""
+    if tenant not in serves:
+        why = f"execution {request.id} is of tenant {tenant!r}: this worker does not serve it"
+    else:
+        why = (
+            f"the message names tenant {request.tenant!r} for execution {request.id}"
+            f" of tenant {tenant!r}"
+        )
+    return Refused(tenant, why)
 
 
 async def claim_many(
@@ -270,25 +295,40 @@ async def claim_many(
     owner: str,
     now: datetime,
     lease: timedelta,
+    serves: Collection[str],
     throttle_delay: timedelta = timedelta(seconds=1),
-) -> list[Claimed | Throttled | None]:
+) -> list[Answer]:
     """Claim for `owner`, within tenants' limits, in one transaction; one answer per request.
 
     None for a duplicate or a stale execution (a stale one is cancelled);
+    `Refused` when the row's tenant is not among `serves` (the tenants the worker runs
+    executions of) or is not the tenant the message named: the row is left untouched;
     `Throttled` when the row's tenant already runs its `max_running` executions (the
     execution goes back to `scheduled` 1-1.5 `throttle_delay` later, without using an
-    attempt). Limits are counted from the running rows themselves, so a killed worker leaks
-    no slot: its executions stop counting when the reaper ends them. The claim itself is
-    `horae_claim` (migration 004), the only way a worker's database role reaches a row.
+    attempt). Tenants and limits are the rows' own, so a message naming another tenant can
+    neither reach a handler nor escape its tenant's limit. Limits are counted from the
+    running rows themselves, so a killed worker leaks no slot: its executions stop counting
+    when the reaper ends them. The claim itself is `horae_claim` (migrations 004 and 005),
+    the only way a worker's database role reaches a row.
     """
-    answers: dict[uuid.UUID, Claimed | Throttled | None] = {}
+    answers: dict[uuid.UUID, Answer] = {}
     async with conn.transaction():
         rows = await conn.fetch(
-            Q["claim"], [r.id for r in requests], [r.due_at for r in requests], owner, now,
-            lease, throttle_delay,
-        )  # fmt: skip
+            Q["claim"],
+            [r.id for r in requests],
+            [r.due_at for r in requests],
+            [r.tenant for r in requests],
+            sorted(serves),
+            owner,
+            now,
+            lease,
+            throttle_delay,
+        )
+        asked = {r.id: r for r in requests}
         for row in rows:
-            if row["outcome"] == "throttled":
+            if row["outcome"] == "refused":
+                answers[row["id"]] = _refusal(asked[row["id"]], row["tenant"], serves)
+            elif row["outcome"] == "throttled":
                 answers[row["id"]] = Throttled(row["due_at"])
             else:
                 answers[row["id"]] = Claimed(**{f: row[f] for f in _CLAIMED_FIELDS})
@@ -301,7 +341,7 @@ async def claim_many(
         )  # fmt: skip
     # The same execution twice in one batch (a redelivered duplicate): only the first runs.
     given: set[uuid.UUID] = set()
-    results: list[Claimed | Throttled | None] = []
+    results: list[Answer] = []
     for r in requests:
         results.append(None if r.id in given else answers.get(r.id))
         given.add(r.id)
@@ -343,10 +383,15 @@ async def claim(
     now: datetime,
     lease: timedelta,
     tenant: str,
-) -> Claimed | Throttled | None:
-    """`claim_many` for one execution."""
+) -> Answer:
+    """`claim_many` for one execution of `tenant`, by a worker serving that tenant."""
     [answer] = await claim_many(
-        conn, [ClaimRequest(execution_id, due_at, tenant)], owner=owner, now=now, lease=lease
+        conn,
+        [ClaimRequest(execution_id, due_at, tenant)],
+        owner=owner,
+        now=now,
+        lease=lease,
+        serves={tenant},
     )
     return answer
 

@@ -34,7 +34,7 @@ from horae import alerts, broker, metrics
 from horae.batching import GroupCommit
 from horae.clock import DatabaseClock
 from horae.config import Settings
-from horae.errors import PermanentError
+from horae.errors import HoraeError, PermanentError
 from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.probes import Probes
 from horae.store import executions as store
@@ -87,6 +87,15 @@ async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
                 raise
             log.warning("deadlock on a batched write; retrying (%d/%d)", attempt, attempts)
     raise AssertionError("unreachable")
+
+
+FOREIGN = "foreign-tenant"
+"""The dead-letter reason of a message with an execution of a tenant this worker does not
+serve, or naming another tenant than its execution's row."""
+
+
+class ForeignExecution(HoraeError):
+    """The claim refused an execution that is not this worker's to run (`store.Refused`)."""
 
 
 HOLD_LIMIT = timedelta(seconds=60)
@@ -150,18 +159,22 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _claim(
-        self, requests: Sequence[store.ClaimRequest]
-    ) -> list[Claimed | store.Throttled | None]:
+    async def _claim(self, requests: Sequence[store.ClaimRequest]) -> list[store.Answer]:
         async with self._pool.acquire() as conn:
-            return await _retrying(lambda: store.claim_many(
-                conn, requests, owner=self._cfg.identity, now=self.clock.now(),
-                lease=self._cfg.lease,
-            ))  # fmt: skip
+            return await _retrying(
+                lambda: store.claim_many(
+                    conn,
+                    requests,
+                    owner=self._cfg.identity,
+                    now=self.clock.now(),
+                    lease=self._cfg.lease,
+                    serves=self._cfg.tenants,
+                )
+            )
 
     async def _claim_batch(
         self, requests: Sequence[store.ClaimRequest]
-    ) -> Sequence[Claimed | store.Throttled | Exception | None]:
+    ) -> Sequence[store.Answer | Exception]:
         """Claims committed together; when the group fails for a reason other than the
         connection, each is tried alone, so that one unclaimable request (a poison message)
         fails only itself, not the executions that happened to share its transaction."""
@@ -172,7 +185,7 @@ class Worker:
         except Exception:
             if len(requests) == 1:
                 raise
-        answers: list[Claimed | store.Throttled | Exception | None] = []
+        answers: list[store.Answer | Exception] = []
         for request in requests:
             try:
                 answers += await self._claim([request])
@@ -208,6 +221,7 @@ class Worker:
             {"reason": reason, "error": why[:1000]},
         )  # fmt: skip
         metrics.dead_letters.inc()
+        metrics.refused.labels(reason).inc()
         await message.ack()
 
     async def handle(self, message: broker.IncomingMessage) -> None:
@@ -230,6 +244,11 @@ class Worker:
             where = ".".join(str(p) for p in first["loc"]) or "body"
             await self._refuse(message, "malformed", f"{where}: {first['msg']}")
             return
+        foreign = sorted({m.tenant for m in batch} - set(self._cfg.tenants))
+        if foreign:  # nothing of it runs, not even executions of tenants it does serve
+            why = f"tenants {foreign} are not served here (this worker serves {self._cfg.tenants})"
+            await self._refuse(message, FOREIGN, why)
+            return
         points = AckPoints(len(batch))
         runs = [
             asyncio.ensure_future(self._execute(m, functools.partial(points.reach, i)))
@@ -249,12 +268,20 @@ class Worker:
         elif any(isinstance(run.exception(), TRANSIENT) for run, _ in failed):
             await message.nack(requeue=False)
         else:
-            errors = "; ".join(f"{m.execution_id}: {type(run.exception()).__name__}"
-                               for run, m in failed)  # fmt: skip
-            await self._refuse(message, "unprocessable", errors)
+            raised = [run.exception() for run, _ in failed]
+            if any(isinstance(e, ForeignExecution) for e in raised):
+                reason, errors = FOREIGN, "; ".join(str(e) for e in raised)
+            else:
+                reason = "unprocessable"
+                errors = "; ".join(
+                    f"{m.execution_id}: {type(run.exception()).__name__}" for run, m in failed
+                )
+            await self._refuse(message, reason, errors)
         results = await asyncio.gather(*runs, return_exceptions=True)
         for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            if isinstance(result, BaseException) and not isinstance(
+                result, asyncio.CancelledError | ForeignExecution
+            ):
                 log.error("execution failed outside its handler", exc_info=result)
 
     async def _execute(self, body: ExecutionMessage, reach_ack_point: Callable[[], None]) -> None:
@@ -294,6 +321,8 @@ class Worker:
         )
         if isinstance(claimed, Exception):
             raise claimed
+        if isinstance(claimed, store.Refused):
+            raise ForeignExecution(claimed.reason)
         if isinstance(claimed, store.Throttled):
             log.info("execution %s: tenant %s at its limit, due again at %s",
                      body.execution_id, body.tenant, claimed.due_at)  # fmt: skip
@@ -472,7 +501,14 @@ async def run(settings: Settings, tasks_module: str) -> None:
     await publisher.start()
     channel = await connection.channel()
     await channel.set_qos(prefetch_count=cfg.concurrency)
-    queue = await broker.bind_tasks(channel, names, cfg.pool, sorted(REGISTRY))
+    queue = await broker.bind_pool(
+        channel,
+        names,
+        namespace=cfg.pool_namespace,
+        pool=cfg.pool,
+        tenants=cfg.tenants,
+        tasks=REGISTRY,
+    )
     worker = Worker(settings, pool, publisher)
     async with pool.acquire() as conn:
         await worker.clock.sync(conn)
@@ -507,7 +543,9 @@ async def run(settings: Settings, tasks_module: str) -> None:
     heartbeat = asyncio.create_task(worker.heartbeat(heartbeat_stop))
     tag = await queue.consume(on_message)
     probes.ready(f"consuming {queue.name}")
-    log.info("worker %s consuming %s for tasks %s", cfg.identity, queue.name, sorted(REGISTRY))
+    served = ", ".join(cfg.tenants)
+    log.info("worker %s consuming %s for tenants %s", cfg.identity, queue.name, served)
+    log.info("worker %s runs tasks %s", cfg.identity, sorted(REGISTRY))
     await stop.wait()
     probes.unready("stopping")
     log.info("worker %s stopping: %d running", cfg.identity, len(inflight))

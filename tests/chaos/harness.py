@@ -100,6 +100,8 @@ class Run:
             "HORAE_REDELIVERY_TIMEOUT_SECONDS": "10", "HORAE_SHUTDOWN_GRACE_SECONDS": "5",
             "HORAE_OPERATOR_LEASE_SECONDS": "5", "HORAE_RESYNC_SECONDS": "20",
             "HORAE_DATABASE_POOL_SIZE": "8", "HORAE_CHAOS_HISTORY": str(self.history_dir),
+            # the workers: a shared pool serving the API tenants and the ScheduledJobs'
+            "HORAE_TENANTS": ",".join([namespace, *TENANTS]),
         }  # fmt: skip
         self.procs = Processes(env, base, command_env={
             c: {"KUBECONFIG": str(p)} for c, p in kubeconfigs.items()})  # fmt: skip

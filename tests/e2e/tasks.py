@@ -22,7 +22,7 @@ def record(ctx: TaskContext, event: str) -> None:
     entry = {
         "event": event, "execution_id": str(ctx.execution_id), "job_id": str(ctx.job_id),
         "attempt": ctx.attempt, "idempotency_key": ctx.idempotency_key,
-        "worker": os.environ.get("HORAE_IDENTITY"), "at": time.time(),
+        "worker": os.environ.get("HORAE_IDENTITY"), "tenant": ctx.tenant, "at": time.time(),
     }  # fmt: skip
     with open(path, "a") as f:
         f.write(json.dumps(entry) + "\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
@@ -14,6 +15,8 @@ from horae.store.db import connect
 from tests.support.db_roles import LoginRoles
 from tests.support.processes import Processes
 from tests.support.wait import until
+
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
 
 
 async def test_a_scheduler_and_a_worker_under_their_roles_fire_a_job(
@@ -38,7 +41,7 @@ async def test_a_scheduler_and_a_worker_under_their_roles_fire_a_job(
         run_at = datetime.now(UTC) + timedelta(seconds=2)
         job_id = await jobs.create_job(
             api, JobSpec(task="e2e.echo", run_at=run_at, payload={"greeting": "hi"}),
-            tenant="acme", source=JobSource.API, shards=64, now=datetime.now(UTC),
+            tenant="t", source=JobSource.API, shards=64, now=datetime.now(UTC),
         )  # fmt: skip
     finally:
         await api.close()

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from horae.models import JobSpec, RetryPolicy
 from tests.e2e.test_worker import create, terminal
@@ -25,6 +26,7 @@ from tests.support.webhook import loopback_server
 
 HTTP_CHECK = "worker/examples/http_check.py"
 PAYMENT = "worker/examples/payment.py"
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
 QUICK = RetryPolicy(max_attempts=3, initial_interval_seconds=0.2, max_interval_seconds=0.5)
 
 

@@ -25,6 +25,7 @@ from tests.support.wait import until, until_ready
 from tests.support.webhook import webhook_receiver
 
 TASKS = "tests/e2e/tasks.py"
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
 
 
 async def create(pool: asyncpg.Pool, spec: JobSpec, *, due_in: float = 1.0) -> asyncpg.Record:
@@ -84,7 +85,12 @@ async def ready_messages(broker_url: str, queue: str) -> int:
 
 
 async def test_the_same_message_twice_runs_the_handler_once(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+    processes: Processes,
+    pool: asyncpg.Pool,
+    broker_url: str,
+    broker_prefix: str,
+    tmp_path: Path,
+    namespace: str,
 ) -> None:
     log = tmp_path / "calls.jsonl"
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
@@ -94,14 +100,20 @@ async def test_the_same_message_twice_runs_the_handler_once(
     assert done["status"] == "succeeded"
 
     async def queue_empty() -> bool:
-        return not await drain(broker_url, f"{broker_prefix}.pool.default")
+        queue = broker.Names(broker_prefix).pool_queue(namespace, "default")
+        return not await drain(broker_url, queue)
 
     await until(queue_empty, timeout=10, what="both messages acked")
     assert len(invocations(log)) == 1
 
 
 async def test_a_message_published_before_its_due_time_is_held_until_then(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+    processes: Processes,
+    pool: asyncpg.Pool,
+    broker_url: str,
+    broker_prefix: str,
+    tmp_path: Path,
+    namespace: str,
 ) -> None:
     # The scheduler publishes up to its dispatch lead early (a scheduler whose clock runs
     # ahead, earlier still): the worker claims and runs the execution only once it is due.
@@ -111,7 +123,8 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     await publish(broker_url, broker_prefix, msg)
 
     async def delivered() -> bool:  # the worker holds it: none left ready in the queue
-        return await ready_messages(broker_url, f"{broker_prefix}.pool.default") == 0
+        queue = broker.Names(broker_prefix).pool_queue(namespace, "default")
+        return await ready_messages(broker_url, queue) == 0
 
     await until(delivered, timeout=10, what="the message delivered to the worker")
     held = await pool.fetchrow("SELECT status::text, started_at FROM executions WHERE id = $1",
@@ -352,14 +365,14 @@ def unacked(broker_url: str, queue: str) -> int:
 
 async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcome(
     processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str,
-    tmp_path: Path,
+    tmp_path: Path, namespace: str,
 ) -> None:  # fmt: skip
     log = tmp_path / "calls.jsonl"
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS,
                     env={"HORAE_TEST_LOG": str(log),
                          "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS": "60"})  # fmt: skip
-    queue = f"{broker_prefix}.pool.default"
+    queue = broker.Names(broker_prefix).pool_queue(namespace, "default")
 
     async def running(count: int) -> bool:
         return len(invocations(log)) >= count

@@ -22,6 +22,7 @@ from tests.support.processes import Processes
 from tests.support.wait import until
 
 TASKS = "tests/e2e/tasks.py"
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
 
 
 def close_connections(vhost: str) -> int:

@@ -75,7 +75,7 @@ def worker_env(db_url: str, broker_url: str, broker_prefix: str) -> dict[str, st
         **{k: v for k, v in os.environ.items() if not k.startswith("HORAE_")},
         "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": broker_url,
         "HORAE_BROKER_PREFIX": broker_prefix, "HORAE_CONCURRENCY": str(CONCURRENCY),
-        "HORAE_LOG_LEVEL": "INFO",
+        "HORAE_LOG_LEVEL": "INFO", "HORAE_TENANTS": "t",  # the tenant of its messages
     }  # fmt: skip
 
 
@@ -104,7 +104,7 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
         async def consuming() -> bool:
             probe = await connection.channel()  # a passive declare of no queue closes it
             try:
-                q = await probe.declare_queue(names.pool_queue("default"), passive=True)
+                q = await probe.declare_queue(names.pool_queue("default", "default"), passive=True)
                 return bool(q.declaration_result.consumer_count)
             except aio_pika.exceptions.ChannelClosed:
                 return False
@@ -121,12 +121,12 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
         for _ in range(2):
             await channel.default_exchange.publish(
                 aio_pika.Message(unknown.model_dump_json().encode(), message_id="unknown"),
-                routing_key=names.pool_queue("default"),
+                routing_key=names.pool_queue("default", "default"),
             )
             for name, (body, _) in GARBAGE.items():
                 await channel.default_exchange.publish(
                     aio_pika.Message(body, message_id=name),
-                    routing_key=names.pool_queue("default"),
+                    routing_key=names.pool_queue("default", "default"),
                 )
 
         # A real execution after the garbage still runs.
@@ -143,7 +143,7 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
         )  # fmt: skip
         await channel.default_exchange.publish(
             aio_pika.Message(ExecutionBatch(executions=[real]).model_dump_json().encode()),
-            routing_key=names.pool_queue("default"),
+            routing_key=names.pool_queue("default", "default"),
         )
 
         async def succeeded() -> bool:
@@ -179,7 +179,7 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
     connection = await aio_pika.connect(broker_url)
     try:
         channel = await connection.channel()
-        left = await _queue(channel, names.pool_queue("default"))
+        left = await _queue(channel, names.pool_queue("default", "default"))
         assert left.declaration_result.message_count == 0
     finally:
         await connection.close()

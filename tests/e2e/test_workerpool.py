@@ -107,6 +107,8 @@ async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
     assert container["command"] == ["horae", "worker", "--tasks", "shop.tasks"]
     assert container["env"] == [
         {"name": "HORAE_POOL", "value": "shop"},
+        {"name": "HORAE_POOL_NAMESPACE", "value": namespace},
+        {"name": "HORAE_TENANTS", "value": namespace},
         {"name": "HORAE_CONCURRENCY", "value": "4"},
         {"name": "HORAE_METRICS_PORT", "value": "9100"},
         {"name": "SHOP_REGION", "value": "eu"},
@@ -143,6 +145,8 @@ async def test_a_workerpool_becomes_a_deployment_it_owns_and_keeps_in_step(
     pod = dep["spec"]["template"]["spec"]
     assert pod["containers"][0]["env"] == [
         {"name": "HORAE_POOL", "value": "shop"},
+        {"name": "HORAE_POOL_NAMESPACE", "value": namespace},
+        {"name": "HORAE_TENANTS", "value": namespace},
         {"name": "HORAE_METRICS_PORT", "value": "9100"},
     ]
     assert "resources" not in pod["containers"][0] or not pod["containers"][0]["resources"]
@@ -175,12 +179,14 @@ async def test_a_pool_scales_out_on_its_backlog_and_back_after_the_window(
 
     await until(lambda: at(1), timeout=30, what="the Deployment at minReplicas")
 
-    queue = Names(broker_prefix).pool_queue("crunchers")
+    queue = Names(broker_prefix).pool_queue(namespace, "crunchers")
     await publish(broker_url, queue, 1000)
 
     async def scaled_out() -> dict[str, Any] | None:
         status = pool_status(control_plane, namespace, "crunchers")
-        return status if status.get("replicas") == 8 else None
+        # The status may first be written while the publishes still arrive (949 of 1000
+        # seen, already 8 replicas): wait for the whole backlog to be seen too.
+        return status if (status.get("replicas"), status.get("queueDepth")) == (8, 1000) else None
 
     status = await until(scaled_out, timeout=20, what="8 replicas")
     assert (status["queueDepth"], status["desiredReplicas"]) == (1000, 8)
@@ -278,3 +284,47 @@ async def test_a_pool_cannot_borrow_an_unmarked_account_or_take_over_a_deploymen
     pod = dep["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "deployer"
     assert pod["automountServiceAccountToken"] is True
+
+
+async def test_only_a_pool_in_horaes_namespace_may_serve_other_namespaces(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    # The test's namespace stands in for Horae's own (the operator's HORAE_NAMESPACE).
+    processes.start("operator", "operator", env=OPERATOR_ENV)
+    team = f"{namespace}-team"
+    control_plane.kubectl("create", "namespace", team)
+    pool = """
+  image: registry.example/shared:1.0
+  tasks: shared.tasks
+  tenants: [team-a, team-b]
+"""
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "shared", pool))
+    control_plane.kubectl("apply", "-f", "-", input=manifest(team, "sneaky", pool))
+
+    async def shared() -> dict[str, Any] | None:
+        return deployment(control_plane, namespace, "shared")
+
+    dep = await until(shared, timeout=30, what="the shared pool's Deployment")
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HORAE_TENANTS", "value": "team-a,team-b"} in env
+
+    async def refused() -> dict[str, Any] | None:
+        conditions = pool_status(control_plane, team, "sneaky").get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Ready"), None)
+
+    ready = await until(refused, timeout=30, what="the sneaky pool's Ready condition")
+    assert (ready["status"], ready["reason"]) == ("False", "TenantsNotAllowed")
+    assert "spec.tenants" in ready["message"]
+    assert deployment(control_plane, team, "sneaky") is None
+
+    # Nor may a pool choose its tenants through its env: refused at apply, naming the rule.
+    sneaky_env = """
+  image: registry.example/shared:1.0
+  tasks: shared.tasks
+  env: [{name: HORAE_TENANTS, value: team-a}]
+"""
+    applied = control_plane.kubectl(
+        "apply", "-f", "-", input=manifest(team, "sneakier", sneaky_env), check=False
+    )
+    assert applied.returncode != 0
+    assert "spec.env may not set HORAE_POOL, HORAE_POOL_NAMESPACE, HORAE_TENANTS" in applied.stderr

@@ -9,7 +9,7 @@ from horae import broker
 
 @pytest_asyncio.fixture
 async def publisher(broker_url: str, broker_prefix: str) -> AsyncIterator[broker.Publisher]:
-    """A publisher whose topology (exchanges, default and dead-letter queues) is declared."""
+    """A publisher whose topology (exchanges, held and dead-letter queues) is declared."""
     connection = await broker.connect(broker_url)
     pub = broker.Publisher(connection, broker.Names(broker_prefix))
     await pub.start()

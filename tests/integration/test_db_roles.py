@@ -20,6 +20,8 @@ from horae.store.executions import Claimed, ClaimRequest, Finish, ShardDispatch,
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions, migrate
 
+SERVES = {"acme", "other"}
+"""The tenants the worker role's claims serve here."""
 NOW = datetime.now(UTC).replace(microsecond=0)
 LEASE = timedelta(seconds=30)
 
@@ -118,7 +120,7 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     job_id = await api_job(as_role["api"], spec)
     row = await first_execution(pool, job_id)
     [claimed] = await executions.claim_many(worker, [request(row)], owner="w1", now=NOW,
-                                            lease=LEASE)  # fmt: skip
+                                            lease=LEASE, serves=SERVES)  # fmt: skip
     assert isinstance(claimed, Claimed) and claimed.payload == {"secret": "acme's"}
     assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
                                       ids=[claimed.id]) == []  # fmt: skip
@@ -133,13 +135,19 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     retry = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1 AND attempt = 2",
                                 job_id)  # fmt: skip
     [again] = await executions.claim_many(worker, [request(retry)], owner="w1", now=NOW,
-                                          lease=LEASE)  # fmt: skip
+                                          lease=LEASE, serves=SERVES)  # fmt: skip
     assert isinstance(again, Claimed)
     assert await executions.release_running(worker, owner="w1", ids=[again.id], now=NOW) == 1
     assert await pool.fetchval("SELECT status FROM executions WHERE id = $1",
                                again.id) == "scheduled"  # fmt: skip
-    [third] = await executions.claim_many(worker, [ClaimRequest(again.id, NOW, "acme")],
-                                          owner="w1", now=NOW, lease=LEASE)  # fmt: skip
+    [third] = await executions.claim_many(
+        worker,
+        [ClaimRequest(again.id, NOW, "acme")],
+        owner="w1",
+        now=NOW,
+        lease=LEASE,
+        serves=SERVES,
+    )
     assert isinstance(third, Claimed)
     assert await executions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
                                    now=NOW, result={"ok": 1})  # fmt: skip
@@ -157,10 +165,10 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
     their_row = await first_execution(pool, theirs)
     # Their execution, already claimed by another worker: a claim gets nothing.
     [other] = await executions.claim_many(worker, [request(their_row)], owner="w-other",
-                                          now=NOW, lease=LEASE)  # fmt: skip
+                                          now=NOW, lease=LEASE, serves=SERVES)  # fmt: skip
     assert isinstance(other, Claimed)
     assert await executions.claim_many(worker, [request(their_row)], owner="w1", now=NOW,
-                                       lease=LEASE) == [None]  # fmt: skip
+                                       lease=LEASE, serves=SERVES) == [None]  # fmt: skip
     # Nor do a heartbeat, an outcome or a hand-back under another owner's name it guesses wrong.
     assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
                                       ids=[other.id]) == []  # fmt: skip
@@ -171,10 +179,10 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
     made_up = [ClaimRequest(uuid.uuid4(), NOW, "other"),
                ClaimRequest(their_row["id"], NOW + timedelta(days=1), "other")]  # fmt: skip
     assert await executions.claim_many(worker, made_up, owner="w1", now=NOW,
-                                       lease=LEASE) == [None, None]  # fmt: skip
+                                       lease=LEASE, serves=SERVES) == [None, None]  # fmt: skip
     mine_row = await first_execution(pool, mine)
     [claimed] = await executions.claim_many(worker, [request(mine_row)], owner="w1", now=NOW,
-                                            lease=LEASE)  # fmt: skip
+                                            lease=LEASE, serves=SERVES)  # fmt: skip
     assert isinstance(claimed, Claimed) and claimed.payload == {"a": 1}
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await worker.fetch("SELECT payload FROM jobs WHERE id = $1", theirs)
@@ -186,10 +194,14 @@ async def test_the_worker_role_is_held_to_the_rows_tenant_limit(
     await jobs.set_tenant_limit(as_role["api"], "acme", 1)
     ids = [await api_job(as_role["api"], JobSpec(task="t", run_at=NOW)) for _ in range(2)]
     rows = [await first_execution(pool, i) for i in ids]
-    # The messages name another tenant: the limit is the row's tenant's all the same.
-    forged = [ClaimRequest(r["id"], r["due_at"], "unlimited") for r in rows]
+    # Messages that name another tenant are refused, the rows untouched (horae_claim).
+    forged = [ClaimRequest(r["id"], r["due_at"], "other") for r in rows]
     answers = await executions.claim_many(as_role["worker"], forged, owner="w1", now=NOW,
-                                          lease=LEASE)  # fmt: skip
+                                          lease=LEASE, serves=SERVES)  # fmt: skip
+    assert [type(a).__name__ for a in answers] == ["Refused", "Refused"]
+    honest = [ClaimRequest(r["id"], r["due_at"], "acme") for r in rows]
+    answers = await executions.claim_many(as_role["worker"], honest, owner="w1", now=NOW,
+                                          lease=LEASE, serves=SERVES)  # fmt: skip
     assert sorted(type(a).__name__ for a in answers) == ["Claimed", "Throttled"]
     throttled = next(a for a in answers if isinstance(a, Throttled))
     assert NOW + timedelta(seconds=1) <= throttled.due_at <= NOW + timedelta(seconds=1.5)
@@ -201,7 +213,7 @@ async def test_the_worker_role_schedules_the_next_occurrence_of_an_unrecorded_cl
     job_id = await api_job(as_role["api"], JobSpec(task="t", cron="*/10 * * * * *"))
     row = await first_execution(pool, job_id)
     [claimed] = await executions.claim_many(as_role["worker"], [request(row)], owner="w1",
-                                            now=NOW, lease=LEASE)  # fmt: skip
+                                            now=NOW, lease=LEASE, serves=SERVES)  # fmt: skip
     assert isinstance(claimed, Claimed)
     nxt = await pool.fetch("SELECT occurrence_at FROM executions WHERE job_id = $1"
                            " AND status = 'scheduled'", job_id)  # fmt: skip
@@ -225,8 +237,14 @@ async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
     assert (queued, fenced) == (1, set())
     assert len(await executions.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10)) == 1
     await executions.touch_queued(scheduler, shard, epoch, [due], NOW)
-    [claimed] = await executions.claim_many(as_role["worker"], [ClaimRequest(
-        due.id, due.due_at, due.tenant)], owner="w1", now=NOW, lease=LEASE)  # fmt: skip
+    [claimed] = await executions.claim_many(
+        as_role["worker"],
+        [ClaimRequest(due.id, due.due_at, due.tenant)],
+        owner="w1",
+        now=NOW,
+        lease=LEASE,
+        serves=SERVES,
+    )
     assert isinstance(claimed, Claimed)
     [expired] = await executions.expired_running(scheduler, [shard], NOW + LEASE * 2, 10)
     assert await executions.lose_lease(scheduler, expired, epoch=epoch, now=NOW + LEASE * 2,
@@ -251,7 +269,7 @@ async def test_the_api_role_runs_the_job_lifecycle(
     triggered = await jobs.trigger_job(api, job_id, now=NOW, tenant="acme")
     row = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", triggered)
     [claimed] = await executions.claim_many(as_role["worker"], [request(row)], owner="w1",
-                                            now=NOW, lease=LEASE)  # fmt: skip
+                                            now=NOW, lease=LEASE, serves=SERVES)  # fmt: skip
     assert isinstance(claimed, Claimed)
     await executions.finish(as_role["worker"], claimed, owner="w1",
                             status=ExecutionStatus.FAILED, now=NOW)  # fmt: skip
@@ -304,7 +322,8 @@ async def test_migrating_another_database_of_the_cluster_finds_the_roles_there(
         try:
             granted = await conn.fetchval(
                 "SELECT has_function_privilege('horae_worker',"
-                " 'horae_claim(uuid[], timestamptz[], text, timestamptz, interval, interval)',"
+                " 'horae_claim(uuid[], timestamptz[], text[], text[], text, timestamptz, interval,"
+                " interval)',"
                 " 'EXECUTE')"
             )
             assert granted is True

@@ -165,7 +165,7 @@ async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     arrived: dict[uuid.UUID, datetime] = {}
     try:
         channel = await connection.channel()
-        queue = await channel.get_queue(broker.Names(broker_prefix).pool_queue("default"))
+        queue = await channel.get_queue(broker.Names(broker_prefix).held)  # no pool: held
 
         async def note(message: broker.IncomingMessage) -> None:
             for e in ExecutionBatch.model_validate_json(message.body).executions:
@@ -221,7 +221,7 @@ async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_du
     connection = await broker.connect(broker_url)
     try:
         channel = await connection.channel()
-        queue = await channel.get_queue(broker.Names(broker_prefix).pool_queue("default"))
+        queue = await channel.get_queue(broker.Names(broker_prefix).held)  # no pool: held
         republished = set()
         while (got := await queue.get(no_ack=True, fail=False)) is not None:
             batch = ExecutionBatch.model_validate_json(got.body).executions

@@ -220,13 +220,15 @@ async def test_scheduling_the_same_occurrence_twice_is_harmless(pool: asyncpg.Po
     assert [r["status"] for r in await rows(pool, job_id)] == ["queued", "scheduled"]
 
 
-async def one_offs(conn: asyncpg.Connection, n: int, **kw: object) -> list[asyncpg.Record]:
-    """`n` one-off jobs due in a minute; their executions, in creation order."""
+async def one_offs(
+    conn: asyncpg.Connection, n: int, tenant: str = "acme", **kw: object
+) -> list[asyncpg.Record]:
+    """`n` one-off jobs of `tenant` due in a minute; their executions, in creation order."""
     ids = [
         await jobs.create_job(
             conn,
             JobSpec(task="t", run_at=NOW + timedelta(minutes=1), **kw),
-            tenant="acme",
+            tenant=tenant,
             source=JobSource.API,
             shards=64,
             now=NOW,
@@ -246,7 +248,7 @@ async def test_a_batch_of_claims_answers_each_request(pool: asyncpg.Pool) -> Non
         answers = await executions.claim_many(
             conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme")
                    for r in (stale, fresh, duplicate, fresh)],
-            owner="w1", now=NOW, lease=lease,
+            owner="w1", now=NOW, lease=lease, serves={"acme"},
         )  # fmt: skip
     assert answers[0] is None and answers[2] is None
     assert answers[3] is None, "the same execution twice in one batch is claimed once"
@@ -264,12 +266,61 @@ async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.P
         found = await one_offs(conn, 5)
         answers = await executions.claim_many(
             conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme") for r in found],
-            owner="w1", now=NOW, lease=timedelta(seconds=30),
+            owner="w1", now=NOW, lease=timedelta(seconds=30), serves={"acme"},
         )  # fmt: skip
     assert sum(isinstance(a, executions.Claimed) for a in answers) == 2
     assert sum(isinstance(a, executions.Throttled) for a in answers) == 3
     statuses = sorted(r["status"] for r in await pool.fetch("SELECT status FROM executions"))
     assert statuses == ["running"] * 2 + ["scheduled"] * 3
+
+
+async def test_a_claim_refuses_an_execution_of_a_tenant_the_worker_does_not_serve(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        [theirs] = await one_offs(conn, 1, tenant="team-a")
+        [ours] = await one_offs(conn, 1, tenant="team-b")
+        answers = await executions.claim_many(
+            conn,
+            [
+                executions.ClaimRequest(theirs["id"], theirs["due_at"], "team-a"),
+                executions.ClaimRequest(ours["id"], ours["due_at"], "team-b"),
+            ],
+            owner="team-b-worker",
+            now=NOW,
+            lease=timedelta(seconds=30),
+            serves={"team-b"},
+        )
+    refused, claimed = answers
+    assert isinstance(refused, executions.Refused) and refused.tenant == "team-a"
+    assert "does not serve" in refused.reason
+    assert isinstance(claimed, executions.Claimed) and claimed.id == ours["id"]
+    after = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", theirs["id"])
+    assert dict(after) == dict(theirs), "a refused execution's row is left untouched"
+
+
+async def test_a_message_lying_about_its_tenant_cannot_exceed_the_row_tenants_limit(
+    pool: asyncpg.Pool,
+) -> None:
+    # acme may run one execution and runs one. A message that names an unlimited tenant
+    # for acme's next execution, read by a worker serving both, must not start it.
+    async with pool.acquire() as conn:
+        await jobs.set_tenant_limit(conn, "acme", 1)
+        running, waiting = await one_offs(conn, 2)
+        lease = timedelta(seconds=30)
+        first = await executions.claim(
+            conn, running["id"], running["due_at"], owner="w0", now=NOW, lease=lease, tenant="acme"
+        )
+        assert isinstance(first, executions.Claimed)
+        lying = executions.ClaimRequest(waiting["id"], waiting["due_at"], "free")
+        [answer] = await executions.claim_many(
+            conn, [lying], owner="w1", now=NOW, lease=lease, serves={"acme", "free"}
+        )
+    assert isinstance(answer, executions.Refused) and answer.tenant == "acme"
+    counted = "SELECT count(*) FROM executions WHERE tenant = 'acme' AND status = 'running'"
+    assert await pool.fetchval(counted) == 1, "acme's limit was exceeded"
+    after = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", waiting["id"])
+    assert dict(after) == dict(waiting)
 
 
 async def test_a_batch_of_outcomes_records_only_what_the_owner_still_holds(

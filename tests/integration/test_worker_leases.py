@@ -35,7 +35,8 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         await release.wait()
 
     settings = Settings.from_env({"HORAE_DATABASE_URL": db_url, "HORAE_IDENTITY": "w-itest",
-                                  "HORAE_EXECUTION_LEASE_SECONDS": "2"})  # fmt: skip
+                                  "HORAE_EXECUTION_LEASE_SECONDS": "2",
+                                  "HORAE_TENANTS": "t"})  # fmt: skip
     worker_pool = await connect_pool(db_url, size=2)
     connection = await broker.connect(broker_url)
     admin = await asyncpg.connect(db_url)
@@ -150,7 +151,8 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
 
     monkeypatch.setattr(store, "heartbeat", fails_once)
     settings = Settings.from_env({"HORAE_DATABASE_URL": db_url, "HORAE_IDENTITY": "w-hb2",
-                                  "HORAE_EXECUTION_LEASE_SECONDS": "1.5"})  # fmt: skip
+                                  "HORAE_EXECUTION_LEASE_SECONDS": "1.5",
+                                  "HORAE_TENANTS": "t"})  # fmt: skip
     connection = await broker.connect(broker_url)
     stop = asyncio.Event()
     try:

@@ -53,7 +53,7 @@ async def drain(broker_url: str, queue: str) -> Counter[str]:
     connection = await aio_pika.connect(broker_url)
     try:
         channel = await connection.channel()
-        q = await channel.declare_queue(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        q = await channel.declare_queue(queue, passive=True)
         while True:
             msg = await q.get(no_ack=True, fail=False)
             if msg is None:

@@ -36,3 +36,17 @@ def test_other_durations_must_still_be_above_zero() -> None:
     with pytest.raises(ConfigError) as refused:
         Settings.from_env({"HORAE_REDELIVERY_TIMEOUT_SECONDS": "0"})
     assert str(refused.value) == "HORAE_REDELIVERY_TIMEOUT_SECONDS: must be > 0, got '0'"
+
+
+def test_a_worker_serves_its_pool_namespace_unless_given_its_tenants() -> None:
+    alone = Settings.from_env({"HORAE_NAMESPACE": "team-a"}).worker
+    assert (alone.pool_namespace, alone.tenants) == ("team-a", ("team-a",))
+    env = {"HORAE_NAMESPACE": "horae", "HORAE_TENANTS": "team-b, team-a"}
+    shared = Settings.from_env(env).worker
+    assert (shared.pool_namespace, shared.tenants) == ("horae", ("team-a", "team-b"))
+
+
+@pytest.mark.parametrize("raw", ["", "a,,b", " ", "x" * 254])
+def test_a_bad_tenant_list_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(ConfigError, match="HORAE_TENANTS"):
+        Settings.from_env({"HORAE_TENANTS": raw})

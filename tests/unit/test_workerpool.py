@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from horae.operator.tenancy import TenantsNotAllowed, served_tenants
 from horae.operator.workerpool import (
     Decision,
     Pool,
@@ -84,6 +85,8 @@ def test_the_deployment_runs_the_pool_workers_and_leaves_replicas_alone() -> Non
     assert container["command"] == ["horae", "worker", "--tasks", "app.tasks"]
     assert container["env"] == [
         {"name": "HORAE_POOL", "value": "crunchers"},
+        {"name": "HORAE_POOL_NAMESPACE", "value": "ns"},
+        {"name": "HORAE_TENANTS", "value": "ns"},
         {"name": "HORAE_CONCURRENCY", "value": "4"},
         {"name": "HORAE_METRICS_PORT", "value": "9100"},
     ]
@@ -101,15 +104,52 @@ def test_a_pools_own_metrics_port_is_the_probes_port() -> None:
     assert [e for e in container["env"] if e["name"] == "HORAE_METRICS_PORT"] == env
 
 
+SERVES_NS = [
+    {"name": "HORAE_POOL", "value": "crunchers"},
+    {"name": "HORAE_POOL_NAMESPACE", "value": "ns"},
+    {"name": "HORAE_TENANTS", "value": "ns"},
+]
+
+
 def test_env_entries_of_the_pool_come_last_and_win_over_ours() -> None:
     env = [{"name": "HORAE_CONCURRENCY", "value": "9"}, {"name": "FOO", "value": "bar"}]
     body = deployment_body(_pool(concurrency=4, env=env))
     container = body["spec"]["template"]["spec"]["containers"][0]
-    assert container["env"] == [
-        {"name": "HORAE_POOL", "value": "crunchers"},
-        {"name": "HORAE_METRICS_PORT", "value": "9100"},
-        *env,
+    assert container["env"] == [*SERVES_NS, {"name": "HORAE_METRICS_PORT", "value": "9100"}, *env]
+
+
+def test_the_pool_env_cannot_choose_the_tenants_its_workers_serve() -> None:
+    # Refused at apply by the CRD; a pool stored before that rule has them dropped.
+    env = [
+        {"name": "HORAE_TENANTS", "value": "team-a"},
+        {"name": "HORAE_POOL", "value": "x"},
+        {"name": "HORAE_POOL_NAMESPACE", "value": "team-a"},
+        {"name": "FOO", "value": "1"},
     ]
+    body = deployment_body(_pool(env=env))
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    metrics = {"name": "HORAE_METRICS_PORT", "value": "9100"}
+    assert container["env"] == [*SERVES_NS, metrics, {"name": "FOO", "value": "1"}]
+
+
+def test_a_pool_serves_its_own_namespace_unless_an_administrator_shares_it() -> None:
+    assert served_tenants("team-b", None, install_namespace="horae") == ("team-b",)
+    shared = served_tenants("horae", ["team-b", "team-a", "team-b"], install_namespace="horae")
+    assert shared == ("team-a", "team-b")
+    with pytest.raises(TenantsNotAllowed, match=r"spec\.tenants: only a WorkerPool in Horae's"):
+        served_tenants("team-b", ["team-a"], install_namespace="horae")
+    with pytest.raises(TenantsNotAllowed):
+        served_tenants("team-b", ["team-b"], install_namespace="horae")
+
+
+def test_a_shared_pool_gets_its_tenants_in_its_environment() -> None:
+    pool = _pool()
+    pool = Pool(
+        namespace="horae", name="shared", uid="u-2", spec=pool.spec, tenants=("team-a", "team-b")
+    )
+    env = deployment_body(pool)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HORAE_TENANTS", "value": "team-a,team-b"} in env
+    assert {"name": "HORAE_POOL_NAMESPACE", "value": "horae"} in env
 
 
 @pytest.mark.parametrize(("env", "expected"), [
