@@ -134,6 +134,56 @@ def cron_times(expression: str, time_zone: str, after: datetime) -> Iterator[dat
                 heapq.heappush(waiting, fire)
 
 
+def _steady(zone: ZoneInfo, lo: datetime, hi: datetime) -> bool:
+    """Whether `zone`'s UTC offset is the same all over [lo, hi] (a day at most: no zone
+    changes its offset twice within a day, so equal ends mean no change between)."""
+    return (
+        hi - lo <= timedelta(days=1)
+        and lo.astimezone(zone).utcoffset() == hi.astimezone(zone).utcoffset()
+    )
+
+
+def latest_fire_times(
+    expression: str, time_zone: str, *, after: datetime, until: datetime, count: int
+) -> list[datetime]:
+    """The latest `count` fire times in (`after`, `until`], ascending, at a cost bounded by
+    `count` plus the fire times of a few hours: never by how far back `after` lies.
+
+    Walking back from `until` in wall-clock time (`cronsim`'s reverse mode) finds the
+    `count`-th latest matching wall time; `cron_times` then walks forward from there, less
+    `_LARGEST_SHIFT` when the zone's offset changes near that stretch (wall times and
+    instants are then not in the same order, and the forward walk applies Debian cron's
+    rules there), and keeps the latest `count`.
+    """
+    if count <= 0 or until <= after:
+        return []
+    expr = _expand(expression)
+    zone = ZoneInfo(time_zone)
+    top = (until + _LARGEST_SHIFT).astimezone(zone).replace(tzinfo=None)
+    walls = CronSim(expr, top, reverse=True)
+    start = after
+    seen = 0
+    for wall in walls:
+        instant = wall.replace(tzinfo=zone).astimezone(UTC)
+        if instant <= after:
+            break
+        if instant <= until:
+            seen += 1
+        if seen >= count:
+            start = max(after, instant - timedelta(microseconds=1))
+            if not _steady(zone, instant - _LARGEST_SHIFT, until + _LARGEST_SHIFT):
+                start = max(after, instant - _LARGEST_SHIFT)
+            break
+    latest: list[datetime] = []
+    for fire in cron_times(expr, time_zone, start):
+        if fire > until:
+            break
+        latest.append(fire)
+        if len(latest) > 2 * count:  # keep the tail only: memory stays O(count)
+            del latest[:count]
+    return latest[-count:]
+
+
 def next_fire_times(
     *, run_at: datetime | None, cron: str | None, time_zone: str, after: datetime, count: int
 ) -> list[datetime]:

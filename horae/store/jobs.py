@@ -15,7 +15,7 @@ import asyncpg
 
 from horae.errors import Conflict, NotFound
 from horae.models import CatchUpPolicy, ExecutionStatus, JobSource, JobSpec, JobState, shard_of
-from horae.schedule import cron_times, jitter_offset, next_fire_times
+from horae.schedule import jitter_offset, latest_fire_times, next_fire_times
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 NOTIFY_WITHIN = timedelta(seconds=60)
 """Executions due sooner than this are announced to their shard's scheduler at once."""
 MAX_SKIPPED_ON_RESUME = 100
-"""Missed occurrences recorded as `skipped` when a paused job resumes (the most recent)."""
+"""Missed occurrences recorded as `skipped` when a paused job resumes: the most recent this
+many (after the one catch-up `Latest` runs); older ones leave no row."""
 
 
 @dataclass(frozen=True)
@@ -318,8 +319,9 @@ async def pause_job(
 async def resume_job(
     conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> None:
-    """Resume from now. Missed occurrences are recorded `skipped` (reason: paused), except
-    that catch-up `Latest` runs the most recent one now. A one-off that was missed runs now.
+    """Resume from now. The most recent `MAX_SKIPPED_ON_RESUME` missed occurrences are
+    recorded `skipped` (reason: paused), except that catch-up `Latest` runs the most recent
+    one now; older ones leave no row. A one-off that was missed runs now.
     """
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant)
@@ -338,11 +340,11 @@ async def resume_job(
         else:
             assert spec.cron is not None
             since = row["paused_at"] or row["updated_at"]
-            missed: list[datetime] = []
-            for fire in cron_times(spec.cron, spec.time_zone, since):
-                if fire > now:
-                    break
-                missed = [*missed[-MAX_SKIPPED_ON_RESUME:], fire]
+            # The latest missed occurrences only, found from `now` backwards: the cost does
+            # not grow with the pause (a year of a every-second job is 31.5 M occurrences).
+            missed = latest_fire_times(
+                spec.cron, spec.time_zone, after=since, until=now, count=MAX_SKIPPED_ON_RESUME + 1
+            )
             run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
             for fire in missed[-MAX_SKIPPED_ON_RESUME:]:
                 await conn.execute(
