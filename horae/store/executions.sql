@@ -188,6 +188,12 @@ SELECT pg_advisory_xact_lock(hashtext('horae_tenant:' || $1))
 -- How many executions of a tenant run right now.
 SELECT count(*) FROM executions WHERE tenant = $1 AND status = 'running'
 
+-- name: tenants_running
+-- How many executions of each of these tenants run right now (a tenant not answered: none).
+SELECT tenant, count(*) AS running FROM executions
+WHERE tenant = ANY($1::text[]) AND status = 'running'
+GROUP BY tenant
+
 -- name: throttle_executions
 -- No tenant slot: back to `scheduled`, each due again a little later (not an attempt).
 UPDATE executions e SET status = 'scheduled', due_at = u.later, enqueued_at = NULL,
