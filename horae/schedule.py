@@ -11,12 +11,13 @@ in the day fields.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from itertools import islice
+from itertools import islice, pairwise
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
@@ -182,6 +183,24 @@ def latest_fire_times(
         if len(latest) > 2 * count:  # keep the tail only: memory stays O(count)
             del latest[:count]
     return latest[-count:]
+
+
+RATE_SAMPLE = 50
+"""Fire times looked at to find a cron job's shortest gap (`fires_per_minute`)."""
+_RATE_FROM = datetime(2001, 1, 1, tzinfo=UTC)
+
+
+@functools.lru_cache(maxsize=1024)
+def fires_per_minute(cron: str | None, time_zone: str = "UTC") -> float:
+    """A job's fire rate as tenant quotas count it: its densest, 60 s divided by the
+    shortest gap between consecutive fire times among its first `RATE_SAMPLE` from
+    2001-01-01 in its time zone (`* * * * * *` 60, `*/5 * * * *` 0.2, `@daily` 1/1440).
+    A one-off (no cron) counts 1: any number of them may be due in the same minute."""
+    if cron is None:
+        return 1.0
+    fires = list(islice(cron_times(cron, time_zone, _RATE_FROM), RATE_SAMPLE))
+    gaps = [(b - a).total_seconds() for a, b in pairwise(fires)]
+    return 60.0 / min(gaps) if gaps else 1.0
 
 
 def next_fire_times(

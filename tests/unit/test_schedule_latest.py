@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from horae.schedule import cron_times, latest_fire_times
+from horae.schedule import cron_times, fires_per_minute, latest_fire_times
 
 
 def utc(*args: int) -> datetime:
@@ -98,3 +98,20 @@ def test_the_latest_fire_times_are_the_tail_of_the_forward_walk(
         latest_fire_times(expr, tz, after=after, until=until, count=count)
         == walked(expr, tz, after, until)[-count:]
     )
+
+
+@pytest.mark.parametrize(
+    ("cron", "rate"),
+    [
+        ("* * * * * *", 60.0),
+        ("*/5 * * * * *", 12.0),
+        ("*/5 * * * *", 0.2),
+        ("@daily", 1 / 1440),
+        ("0,1 0 * * *", 1.0),  # daily, but twice a minute apart: its densest counts
+        (None, 1.0),  # a one-off
+    ],
+)
+def test_a_jobs_fire_rate_is_sixty_seconds_over_its_shortest_gap(
+    cron: str | None, rate: float
+) -> None:
+    assert fires_per_minute(cron, "Europe/Paris") == pytest.approx(rate)

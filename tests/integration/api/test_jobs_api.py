@@ -180,7 +180,15 @@ async def test_a_tenant_limit_is_set_through_the_api(
 ) -> None:
     r = await api.put(f"/tenants/{tenants.a}", json={"max_running": 5},
                       headers=bearer(tenants.alice))  # fmt: skip
-    assert r.status_code == 200 and r.json() == {"name": tenants.a, "max_running": 5, "running": 0}
+    assert r.status_code == 200 and r.json() == {
+        "name": tenants.a,
+        "max_running": 5,
+        "running": 0,
+        "max_jobs": 100_000,
+        "jobs": 0,
+        "max_fires_per_minute": 100_000,
+        "fires_per_minute": 0.0,
+    }
     assert await pool.fetchval("SELECT max_running FROM tenants WHERE name = $1", tenants.a) == 5
     other = await api.put(f"/tenants/{tenants.b}", json={"max_running": 5},
                           headers=bearer(tenants.alice))  # fmt: skip
