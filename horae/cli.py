@@ -184,31 +184,76 @@ def schedule_preview(
         typer.echo(f"{utc}  {local}")
 
 
+TENANT_KEYS = (
+    "name",
+    "max_running",
+    "running",
+    "max_jobs",
+    "jobs",
+    "max_fires_per_minute",
+    "fires_per_minute",
+)
+
+
+def _tenant_line(row: dict[str, Any]) -> str:
+    limit = row["max_running"] if row["max_running"] is not None else "-"
+    return (
+        f"{row['name']}\tmax_running={limit}\trunning={row['running']}"
+        f"\tmax_jobs={row['max_jobs']}\tjobs={row['jobs']}"
+        f"\tmax_fires_per_minute={row['max_fires_per_minute']}"
+        f"\tfires_per_minute={row['fires_per_minute']:g}"
+    )
+
+
 @tenants_app.command("set")
 def tenants_set(
     tenant: Annotated[str, typer.Argument(help="Tenant (namespace) name.")],
     max_running: Annotated[
         int | None, typer.Option(help="Concurrently running executions; omit for no limit.")
     ] = None,
+    max_jobs: Annotated[
+        int | None,
+        typer.Option(help="Quota: live (active or paused) jobs; omit for the default, 100000."),
+    ] = None,
+    max_fires_per_minute: Annotated[
+        int | None,
+        typer.Option(
+            help="Quota: the sum of the live jobs' fires per minute (a cron job at its densest,"
+            " a one-off 1); omit for the default, 100000."
+        ),
+    ] = None,
 ) -> None:
-    """Set a tenant's limit of concurrently running executions."""
+    """Replace a tenant's settings: its running limit and its quotas (an option left out
+    takes its default)."""
     from horae.store import jobs as jobs_store
 
-    if max_running is not None and max_running < 1:
-        raise fail(f"--max-running must be >= 1, got {max_running}")
+    limits = {
+        "--max-running": max_running,
+        "--max-jobs": max_jobs,
+        "--max-fires-per-minute": max_fires_per_minute,
+    }
+    for option, value in limits.items():
+        if value is not None and value < 1:
+            raise fail(f"{option} must be >= 1, got {value}")
     settings = _settings()
 
     async def go() -> None:
         async with database(settings.database.url) as conn:
-            row = await jobs_store.set_tenant_limit(conn, tenant, max_running)
-        typer.echo(f"{row['name']}: max_running={row['max_running']} running={row['running']}")
+            row = await jobs_store.set_tenant_limit(
+                conn,
+                tenant,
+                max_running,
+                max_jobs=max_jobs,
+                max_fires_per_minute=max_fires_per_minute,
+            )
+        typer.echo(_tenant_line(row).replace("\t", " ").replace(" ", ": ", 1))
 
     _run(go())
 
 
 @tenants_app.command("ls")
 def tenants_ls(output: OutputOption = "table") -> None:
-    """List tenants with their limits and running counts."""
+    """List tenants with their limits and quotas (defaults filled in) and what they use."""
     from horae.store import jobs as jobs_store
 
     fmt = output_format(output)
@@ -218,12 +263,10 @@ def tenants_ls(output: OutputOption = "table") -> None:
         async with database(settings.database.url) as conn:
             rows = await jobs_store.list_tenants(conn)
         if fmt != "table":
-            keys = ("name", "max_running", "running")
-            print_data([{k: row[k] for k in keys} for row in rows], fmt)
+            print_data([{k: row[k] for k in TENANT_KEYS} for row in rows], fmt)
             return
         for row in rows:
-            limit = row["max_running"] if row["max_running"] is not None else "-"
-            typer.echo(f"{row['name']}\tmax_running={limit}\trunning={row['running']}")
+            typer.echo(_tenant_line(row))
 
     _run(go())
 

@@ -20,7 +20,7 @@ import typer
 
 from horae import logs
 from horae.config import Settings
-from horae.errors import ConfigError
+from horae.errors import ConfigError, QuotaExceeded
 
 if TYPE_CHECKING:
     import asyncpg
@@ -65,6 +65,8 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         pass
     except ConfigError as exc:  # a setting the database contradicts, or no installation yet
         raise fail(str(exc)) from None
+    except QuotaExceeded as exc:  # the operation failed: the tenant is at a quota
+        raise fail(str(exc), 1) from None
 
 
 def console() -> Console:

@@ -128,6 +128,10 @@ class SchedulerSettings:
     Takeover after a crash happens within lease_duration + renew_period (4 s by default)."""
     preload_window: timedelta = timedelta(seconds=60)
     """HORAE_PRELOAD_WINDOW_SECONDS: executions due within this window are held in memory."""
+    preload_max_rows: int = 100_000
+    """HORAE_PRELOAD_MAX_ROWS: the most executions a replica holds in memory (the earliest
+    due); more due within the window are read as these are dispatched. Bounds the
+    scheduler's memory whatever is due (about 1 KiB each: docs/operations.md)."""
     refresh_period: timedelta = timedelta(seconds=2)
     """HORAE_REFRESH_PERIOD_SECONDS: how often the window is re-read from Postgres."""
     redelivery_timeout: timedelta = timedelta(seconds=60)
@@ -242,6 +246,9 @@ class Settings:
                 lease_duration=env_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3),
                 renew_period=env_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1),
                 preload_window=env_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),
+                preload_max_rows=_int(
+                    env, "HORAE_PRELOAD_MAX_ROWS", SchedulerSettings.preload_max_rows
+                ),
                 refresh_period=env_seconds(env, "HORAE_REFRESH_PERIOD_SECONDS", 2),
                 redelivery_timeout=env_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
                 dispatch_lead=env_seconds(

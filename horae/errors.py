@@ -4,6 +4,7 @@
     ├── ConfigError               bad or missing HORAE_* setting
     ├── NotFound                  a job or execution that does not exist (for this tenant)
     ├── Conflict                  a write that contradicts the current state
+    ├── QuotaExceeded             a write that would take a tenant over one of its quotas
     └── TaskError                 raised by task handlers to steer the outcome
         ├── RetryableError        try again later (optionally after `delay`)
         └── PermanentError        never try again
@@ -32,6 +33,21 @@ class NotFound(HoraeError):
 
 class Conflict(HoraeError):
     """The write contradicts the current state (e.g. an idempotency key reused)."""
+
+
+class QuotaExceeded(HoraeError):
+    """The write would take a tenant over one of its quotas (`quota`: `max_jobs` or
+    `max_fires_per_minute`); an administrator can raise it."""
+
+    def __init__(self, tenant: str, quota: str, limit: int, used: float, adding: float) -> None:
+        super().__init__(
+            f"tenant {tenant} is at its quota {quota}={limit}: {used:g} in use, this adds "
+            f"{adding:g} (an administrator can raise it: horae tenants set {tenant} "
+            f"--{quota.replace('_', '-')} N)"
+        )
+        self.tenant = tenant
+        self.quota = quota
+        self.limit = limit
 
 
 class TaskError(HoraeError):

@@ -26,6 +26,11 @@ lease_transitions = Counter(
 )
 fenced_writes = Counter("horae_fenced_writes_total", "Dispatch writes refused by fencing.")
 preload_size = Gauge("horae_preload_size", "Executions held in the preload window.")
+preload_peak = Gauge(
+    "horae_preload_peak",
+    "The most executions held in the preload window at once since start (at most "
+    "HORAE_PRELOAD_MAX_ROWS).",
+)
 dispatched = Counter("horae_dispatched_total", "Executions published to the queue.")
 skipped = Counter("horae_skipped_total", "Occurrences skipped at dispatch.", ["reason"])
 reaped = Counter("horae_reaped_total", "Executions recovered by the reaper.", ["kind"])
@@ -44,3 +49,7 @@ held_messages = Gauge(
     "Dispatch messages waiting in <prefix>.held: executions of a tenant no pool serves.",
 )
 throttled = Counter("horae_tenant_throttled_total", "Claims deferred by a tenant limit.")
+held_back = Counter(
+    "horae_tenant_held_back_total",
+    "Executions kept back at dispatch, for a while, because their tenant ran its max_running.",
+)

@@ -11,12 +11,13 @@ in the day fields.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from itertools import islice
+from itertools import islice, pairwise
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
@@ -132,6 +133,74 @@ def cron_times(expression: str, time_zone: str, after: datetime) -> Iterator[dat
         for fire in fires:
             if fire > last:
                 heapq.heappush(waiting, fire)
+
+
+def _steady(zone: ZoneInfo, lo: datetime, hi: datetime) -> bool:
+    """Whether `zone`'s UTC offset is the same all over [lo, hi] (a day at most: no zone
+    changes its offset twice within a day, so equal ends mean no change between)."""
+    return (
+        hi - lo <= timedelta(days=1)
+        and lo.astimezone(zone).utcoffset() == hi.astimezone(zone).utcoffset()
+    )
+
+
+def latest_fire_times(
+    expression: str, time_zone: str, *, after: datetime, until: datetime, count: int
+) -> list[datetime]:
+    """The latest `count` fire times in (`after`, `until`], ascending, at a cost bounded by
+    `count` plus the fire times of a few hours: never by how far back `after` lies.
+
+    Walking back from `until` in wall-clock time (`cronsim`'s reverse mode) finds the
+    `count`-th latest matching wall time; `cron_times` then walks forward from there, less
+    `_LARGEST_SHIFT` when the zone's offset changes near that stretch (wall times and
+    instants are then not in the same order, and the forward walk applies Debian cron's
+    rules there), and keeps the latest `count`.
+    """
+    if count <= 0 or until <= after:
+        return []
+    expr = _expand(expression)
+    zone = ZoneInfo(time_zone)
+    top = (until + _LARGEST_SHIFT).astimezone(zone).replace(tzinfo=None)
+    walls = CronSim(expr, top, reverse=True)
+    start = after
+    seen = 0
+    for wall in walls:
+        instant = wall.replace(tzinfo=zone).astimezone(UTC)
+        if instant <= after:
+            break
+        if instant <= until:
+            seen += 1
+        if seen >= count:
+            start = max(after, instant - timedelta(microseconds=1))
+            if not _steady(zone, instant - _LARGEST_SHIFT, until + _LARGEST_SHIFT):
+                start = max(after, instant - _LARGEST_SHIFT)
+            break
+    latest: list[datetime] = []
+    for fire in cron_times(expr, time_zone, start):
+        if fire > until:
+            break
+        latest.append(fire)
+        if len(latest) > 2 * count:  # keep the tail only: memory stays O(count)
+            del latest[:count]
+    return latest[-count:]
+
+
+RATE_SAMPLE = 50
+"""Fire times looked at to find a cron job's shortest gap (`fires_per_minute`)."""
+_RATE_FROM = datetime(2001, 1, 1, tzinfo=UTC)
+
+
+@functools.lru_cache(maxsize=1024)
+def fires_per_minute(cron: str | None, time_zone: str = "UTC") -> float:
+    """A job's fire rate as tenant quotas count it: its densest, 60 s divided by the
+    shortest gap between consecutive fire times among its first `RATE_SAMPLE` from
+    2001-01-01 in its time zone (`* * * * * *` 60, `*/5 * * * *` 0.2, `@daily` 1/1440).
+    A one-off (no cron) counts 1: any number of them may be due in the same minute."""
+    if cron is None:
+        return 1.0
+    fires = list(islice(cron_times(cron, time_zone, _RATE_FROM), RATE_SAMPLE))
+    gaps = [(b - a).total_seconds() for a, b in pairwise(fires)]
+    return 60.0 / min(gaps) if gaps else 1.0
 
 
 def next_fire_times(

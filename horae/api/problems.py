@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from horae.errors import Conflict, NotFound
+from horae.errors import Conflict, NotFound, QuotaExceeded
 
 PROBLEM = "application/problem+json"
 
@@ -89,6 +89,14 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
         return problem_response(Problem(409, "Conflict", str(exc)))
+
+    @app.exception_handler(QuotaExceeded)
+    async def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:
+        return problem_response(
+            Problem(
+                429, "Quota exceeded", str(exc), errors=[{"field": exc.quota, "message": str(exc)}]
+            )
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

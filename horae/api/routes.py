@@ -36,7 +36,7 @@ from horae.api.schemas import (
     encode_cursor,
 )
 from horae.batching import GroupCommit
-from horae.errors import Conflict
+from horae.errors import Conflict, QuotaExceeded
 from horae.models import MAX_PAYLOAD_BYTES, ExecutionStatus, JobSource, JobSpec, JobState
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
@@ -57,6 +57,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         409: "Conflicts with the job's state or an Idempotency-Key",
         413: "Payload or batch too large",
         422: "Invalid request; `errors` names each field",
+        429: "The tenant is at one of its quotas (max_jobs, max_fires_per_minute); `errors` "
+        "names it",
     }.items()
 }
 
@@ -126,7 +128,7 @@ def build_router(
             try:
                 await store.create_jobs(conn, new, shards=shards(), now=_now())
                 return [job.job_id for job in new]
-            except asyncpg.PostgresError:
+            except (asyncpg.PostgresError, QuotaExceeded):
                 if len(new) == 1:
                     raise
             answers: list[uuid.UUID | Exception] = []
@@ -134,7 +136,7 @@ def build_router(
                 try:
                     await store.create_jobs(conn, [job], shards=shards(), now=_now())
                     answers.append(job.job_id)
-                except asyncpg.PostgresError as exc:
+                except (asyncpg.PostgresError, QuotaExceeded) as exc:
                     answers.append(exc)
             return answers
 
@@ -389,12 +391,19 @@ def build_router(
 
     @router.put("/tenants/{name}", response_model=TenantOut, responses=ERRORS)
     async def set_tenant(name: str, body: TenantLimit, request: Request) -> TenantOut:
-        """Set a tenant's limit of concurrently running executions (null: no limit). An
-        administrator's setting: needs `update` on `tenants` in group horae.dev granted
-        cluster-wide (a ClusterRoleBinding), never rights inside the tenant's namespace."""
+        """Replace a tenant's settings: its limit of concurrently running executions (null:
+        no limit) and its quotas (left out or null: the defaults). An administrator's
+        setting: needs `update` on `tenants` in group horae.dev granted cluster-wide (a
+        ClusterRoleBinding), never rights inside the tenant's namespace."""
         tenant = await access("update", "tenants", cluster=True)(request, horae_tenant=name)
         async with pool().acquire() as conn:
-            row = await store.set_tenant_limit(conn, tenant, body.max_running)
-        return TenantOut.model_validate(dict(row))
+            row = await store.set_tenant_limit(
+                conn,
+                tenant,
+                body.max_running,
+                max_jobs=body.max_jobs,
+                max_fires_per_minute=body.max_fires_per_minute,
+            )
+        return TenantOut.model_validate(row)
 
     return router

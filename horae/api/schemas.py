@@ -27,6 +27,7 @@ from horae.models import (
     UpToAWeek,
     contains_nul,
 )
+from horae.store.quotas import DEFAULT_MAX_FIRES_PER_MINUTE, DEFAULT_MAX_JOBS
 
 
 class JobCreate(JobSpec):
@@ -176,15 +177,37 @@ class PreviewOut(BaseModel):
 
 
 class TenantLimit(BaseModel):
+    """A tenant's settings, all replaced by a PUT (a quota left out or null: its default)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    max_running: int | None = Field(ge=1, le=1_000_000)
+    max_running: int | None = Field(
+        ge=1, le=1_000_000, description="Executions running at once; null: no limit."
+    )
+    max_jobs: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description=f"Live (active or paused) jobs; null: {DEFAULT_MAX_JOBS:,}.",
+    )
+    max_fires_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="The sum of the live jobs' fire rates (a cron job at its densest, 60 s "
+        "over its shortest gap; a one-off 1); null: "
+        f"{DEFAULT_MAX_FIRES_PER_MINUTE:,}.",
+    )
 
 
 class TenantOut(BaseModel):
     name: str
     max_running: int | None
     running: int
+    max_jobs: int = Field(description="The quota in force (the default unless set).")
+    jobs: int = Field(description="Live (active or paused) jobs.")
+    max_fires_per_minute: int = Field(description="The quota in force (the default unless set).")
+    fires_per_minute: float = Field(description="The sum of the live jobs' fire rates.")
 
 
 def encode_cursor(at: datetime, last_id: uuid.UUID) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import pydantic
 
+from horae.errors import QuotaExceeded
 from horae.kube import CustomObjects
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import ready_status, sync_job
@@ -95,9 +96,13 @@ class Resync:
         except pydantic.ValidationError:
             return False  # invalid: its reconcile reported why in its status
         self._mirrors.history_limits[uid] = spec.history_limit
-        async with self._pool.acquire() as conn:
-            row = await sync_job(conn, uid, meta["namespace"], meta["name"], spec,
-                                 shards=self._shards)  # fmt: skip
+        try:
+            async with self._pool.acquire() as conn:
+                row = await sync_job(
+                    conn, uid, meta["namespace"], meta["name"], spec, shards=self._shards
+                )
+        except QuotaExceeded:
+            return False  # its reconcile reports it (Ready=False QuotaExceeded) and retries
         await self._objects.patch_status(
             "scheduledjobs", meta["namespace"], meta["name"],
             ready_status(row, meta.get("generation")),

@@ -17,6 +17,7 @@ import kopf
 import pydantic
 from pydantic.alias_generators import to_camel
 
+from horae.errors import QuotaExceeded
 from horae.models import JobSource
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
 from horae.store import jobs as store
@@ -44,6 +45,9 @@ def _condition(kind: str, ok: bool, reason: str, message: str = "") -> dict[str,
         "lastTransitionTime": _iso(_now()) or "",
     }
 
+
+QUOTA_RETRY_SECONDS = 15
+"""A ScheduledJob refused for its tenant's quota is tried again this often."""
 
 _RENAMED = {"cron": "schedule", "retry": "retryPolicy"}
 """JobSpec fields whose ScheduledJob name differs beyond camelCase."""
@@ -157,8 +161,25 @@ def register(registry: kopf.OperatorRegistry) -> None:
                                    reason="InvalidSpec", message=message)  # fmt: skip
             raise kopf.PermanentError(message) from exc
         memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
-        async with memo.pool.acquire() as conn:
-            row = await sync_job(conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards)
+        try:
+            async with memo.pool.acquire() as conn:
+                row = await sync_job(
+                    conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards
+                )
+        except QuotaExceeded as exc:
+            # Not stored (or not changed); tried again, so that it is stored once an
+            # administrator raises the quota or the tenant frees some of it.
+            patch.status["conditions"] = [_condition("Ready", False, "QuotaExceeded", str(exc))]
+            patch.status["observedGeneration"] = generation
+            await memo.events.emit(
+                kind="ScheduledJob",
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                reason="QuotaExceeded",
+                message=str(exc),
+            )
+            raise kopf.TemporaryError(str(exc), delay=QUOTA_RETRY_SECONDS) from exc
         patch.status.update(ready_status(row, generation))
 
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)

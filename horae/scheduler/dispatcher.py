@@ -12,6 +12,12 @@ Preload reads through the partial index with a cursor: each refresh reads only
 rows beyond the last one seen; rows inserted behind the cursor (near-term
 creates, retries) are announced by NOTIFY for their shard, which re-reads that
 shard's window; a full re-read every `FULL_REFRESH_EVERY` is the safety net.
+
+Memory is bounded whatever is due: a replica holds at most `max_rows` executions
+(HORAE_PRELOAD_MAX_ROWS), the earliest by (due_at, id). The cursor read stops when the
+heap is full and goes on as rows are dispatched; rows read behind the cursor while it is
+full displace the latest held ones, and the cursor moves back to the last row kept, so
+the displaced ones are read again when there is room.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ import asyncpg
 from horae import metrics
 from horae.broker import Publisher
 from horae.models import ExecutionMessage
+from horae.scheduler.limits import TenantGate
 from horae.store import executions as store
 from horae.store.executions import MIN_CURSOR, Due, ShardDispatch, Skip
 
 log = logging.getLogger(__name__)
 
 PRELOAD_PAGE = 20_000
+"""Rows per read (at most `max_rows`): what a read holds beyond the heap, transiently."""
 BATCH_LIMIT = 2_000
 FULL_REFRESH_EVERY = 30.0
 """Seconds between full re-reads of the window (the safety net under the cursor)."""
@@ -54,6 +62,11 @@ def guarded(d: Due) -> bool:
     """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
     predecessor) depends on what still runs at its due moment, so it is decided then."""
     return d.concurrency_policy != "Allow" and d.attempt == 1
+
+
+def _order(entry: tuple[datetime, int, Due]) -> tuple[datetime, int]:
+    """The preload cursor's order, (due_at, id), of a heap entry."""
+    return entry[2].due_at, entry[1]
 
 
 def message(d: Due) -> ExecutionMessage:
@@ -77,6 +90,7 @@ class Dispatcher:
         lease_valid: Callable[[int], bool],
         on_fenced: Callable[[int], Awaitable[None]],
         lead: timedelta = timedelta(),
+        max_rows: int = 100_000,
     ) -> None:
         self._pool = pool
         self._publisher = publisher
@@ -86,9 +100,16 @@ class Dispatcher:
         self._lease_valid = lease_valid
         self._on_fenced = on_fenced
         self._lead = lead
+        self._max_rows = max_rows
+        self._page = min(PRELOAD_PAGE, max_rows)
+        self.peak = 0
+        """The most executions held at once (never more than `max_rows`)."""
+        self._capped = False
+        """The last read beyond the cursor stopped for want of room: read on after dispatch."""
         self.epochs: dict[int, int] = {}
-        self._heap: list[tuple[datetime, uuid.UUID, Due]] = []
-        """(when to publish, id, execution): its due time, less the lead unless `guarded`."""
+        self._heap: list[tuple[datetime, int, Due]] = []
+        """(when to publish, id as an int, execution): its due time, less the lead unless
+        `guarded`. (Ints compare in C; UUIDs in Python, slowly, with many due at once.)"""
         self._known: set[tuple[uuid.UUID, datetime]] = set()
         """(id, due_at) of the executions in the heap or being dispatched. A row put back
         under its id (throttled, handed back) is due at a new moment, so it is a new key: a
@@ -101,6 +122,7 @@ class Dispatcher:
         """Shards told of new rows: the smallest new (due_at, id), None = re-read the window."""
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
+        self._gate = TenantGate()
 
     def held(self) -> list[Due]:
         """The executions waiting in the timer heap, soonest first."""
@@ -112,9 +134,10 @@ class Dispatcher:
             self.epochs[shard] = await store.take_shard(conn, shard, self._identity, _now())
             # Its whole window, overdue rows of any age included: the shared cursor has
             # already moved past rows of shards we did not own when it was read.
-            rows = await store.preload(conn, [shard], _now() + self._window, PRELOAD_PAGE)
+            until = self._room_before(_now() + self._window)
+            rows = await store.preload(conn, [shard], until, self._page)
             added = self._add(rows)
-            if len(rows) == PRELOAD_PAGE:
+            if len(rows) == self._page:
                 self._full_needed = True
         if added:
             self._wake.set()
@@ -149,27 +172,70 @@ class Dispatcher:
             key = (due.id, due.due_at)
             if key not in self._known and due.shard in self.epochs:
                 self._known.add(key)
-                heapq.heappush(self._heap, (self._publish_at(due), due.id, due))
+                heapq.heappush(self._heap, (self._publish_at(due), due.id.int, due))
                 added += 1
+        if len(self._heap) > self._max_rows:
+            self._trim()
         if added:
             self._wake.set()
         metrics.preload_size.set(len(self._heap))
+        self.peak = max(self.peak, len(self._heap))
+        metrics.preload_peak.set(self.peak)
         return added
+
+    def _trim(self) -> None:
+        """Keep the `max_rows` earliest (due_at, id) and forget the others; the cursor
+        moves back to the last row kept, so they are read again once there is room."""
+
+        excess = len(self._heap) - self._max_rows
+        dropped = {(e[2].id, e[2].due_at) for e in heapq.nlargest(excess, self._heap, key=_order)}
+        self._heap = [e for e in self._heap if (e[2].id, e[2].due_at) not in dropped]
+        heapq.heapify(self._heap)
+        self._known -= dropped
+        last = max(self._heap, key=_order)[2]
+        self._cursor = min(self._cursor, (last.due_at, last.id))
+        self._capped = True
+
+    def _room_before(self, until: datetime) -> datetime:
+        """`until`, or when the heap is full, just after the latest due time it holds: a
+        row due later would be trimmed at once."""
+        if len(self._heap) < self._max_rows:
+            return until
+        latest = max(self._heap, key=_order)[2].due_at
+        return min(until, latest + timedelta(microseconds=1))
 
     def _publish_at(self, d: Due) -> datetime:
         return d.due_at if guarded(d) else d.due_at - self._lead
 
-    async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, uuid.UUID]
-                    ) -> tuple[int, tuple[datetime, uuid.UUID]]:  # fmt: skip
+    async def _read(
+        self,
+        shards: list[int],
+        until: datetime,
+        after: tuple[datetime, uuid.UUID],
+        *,
+        advance: bool = False,
+    ) -> int:
+        """Read `shards`' rows from `after` up to the cursor; with `advance` (every owned
+        shard), on beyond it while the heap has room, moving the cursor along."""
         total = 0
         async with self._pool.acquire() as conn:
             while True:
-                rows = await store.preload(conn, shards, until, PRELOAD_PAGE, after)
-                total += self._add(rows)
+                if after >= self._cursor:
+                    if not advance:
+                        return total
+                    if len(self._heap) >= self._max_rows:
+                        self._capped = True
+                        return total
+                rows = await store.preload(conn, shards, until, self._page, after)
                 if rows:
                     after = (rows[-1].due_at, rows[-1].id)
-                if len(rows) < PRELOAD_PAGE:
-                    return total, after
+                    if advance:
+                        self._cursor = max(self._cursor, after)
+                total += self._add(rows)  # which may move the cursor back (a trim)
+                if len(rows) < self._page:
+                    if advance:
+                        self._capped = False
+                    return total
 
     async def refresh(self) -> int:
         shards = sorted(self.epochs)
@@ -185,8 +251,7 @@ class Dispatcher:
             if time.monotonic() - self._last_deep > DEEP_REFRESH_EVERY:
                 self._last_deep = time.monotonic()
                 start = MIN_CURSOR
-            added, self._cursor = await self._read(shards, until, start)
-            return added
+            return await self._read(shards, until, min(start, self._cursor), advance=True)
         # New rows ahead of the cursor are read by the cursor's read below; only those that
         # sorted behind it are read again, from the smallest of them (time-ordered ids keep
         # that rare); rows put back under their old ids mean a re-read of the shard.
@@ -197,12 +262,12 @@ class Dispatcher:
                   if key is not None and s in owned and key <= self._cursor}  # fmt: skip
         if whole:
             lookback = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
-            added += (await self._read(whole, until, lookback))[0]
+            added += await self._read(whole, until, lookback)
         if behind:
             due_at, first = min(behind.values())
             start = (due_at, uuid.UUID(int=max(0, first.int - 1)))  # from `first` inclusive
-            added += (await self._read(sorted(behind), until, start))[0]
-        more, self._cursor = await self._read(shards, until, self._cursor)
+            added += await self._read(sorted(behind), until, start)
+        more = await self._read(shards, until, self._cursor, advance=True)
         log.debug("refresh: %d shards re-read whole and %d from a key on NOTIFY, %d new",
                   len(whole), len(behind), added + more)  # fmt: skip
         return added + more
@@ -239,12 +304,22 @@ class Dispatcher:
                     self._full_needed = True
                     await asyncio.sleep(0.5)
                 metrics.preload_size.set(len(self._heap))
+                if self._capped:  # room again: read on beyond the cursor
+                    self._refresh_now.set()
                 continue
             delay = (self._heap[0][0] - now).total_seconds() if self._heap else 1.0
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=min(max(delay, 0.0), 1.0))
             except TimeoutError:
                 pass
+
+    def _hold_back(self, wait: Sequence[tuple[Due, datetime]]) -> None:
+        """Executions whose tenant runs its `max_running`: back into the heap, unpublished,
+        to be looked at again when given (see `limits`)."""
+        for d, again in wait:
+            heapq.heappush(self._heap, (again, d.id.int, d))
+        metrics.held_back.inc(len(wait))
+        self._wake.set()
 
     def _forget(self, dues: Sequence[Due]) -> None:
         for d in dues:
@@ -304,6 +379,16 @@ class Dispatcher:
         now = _now()
         plans = {}
         async with self._pool.acquire() as conn:
+            go, wait = await self._gate.admit(
+                conn, [d for ds in by_shard.values() for d in ds], now
+            )
+            if wait:
+                self._hold_back(wait)
+                waiting = {w for w, _ in wait}
+                batch = [d for d in batch if d not in waiting]
+                by_shard = defaultdict(list)
+                for d in go:
+                    by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
                 plans[shard] = await self._decide(conn, dues, now)
         to_publish = [d for keep, _, _ in plans.values() for d in keep]

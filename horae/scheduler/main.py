@@ -92,6 +92,7 @@ async def run(settings: Settings) -> None:
         publisher,
         identity=cfg.identity,
         window=cfg.preload_window,
+        max_rows=cfg.preload_max_rows,
         refresh_period=cfg.refresh_period,
         lead=cfg.dispatch_lead,
         lease_valid=lambda s: shard_leases.valid(s),

@@ -71,6 +71,18 @@ async def preload(
     return [Due(**dict(r)) for r in rows]
 
 
+async def tenant_limits(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
+    """The `max_running` of those of `tenants` that have one."""
+    rows = await conn.fetch(Q["tenant_limits"], sorted(tenants))
+    return {row["name"]: row["max_running"] for row in rows}
+
+
+async def tenants_running(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
+    """How many executions of each of `tenants` run right now."""
+    rows = await conn.fetch(Q["tenants_running"], sorted(tenants))
+    return {row["tenant"]: row["running"] for row in rows}
+
+
 TAKE_LOCK_TIMEOUT_MS = 500
 
 

@@ -170,6 +170,17 @@ SELECT id FROM horae_finish($1::uuid[], $2::timestamptz[], $3::execution_status[
                             $5::text[], $6::jsonb[], $7::timestamptz[], $8::uuid[], $9, $10, $11)
     AS f(id)
 
+-- name: tenant_limits
+-- The limits of those of these tenants that have one (a tenant not answered is unlimited).
+SELECT name, max_running FROM tenants WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
+ORDER BY name
+
+-- name: tenants_running
+-- How many executions of each of these tenants run right now (a tenant not answered: none).
+SELECT tenant, count(*) AS running FROM executions
+WHERE tenant = ANY($1::text[]) AND status = 'running'
+GROUP BY tenant
+
 -- name: record_job_runs
 -- Remember jobs' latest outcomes (a one-off that ended is completed), locking the jobs in id
 -- order; tell operators when the job is a ScheduledJob. Only those notify: NOTIFY

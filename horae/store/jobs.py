@@ -15,7 +15,8 @@ import asyncpg
 
 from horae.errors import Conflict, NotFound
 from horae.models import CatchUpPolicy, ExecutionStatus, JobSource, JobSpec, JobState, shard_of
-from horae.schedule import cron_times, jitter_offset, next_fire_times
+from horae.schedule import fires_per_minute, jitter_offset, latest_fire_times, next_fire_times
+from horae.store import quotas
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 NOTIFY_WITHIN = timedelta(seconds=60)
 """Executions due sooner than this are announced to their shard's scheduler at once."""
 MAX_SKIPPED_ON_RESUME = 100
-"""Missed occurrences recorded as `skipped` when a paused job resumes (the most recent)."""
+"""Missed occurrences recorded as `skipped` when a paused job resumes: the most recent this
+many (after the one catch-up `Latest` runs); older ones leave no row."""
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,20 @@ def _first_occurrence(job: NewJob, now: datetime) -> Occurrence | None:
     return first
 
 
+def rate(spec: JobSpec) -> float:
+    """The job's fire rate as tenant quotas count it (`fires_per_minute`)."""
+    return fires_per_minute(spec.cron, spec.time_zone)
+
+
 async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
-    """Insert jobs and their first executions: one statement, so one atomic round trip."""
+    """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
+    otherwise, and nothing is written): the quota check, then one statement."""
+    async with conn.transaction():
+        await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
+        await _insert_jobs(conn, jobs, shards=shards, now=now)
+
+
+async def _insert_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
     firsts = [_first_occurrence(j, now) for j in jobs]
     shard_of_job = [shard_of(j.job_id, shards) for j in jobs]
     runnable = [
@@ -214,6 +228,7 @@ async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: d
         now + NOTIFY_WITHIN,
         [j.spec.starting_deadline_seconds for j, _, _ in runnable],
         [j.spec.concurrency_policy.value for j, _, _ in runnable],
+        [rate(j.spec) for j in jobs],
     )
 
 
@@ -269,6 +284,9 @@ async def edit_job(
         row = await _locked(conn, job_id, tenant)
         if row["state"] == JobState.CANCELLED:
             raise Conflict(f"job {job_id} is cancelled")
+        revived = row["state"] == JobState.COMPLETED  # an edit makes a completed job active
+        added = rate(spec) - (0.0 if revived else row["fires_per_minute"])
+        await quotas.check(conn, [(row["tenant"], int(revived), max(0.0, added))])
         await conn.execute(
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
@@ -289,6 +307,7 @@ async def edit_job(
             nxt.occurrence_at if nxt else None,
             now,
             spec.catch_up.value,
+            rate(spec),
         )
         assert updated is not None  # the row is locked above
         version, state = updated["spec_version"], updated["state"]
@@ -318,8 +337,9 @@ async def pause_job(
 async def resume_job(
     conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> None:
-    """Resume from now. Missed occurrences are recorded `skipped` (reason: paused), except
-    that catch-up `Latest` runs the most recent one now. A one-off that was missed runs now.
+    """Resume from now. The most recent `MAX_SKIPPED_ON_RESUME` missed occurrences are
+    recorded `skipped` (reason: paused), except that catch-up `Latest` runs the most recent
+    one now; older ones leave no row. A one-off that was missed runs now.
     """
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant)
@@ -338,11 +358,11 @@ async def resume_job(
         else:
             assert spec.cron is not None
             since = row["paused_at"] or row["updated_at"]
-            missed: list[datetime] = []
-            for fire in cron_times(spec.cron, spec.time_zone, since):
-                if fire > now:
-                    break
-                missed = [*missed[-MAX_SKIPPED_ON_RESUME:], fire]
+            # The latest missed occurrences only, found from `now` backwards: the cost does
+            # not grow with the pause (a year of a every-second job is 31.5 M occurrences).
+            missed = latest_fire_times(
+                spec.cron, spec.time_zone, after=since, until=now, count=MAX_SKIPPED_ON_RESUME + 1
+            )
             run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
             for fire in missed[-MAX_SKIPPED_ON_RESUME:]:
                 await conn.execute(
@@ -521,11 +541,29 @@ async def cancel_crd_namesake(
         await cancel_job(conn, old, now=now)
 
 
-async def set_tenant_limit(conn: Conn, tenant: str, max_running: int | None) -> asyncpg.Record:
-    row: asyncpg.Record | None = await conn.fetchrow(Q["upsert_tenant"], tenant, max_running)
-    assert row is not None
+async def set_tenant_limit(
+    conn: Conn,
+    tenant: str,
+    max_running: int | None,
+    *,
+    max_jobs: int | None = None,
+    max_fires_per_minute: int | None = None,
+) -> dict[str, Any]:
+    """Replace a tenant's settings (None: no running limit; the default quota); returns
+    the tenant as `list_tenants` shows it."""
+    await conn.execute(Q["upsert_tenant"], tenant, max_running, max_jobs, max_fires_per_minute)
+    [row] = await list_tenants(conn, tenant)
     return row
 
 
-async def list_tenants(conn: Conn) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(Q["list_tenants"])]
+async def list_tenants(conn: Conn, name: str | None = None) -> list[dict[str, Any]]:
+    """Tenants with their settings, the quotas in force (defaults filled in) and their use."""
+    return [
+        dict(r)
+        | {
+            "max_jobs": r["max_jobs"] or quotas.DEFAULT_MAX_JOBS,
+            "max_fires_per_minute": r["max_fires_per_minute"]
+            or quotas.DEFAULT_MAX_FIRES_PER_MINUTE,
+        }
+        for r in await conn.fetch(Q["list_tenants"], name)
+    ]

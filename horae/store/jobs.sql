@@ -5,16 +5,18 @@ WITH new_jobs AS (
     INSERT INTO jobs (id, tenant, name, source, task, payload, run_at, cron, time_zone,
                       jitter_seconds, retry_policy, timeout_seconds, concurrency_policy,
                       starting_deadline_seconds, catch_up, state, shard, next_run_at,
-                      idempotency_key, request_hash, created_at, updated_at, paused_at)
+                      idempotency_key, request_hash, fires_per_minute, created_at, updated_at,
+                      paused_at)
     SELECT u.*, $21::timestamptz, $21::timestamptz,
            CASE WHEN u.state = 'paused' THEN $21::timestamptz END
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
                 $7::timestamptz[], $8::text[], $9::text[], $10::int[], $11::jsonb[], $12::int[],
                 $13::text[], $14::int[], $15::text[], $16::job_state[], $17::smallint[],
-                $18::timestamptz[], $19::text[], $20::text[])
+                $18::timestamptz[], $19::text[], $20::text[], $32::float8[])
          AS u(id, tenant, name, source, task, payload, run_at, cron, time_zone, jitter_seconds,
               retry_policy, timeout_seconds, concurrency_policy, starting_deadline_seconds,
-              catch_up, state, shard, next_run_at, idempotency_key, request_hash)
+              catch_up, state, shard, next_run_at, idempotency_key, request_hash,
+              fires_per_minute)
     RETURNING id
 ), new_executions AS (
     INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,
@@ -55,11 +57,12 @@ WHERE job_id = $1 AND status IN ('queued', 'running')
 SELECT * FROM jobs WHERE id = $1 FOR UPDATE
 
 -- name: update_job_spec
--- Replace a job's spec and bump its version (an edit).
+-- Replace a job's spec (and its fire rate) and bump its version (an edit).
 UPDATE jobs SET task = $2, payload = $3, run_at = $4, cron = $5, time_zone = $6,
        jitter_seconds = $7, retry_policy = $8, timeout_seconds = $9,
        concurrency_policy = $10, starting_deadline_seconds = $11,
        spec_version = spec_version + 1, next_run_at = $12, updated_at = $13, catch_up = $14,
+       fires_per_minute = $15,
        state = CASE WHEN state = 'completed' THEN 'active'::job_state ELSE state END
 WHERE id = $1
 RETURNING spec_version, state
@@ -95,19 +98,26 @@ LIMIT $5
 SELECT id, request_hash FROM jobs WHERE tenant = $1 AND idempotency_key = $2
 
 -- name: upsert_tenant
--- Create a tenant or change its limit of concurrently running executions.
-INSERT INTO tenants (name, max_running) VALUES ($1, $2)
-ON CONFLICT (name) DO UPDATE SET max_running = $2
-RETURNING name, max_running,
-          (SELECT count(*) FROM executions e WHERE e.tenant = tenants.name
-           AND e.status = 'running')::int AS running
+-- Create a tenant or replace its settings: the limit of concurrently running executions and
+-- its quotas (NULL: no limit; the default quota).
+INSERT INTO tenants (name, max_running, max_jobs, max_fires_per_minute) VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET max_running = $2, max_jobs = $3, max_fires_per_minute = $4
+RETURNING name
 
 -- name: list_tenants
--- Every tenant with its limit and how many of its executions run right now.
-SELECT name, max_running,
+-- Tenants (all, or the one named $1) with their settings and what they use: executions
+-- running right now, live jobs and those jobs' fires per minute.
+SELECT t.name, t.max_running, t.max_jobs, t.max_fires_per_minute,
        (SELECT count(*) FROM executions e WHERE e.tenant = t.name
-        AND e.status = 'running')::int AS running
-FROM tenants t ORDER BY name
+        AND e.status = 'running')::int AS running,
+       used.jobs, used.fires_per_minute
+FROM tenants t
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS jobs, coalesce(sum(j.fires_per_minute), 0)::float8 AS fires_per_minute
+    FROM jobs j WHERE j.tenant = t.name AND j.state IN ('active', 'paused')
+) used
+WHERE $1::text IS NULL OR t.name = $1
+ORDER BY t.name
 
 -- name: notify_job
 -- Tell operators that a job's executions changed (status mirrors).
@@ -131,3 +141,17 @@ SELECT id FROM jobs WHERE id = ANY($1::uuid[])
 SELECT id, attempt, status FROM executions
 WHERE job_id = $1 AND occurrence_at = $2 AND due_at >= $2 - interval '1 day'
 ORDER BY attempt DESC LIMIT 1
+
+-- name: lock_tenant_quotas
+-- Serialise quota checks of these tenants (in the given order: sorted) for the transaction.
+SELECT pg_advisory_xact_lock(hashtext('horae_quota:' || t)) FROM unnest($1::text[]) AS t
+
+-- name: tenant_quotas
+-- These tenants' quotas (NULL: the default) and what their live jobs use of them.
+SELECT u.name, t.max_jobs, t.max_fires_per_minute, used.jobs, used.fires_per_minute
+FROM unnest($1::text[]) AS u(name)
+LEFT JOIN tenants t ON t.name = u.name
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS jobs, coalesce(sum(j.fires_per_minute), 0)::float8 AS fires_per_minute
+    FROM jobs j WHERE j.tenant = u.name AND j.state IN ('active', 'paused')
+) used

@@ -57,9 +57,15 @@ def test_bad_cli_input_is_one_line_and_exit_code_2() -> None:
 def test_tenant_limits_are_set_and_listed(db_url: str) -> None:
     r = horae("tenants", "set", "acme", "--max-running", "5", db_url=db_url)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "acme: max_running=5 running=0"
+    assert r.stdout.strip() == (
+        "acme: max_running=5 running=0 max_jobs=100000 jobs=0 max_fires_per_minute=100000"
+        " fires_per_minute=0"
+    )
     r = horae("tenants", "ls", db_url=db_url)
-    assert r.stdout.strip() == "acme\tmax_running=5\trunning=0"
+    assert r.stdout.strip() == (
+        "acme\tmax_running=5\trunning=0\tmax_jobs=100000\tjobs=0\tmax_fires_per_minute=100000"
+        "\tfires_per_minute=0"
+    )
     bad = horae("tenants", "set", "acme", "--max-running", "0", db_url=db_url)
     assert bad.returncode == 2 and bad.stderr.startswith("horae: --max-running must be >= 1")
 
@@ -230,7 +236,17 @@ def test_previews_and_tenants_print_json_and_yaml_for_scripts(db_url: str) -> No
     assert parsed(*preview, db_url=db_url) == expected
     assert yaml.safe_load(ok(*preview, "-o", "yaml", db_url=db_url)) == expected
     ok("tenants", "set", "acme", "--max-running", "5", db_url=db_url)
-    tenants = [{"name": "acme", "max_running": 5, "running": 0}]
+    tenants = [
+        {
+            "name": "acme",
+            "max_running": 5,
+            "running": 0,
+            "max_jobs": 100_000,
+            "jobs": 0,
+            "max_fires_per_minute": 100_000,
+            "fires_per_minute": 0.0,
+        }
+    ]
     assert parsed("tenants", "ls", db_url=db_url) == tenants
     assert yaml.safe_load(ok("tenants", "ls", "-o", "yaml", db_url=db_url)) == tenants
 
@@ -326,3 +342,20 @@ async def test_the_api_starts_with_only_a_tokens_file_outside_a_cluster(
         "horae: no authenticator: run in a cluster or set KUBECONFIG (Kubernetes tokens), or"
         " set HORAE_API_TOKENS_FILE (local development)"
     ]
+
+
+def test_a_create_over_a_tenant_quota_is_one_line_and_exit_code_1(db_url: str) -> None:
+    ok("tenants", "set", "quota", "--max-jobs", "1", db_url=db_url)
+    create = ("jobs", "create", "--task", "t", "--cron", "0 * * * *", "--tenant", "quota")
+    ok(*create, db_url=db_url)
+    r = horae(*create, db_url=db_url)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        "horae: tenant quota is at its quota max_jobs=1: 1 in use, this adds 1 (an administrator"
+        " can raise it: horae tenants set quota --max-jobs N)"
+    ]
+    listed = parsed("tenants", "ls", db_url=db_url)
+    assert [(t["name"], t["max_jobs"], t["jobs"]) for t in listed] == [("quota", 1, 1)]
+    bad = horae("tenants", "set", "quota", "--max-fires-per-minute", "0", db_url=db_url)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("horae: --max-fires-per-minute must be >= 1")

@@ -424,3 +424,30 @@ async def test_a_dispatch_cut_off_mid_transaction_holds_up_a_takeover_only_brief
             await cut_off.fetch("SELECT 1")  # its session is gone
     finally:
         await cut_off.close()
+
+
+@pytest.mark.parametrize("catch_up", ["Skip", "Latest"])
+async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_records_the_last_100(
+    pool: asyncpg.Pool, catch_up: str
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    paused_at = now - timedelta(days=365)
+    spec = JobSpec(task="t", cron="* * * * * *", catch_up=catch_up)
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(
+            conn, spec, tenant="acme", source=JobSource.API, shards=64, now=paused_at
+        )
+        await jobs.set_paused(conn, job_id, True, now=paused_at)
+        started = time.monotonic()
+        await jobs.set_paused(conn, job_id, False, now=now)
+        took = time.monotonic() - started
+    assert took < 2.0, f"resume took {took:.1f}s"
+    made = [r for r in await rows(pool, job_id) if r["created_at"] == now]
+    skipped = sorted(r["occurrence_at"] for r in made if r["status"] == "skipped")
+    scheduled = sorted(
+        (r["occurrence_at"], r["due_at"]) for r in made if r["status"] == "scheduled"
+    )
+    run_now = [(now, now)] if catch_up == "Latest" else []
+    last_skipped = now - timedelta(seconds=1) if catch_up == "Latest" else now
+    assert skipped == [last_skipped - timedelta(seconds=i) for i in range(99, -1, -1)]
+    assert scheduled == [*run_now, (now + timedelta(seconds=1), now + timedelta(seconds=1))]

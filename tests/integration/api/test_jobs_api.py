@@ -188,7 +188,16 @@ async def test_a_tenant_limit_is_an_administrators_setting(
     for name in (tenants.a, tenants.b):
         r = await api.put(f"/tenants/{name}", json={"max_running": 5},
                           headers=bearer(tenants.admin))  # fmt: skip
-        assert r.status_code == 200 and r.json() == {"name": name, "max_running": 5, "running": 0}
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "name": name,
+            "max_running": 5,
+            "running": 0,
+            "max_jobs": 100_000,
+            "jobs": 0,
+            "max_fires_per_minute": 100_000,
+            "fires_per_minute": 0.0,
+        }
     limits = await pool.fetch("SELECT name, max_running FROM tenants ORDER BY name")
     assert [tuple(r) for r in limits] == [(tenants.a, 5), (tenants.b, 5)]
     jobs_of_a = await api.get("/jobs", headers={**bearer(tenants.admin), "Horae-Tenant": tenants.a})

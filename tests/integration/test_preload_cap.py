@@ -1,0 +1,70 @@
+"""A scheduler replica holds at most HORAE_PRELOAD_MAX_ROWS executions, whatever is due:
+millions of executions due in one minute once grew it until it was OOM-killed (and
+restarted into the same preload, again and again)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+from prometheus_client import REGISTRY
+
+from horae import broker
+from horae.models import JobSource, JobSpec
+from horae.scheduler.dispatcher import Dispatcher
+from horae.store import jobs
+from tests.support.wait import until
+
+
+async def test_a_capped_replica_never_holds_more_than_its_cap_and_dispatches_everything(
+    pool: asyncpg.Pool, publisher: broker.Publisher
+) -> None:
+    async def never_fenced(shard: int) -> None:
+        raise AssertionError(f"fenced out of {shard}")
+
+    d = Dispatcher(
+        pool,
+        publisher,
+        identity="d",
+        window=timedelta(seconds=60),
+        refresh_period=timedelta(seconds=2),
+        lease_valid=lambda s: True,
+        on_fenced=never_fenced,
+        max_rows=500,
+    )
+    now = datetime.now(UTC)
+    new = [
+        jobs.NewJob(
+            spec=JobSpec(task="t", run_at=now + timedelta(seconds=3, milliseconds=2 * i)),
+            tenant="t",
+            source=JobSource.API,
+        )
+        for i in range(5000)
+    ]
+    async with pool.acquire() as conn:
+        await jobs.create_jobs(conn, new, shards=64, now=now)
+    for shard in range(64):
+        await d.gain(shard)
+    assert len(d.held()) == 500, "the cap, not everything due in the window"
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(d.run_refresh(stop)), asyncio.create_task(d.run_dispatch(stop))]
+    try:
+
+        async def all_queued() -> bool:
+            left = await pool.fetchval("SELECT count(*) FROM executions WHERE status <> 'queued'")
+            return left == 0
+
+        await until(all_queued, timeout=90, interval=0.25, what="all 5,000 dispatched")
+    finally:
+        stop.set()
+        await asyncio.gather(*loops, return_exceptions=True)
+    assert d.peak == 500, f"held {d.peak} at most"
+    assert REGISTRY.get_sample_value("horae_preload_peak") == 500
+    assert await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'queued'") == 5000
+    # the earliest due first: nothing waited while a later execution went out
+    late = await pool.fetchval(
+        "SELECT count(*) FROM executions a JOIN executions b"
+        " ON a.due_at < b.due_at - interval '1 second' AND a.enqueued_at > b.enqueued_at"
+    )
+    assert late == 0
