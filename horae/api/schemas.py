@@ -25,6 +25,7 @@ from horae.models import (
     TaskName,
     TimeZoneName,
     UpToAWeek,
+    check_instant,
     contains_nul,
 )
 
@@ -169,6 +170,11 @@ class PreviewRequest(BaseModel):
     time_zone: str = Field(default="UTC", min_length=1, max_length=64)
     after: datetime | None = None
     count: int = Field(default=10, ge=1, le=100)
+
+    @field_validator("after")
+    @classmethod
+    def _after_bounded(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value) if value is not None else None
 
 
 class PreviewOut(BaseModel):
