@@ -6,7 +6,6 @@ No `from __future__ import annotations` here: FastAPI must evaluate the
 """
 
 import hashlib
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,6 +16,7 @@ import pydantic
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from horae.api.auth import Authenticator, Caller
+from horae.api.gate import CALLER_KEY, bearer_token, unauthorized
 from horae.api.problems import PROBLEM, Problem, invalid
 from horae.api.schemas import (
     BatchCreate,
@@ -136,15 +136,14 @@ def build_router(
                 Header(description="Tenant (namespace) to act in; default: the caller's own."),
             ] = None,
         ) -> str:
-            header = request.headers.get("authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise Problem(401, "Unauthorized", "a bearer token is required",
-                              headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-            caller: Caller | None = await auth.caller(token.strip())
+            caller: Caller | None = request.scope.get(CALLER_KEY)  # authenticated by the Gate
             if caller is None:
-                raise Problem(401, "Unauthorized", "the bearer token is not valid",
-                              headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+                token = bearer_token(request.headers.get("authorization", ""))
+                if token is None:
+                    raise unauthorized("a bearer token is required")
+                caller = await auth.caller(token)
+                if caller is None:
+                    raise unauthorized("the bearer token is not valid")
             tenant = horae_tenant or caller.default_tenant
             if not tenant:
                 raise invalid("Horae-Tenant", "header required: this caller has no default tenant")

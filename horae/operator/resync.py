@@ -77,8 +77,9 @@ class Resync:
             try:
                 stored += await self._store(uid, live[uid])
             except Exception:
-                log.exception("resync: ScheduledJob %s/%s not stored", meta["namespace"],
-                              meta["name"])  # fmt: skip
+                log.exception(
+                    "resync: ScheduledJob %s/%s not stored", meta["namespace"], meta["name"]
+                )
         cancelled = 0
         for job_id in sorted(set(jobs) - set(live)):
             job = jobs[job_id]
@@ -95,8 +96,7 @@ class Resync:
         async with self._pool.acquire() as conn:
             await store.cancel_job(conn, job_id, now=datetime.now(UTC))
         await self._mirrors.forget(job_id, namespace, name)
-        log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone",
-                    job_id, namespace, name)  # fmt: skip
+        log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone", job_id, namespace, name)
         return True
 
     async def _store(self, uid: uuid.UUID, resource: dict[str, Any]) -> bool:

@@ -76,8 +76,9 @@ async def test_with_isolate_an_item_that_fails_its_flush_fails_only_its_own_subm
         return [i * 10 for i in items]
 
     commit = GroupCommit(flush, isolate=True)
-    results = await asyncio.gather(*(commit.submit(i) for i in (11, 12, 13, 14)),
-                                   return_exceptions=True)  # fmt: skip
+    results = await asyncio.gather(
+        *(commit.submit(i) for i in (11, 12, 13, 14)), return_exceptions=True
+    )
     assert results[:2] == [110, 120] and results[3] == 140
     assert isinstance(results[2], OverflowError)
     assert flushes == [[11, 12, 13, 14], [11], [12], [13], [14]]

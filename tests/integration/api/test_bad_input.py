@@ -183,15 +183,17 @@ async def test_far_future_instants_are_422_naming_the_field_everywhere(
 ) -> None:
     # The preview answered 500 without a token; a batch and an edit overflowed the same way.
     preview = "/schedules:preview"
-    await assert_problem(await api.post(preview, json={"cron": "* * * * *", "after": FAR}),
-                         422, "after")  # fmt: skip
+    await assert_problem(
+        await api.post(preview, json={"cron": "* * * * *", "after": FAR}), 422, "after"
+    )
     await assert_problem(await api.post(preview, json={"run_at": FAR}), 422, "run_at")
     h = bearer(tenants.alice)
     batch = {"jobs": [{"task": "t", "run_at": SOON}, {"task": "t", "run_at": FAR}]}
     await assert_problem(await api.post("/jobs:batch", json=batch, headers=h), 422, "jobs.1.run_at")
     job_id = (await api.post("/jobs", json={"task": "t", "run_at": SOON}, headers=h)).json()["id"]
-    await assert_problem(await api.patch(f"/jobs/{job_id}", json={"run_at": FAR}, headers=h),
-                         422, "run_at")  # fmt: skip
+    await assert_problem(
+        await api.patch(f"/jobs/{job_id}", json={"run_at": FAR}, headers=h), 422, "run_at"
+    )
     assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
     assert await pool.fetchval("SELECT spec_version FROM jobs") == 1
 
@@ -200,9 +202,14 @@ async def test_a_late_preview_ends_with_the_calendar_instead_of_failing(
     api: httpx.AsyncClient,
 ) -> None:
     # A yearly schedule asked for 100 times from 8990: the times stop before 9000.
-    r = await api.post("/schedules:preview", json={
-        "cron": "0 0 1 1 *", "after": "8990-06-01T00:00:00Z", "count": 100,
-    })  # fmt: skip
+    r = await api.post(
+        "/schedules:preview",
+        json={
+            "cron": "0 0 1 1 *",
+            "after": "8990-06-01T00:00:00Z",
+            "count": 100,
+        },
+    )
     assert r.status_code == 200, r.text
     assert [t[:4] for t in r.json()["fire_times"]] == [str(y) for y in range(8991, 9000)]
 
@@ -211,10 +218,15 @@ async def test_a_bad_create_never_fails_another_tenants_create_sent_with_it(
     api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
 ) -> None:
     # Concurrent single creates share a group commit: bob's far-future job made alice's 500.
-    good = [api.post("/jobs", json={"task": "t", "run_at": SOON}, headers=bearer(tenants.alice))
-            for _ in range(20)]  # fmt: skip
-    bad = api.post("/jobs", json={"task": "t", "run_at": FAR, "jitter_seconds": 3600},
-                   headers=bearer(tenants.bob))  # fmt: skip
+    good = [
+        api.post("/jobs", json={"task": "t", "run_at": SOON}, headers=bearer(tenants.alice))
+        for _ in range(20)
+    ]
+    bad = api.post(
+        "/jobs",
+        json={"task": "t", "run_at": FAR, "jitter_seconds": 3600},
+        headers=bearer(tenants.bob),
+    )
     *answers, refused = await asyncio.gather(*good, bad)
     assert [r.status_code for r in answers] == [201] * 20, [r.text for r in answers]
     await assert_problem(refused, 422, "run_at")
