@@ -28,6 +28,12 @@ GROUP = "horae.dev"
 VERSION = "v1alpha1"
 CATEGORY = "horae"
 
+MIRRORED_ERROR_CHARS = 1024
+"""An Execution resource's `status.error` (`kind: message` of the handler's exception) is
+cut to this many characters, ending in `…` when cut: an exception's text is the handler's
+to choose, and every mirror is stored in etcd and listed by `kubectl get executions`. The
+full text (up to 2,000 characters) stays in Postgres (`horae executions`, the API)."""
+
 
 class _Camel(BaseModel):
     model_config = ConfigDict(
@@ -298,7 +304,7 @@ def execution_schema() -> dict[str, Any]:
             "attempt": {"type": "integer"},
             "status": {"type": "string"},
             "duration": {"type": "string", "nullable": True},
-            "error": {"type": "string", "nullable": True},
+            "error": {"type": "string", "nullable": True, "maxLength": MIRRORED_ERROR_CHARS},
         },
     }
     return {"type": "object", "properties": {"status": status}}
