@@ -11,7 +11,9 @@ the application, that
    (SubjectAccessReview, in `routes.access`) does not review the token again;
 2. bounds the body by route: by Content-Length at once, and while it streams in
    (chunked uploads), 413 naming `body` either way. Only `POST /jobs:batch` may send the
-   batch limit, and only once authenticated.
+   batch limit, and only once authenticated;
+3. admits complete bodies to parsing within a byte budget shared by all requests, so
+   many large requests at once cannot add up past the process's memory.
 
 Authorization (which verbs in which tenant) stays with the routes: it needs the tenant,
 which the route's header decides.
@@ -45,10 +47,11 @@ class BodyLimits:
     payload (MAX_PAYLOAD_BYTES, serialized compactly) with room for indentation."""
     public: int = 16 * 1024
     """Routes anyone may call (`POST /schedules:preview`)."""
-    parsing: int = 16 * 1024 * 1024
-    """Bytes of complete bodies parsed and handled at once, over all requests; a body
-    that arrives past it waits. Bodies still arriving hold none of it (a slow sender
-    cannot block others), and it bounds the whole process's parsing memory."""
+    parsing: int = 8 * 1024 * 1024
+    """Bytes of complete bodies parsed and handled at once, over all requests (one batch
+    at the limit, about 210 MiB of parsing); a body that arrives past it waits. Bodies
+    still arriving hold none of it (a slow sender cannot block others), and it bounds
+    the whole process's parsing memory."""
 
 
 class _ParseBudget:
