@@ -58,7 +58,7 @@ async def test_one_scheduledjob_that_cannot_be_stored_does_not_stop_the_pass(
             "far",
             {
                 "task": "t",
-                "runAt": "9999-12-31T23:00:00Z",
+                "runAt": "9999-12-31T23:59:59Z",
                 "jitterSeconds": 3600,
             },
         )

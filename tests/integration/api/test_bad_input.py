@@ -54,7 +54,7 @@ BAD_JOBS = [
     ({"task": "t", "cron": "* * * * *", "time_zone": "Europe/" + "x" * 100_000}, "time_zone"),
     # Instants near the calendar's ends overflowed (jitter on top, or the offset's shift to
     # UTC) into a 500: they are bounded to [1970, 9000).
-    ({"task": "t", "run_at": "9999-12-31T23:00:00Z", "jitter_seconds": 3600}, "run_at"),
+    ({"task": "t", "run_at": "9999-12-31T23:59:59Z", "jitter_seconds": 3600}, "run_at"),
     ({"task": "t", "run_at": "9999-12-31T23:59:59-05:00"}, "run_at"),
     ({"task": "t", "run_at": "0001-01-01T00:00:00+01:00"}, "run_at"),
     ({"task": "t", "run_at": "9000-01-01T00:00:00Z"}, "run_at"),
@@ -175,7 +175,7 @@ async def test_preview_rejections(api: httpx.AsyncClient) -> None:
     )
 
 
-FAR = "9999-12-31T23:00:00Z"
+FAR = "9999-12-31T23:59:59Z"
 
 
 async def test_far_future_instants_are_422_naming_the_field_everywhere(
