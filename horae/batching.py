@@ -19,11 +19,21 @@ R = TypeVar("R")
 
 
 class GroupCommit(Generic[T, R]):
+    """`isolate`: a flush of several items that raises (any exception) is tried again item
+    by item, so an item that cannot be written fails only its own submitter, never the
+    others that happened to share its flush. Only for flushes that write nothing when they
+    raise (one transaction) and may run again."""
+
     def __init__(
-        self, flush: Callable[[Sequence[T]], Awaitable[Sequence[R]]], *, max_batch: int = 500
+        self,
+        flush: Callable[[Sequence[T]], Awaitable[Sequence[R]]],
+        *,
+        max_batch: int = 500,
+        isolate: bool = False,
     ) -> None:
         self._flush = flush
         self._max_batch = max_batch
+        self._isolate = isolate
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._drainer: asyncio.Task[None] | None = None
 
@@ -41,17 +51,28 @@ class GroupCommit(Generic[T, R]):
                 await asyncio.sleep(0)  # let this loop turn's submitters join the batch
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
-                try:
-                    answers = await self._flush([item for item, _ in batch])
-                    if len(answers) != len(batch):
-                        raise ValueError(f"{len(answers)} answers for {len(batch)} items")
-                except Exception as exc:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                if await self._write(batch) or not self._isolate or len(batch) == 1:
                     continue
-                for (_, future), answer in zip(batch, answers, strict=True):
-                    if not future.done():
-                        future.set_result(answer)
+                for one in batch:
+                    await self._write([one])
         finally:
             self._drainer = None
+
+    async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> bool:
+        """Flush `batch` and answer its submitters; False when the flush raised, in which
+        case they are answered with the error only when it will not be retried alone."""
+        try:
+            answers = await self._flush([item for item, _ in batch])
+            if len(answers) != len(batch):
+                raise ValueError(f"{len(answers)} answers for {len(batch)} items")
+        except Exception as exc:
+            if self._isolate and len(batch) > 1:
+                return False
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return False
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
+        return True

@@ -154,7 +154,7 @@ def schedule_preview(
 
     import pydantic
 
-    from horae.models import JobSpec
+    from horae.models import JobSpec, check_instant
     from horae.schedule import next_fire_times
 
     if not 1 <= count <= 100:
@@ -172,8 +172,10 @@ def schedule_preview(
             start = datetime.fromisoformat(after)
         except ValueError:
             raise fail(f"--after: not an ISO 8601 instant: {after!r}") from None
-        if start.tzinfo is None:
-            raise fail("--after: needs a UTC offset, e.g. 2030-01-01T00:00:00Z")
+        try:
+            start = check_instant(start)
+        except ValueError as exc:
+            raise fail(f"--after: {exc}") from None
     zone = ZoneInfo(tz)
     fires = next_fire_times(run_at=None, cron=cron, time_zone=tz, after=start, count=count)
     times = [(f.strftime("%Y-%m-%dT%H:%M:%SZ"), f.astimezone(zone).isoformat()) for f in fires]

@@ -181,7 +181,7 @@ def _spec(
     import pydantic
 
     from horae.api.routes import DEFAULT_MAX_LATENESS
-    from horae.models import MAX_PAYLOAD_BYTES, JobSpec
+    from horae.models import JobSpec, payload_size_error
 
     if (cron is None) == (run_at is None):
         raise fail("exactly one of --cron and --run-at is required")
@@ -206,9 +206,9 @@ def _spec(
             raise fail(f"--payload: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(data, dict):
             raise fail(f"--payload: must be a JSON object, got {type(data).__name__}")
-        size = len(json.dumps(data, separators=(",", ":")).encode())
-        if size > MAX_PAYLOAD_BYTES:
-            raise fail(f"--payload: is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+        error = payload_size_error(data)
+        if error is not None:
+            raise fail(f"--payload: {error}")
     fields: dict[str, Any] = {"task": task, "payload": data, "run_at": when, "cron": cron,
                               "time_zone": tz or "UTC", "timeout_seconds": timeout}  # fmt: skip
     if max_attempts is not None:

@@ -339,16 +339,26 @@ class ReviewedUser:
 class Reviews:
     """TokenReview and SubjectAccessReview: the API server decides who and what."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, audiences: tuple[str, ...] = ()) -> None:
+        """`audiences`: the audiences a token must be meant for (TokenReview
+        spec.audiences); empty: the API server's own, so any token for the Kubernetes API
+        is accepted."""
         self._authn = client.AuthenticationV1Api(api)
         self._authz = client.AuthorizationV1Api(api)
+        self._audiences = audiences
 
     async def token(self, token: str) -> ReviewedUser | None:
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                "spec": {"token": token}}  # fmt: skip
+        spec: dict[str, Any] = {"token": token}
+        if self._audiences:
+            spec["audiences"] = list(self._audiences)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
         result = await asyncio.to_thread(self._authn.create_token_review, body, _request_timeout=10)
         status = result.status
         if not status or not status.authenticated or status.user is None:
+            return None
+        # An authenticator that does not know audiences answers without checking them: the
+        # review holds only if the token's audiences meet ours (the TokenReview contract).
+        if self._audiences and not set(status.audiences or ()) & set(self._audiences):
             return None
         user = status.user
         return ReviewedUser(

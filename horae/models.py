@@ -7,6 +7,7 @@ the store all speak these types.
 from __future__ import annotations
 
 import enum
+import json
 import random
 import uuid
 from collections.abc import Callable
@@ -16,12 +17,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from horae.schedule import EARLIEST_INSTANT, LATEST_INSTANT
+
 JobId = NewType("JobId", uuid.UUID)
 ExecutionId = NewType("ExecutionId", uuid.UUID)
 Shard = NewType("Shard", int)
 
 TASK_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$"
 MAX_PAYLOAD_BYTES = 256 * 1024
+
 
 # The bounds of a spec's fields, shared with the API's edit body so that its document
 # states them too.
@@ -115,6 +119,33 @@ class RetryPolicy(BaseModel):
         return timedelta(seconds=rand(0.0, self.backoff_cap(attempt).total_seconds()))
 
 
+def payload_size_error(payload: Any) -> str | None:
+    """Why `payload` is too large to store (over MAX_PAYLOAD_BYTES serialized, or nested
+    too deeply to serialize at all), or None. The one rule of the API, the CLI and the
+    operator."""
+    try:
+        size = len(json.dumps(payload, separators=(",", ":")).encode())
+    except RecursionError:
+        return "payload is nested too deeply to store"
+    if size > MAX_PAYLOAD_BYTES:
+        return f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"
+    return None
+
+
+def check_instant(value: datetime) -> datetime:
+    """`value` in UTC, when it has a UTC offset and lies within [EARLIEST_INSTANT,
+    LATEST_INSTANT); ValueError otherwise. Compared before any conversion, which could
+    overflow."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("needs a UTC offset, e.g. 2030-01-01T09:00:00Z")
+    if not EARLIEST_INSTANT <= value < LATEST_INSTANT:
+        raise ValueError(
+            f"must be from {EARLIEST_INSTANT:%Y-%m-%dT%H:%M:%SZ} to before "
+            f"{LATEST_INSTANT:%Y-%m-%dT%H:%M:%SZ}"
+        )
+    return value.astimezone(UTC)
+
+
 def _check_time_zone(value: str) -> str:
     try:
         ZoneInfo(value)
@@ -173,10 +204,8 @@ class JobSpec(BaseModel):
 
     @field_validator("run_at")
     @classmethod
-    def _run_at_aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("run_at needs a UTC offset, e.g. 2030-01-01T09:00:00Z")
-        return value.astimezone(UTC) if value is not None else None
+    def _run_at_bounded(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value) if value is not None else None
 
     @field_validator("cron")
     @classmethod

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from horae.models import (
@@ -20,11 +20,19 @@ from horae.models import (
     ConcurrencyPolicy,
     JobSpec,
     RetryPolicy,
+    payload_size_error,
 )
+from horae.schedule import EARLIEST_INSTANT, LATEST_INSTANT
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
 CATEGORY = "horae"
+
+MIRRORED_ERROR_CHARS = 1024
+"""An Execution resource's `status.error` (`kind: message` of the handler's exception) is
+cut to this many characters, ending in `…` when cut: an exception's text is the handler's
+to choose, and every mirror is stored in etcd and listed by `kubectl get executions`. The
+full text (up to 2,000 characters) stays in Postgres (`horae executions`, the API)."""
 
 
 class _Camel(BaseModel):
@@ -54,6 +62,15 @@ class ScheduledJobSpec(_Camel):
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     timeout_seconds: int | None = None
     history_limit: int = Field(default=10, ge=0, le=1000)
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_storable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # CEL cannot measure a serialized size: the operator refuses it (InvalidSpec).
+        error = payload_size_error(value)
+        if error is not None:
+            raise ValueError(error)
+        return value
 
     def job_spec(self) -> JobSpec:
         """The store's JobSpec; raises pydantic.ValidationError with the field named."""
@@ -141,6 +158,16 @@ def _int(minimum: int, maximum: int, description: str) -> dict[str, Any]:
     return {"type": "integer", "minimum": minimum, "maximum": maximum, "description": description}
 
 
+def _instant_rule(field: str) -> dict[str, str]:
+    """CEL: the instant within the bounds every entry point applies (`check_instant`)."""
+    earliest, latest = (f"{t:%Y-%m-%dT%H:%M:%SZ}" for t in (EARLIEST_INSTANT, LATEST_INSTANT))
+    return {
+        "rule": f"timestamp(self) >= timestamp('{earliest}') && "
+        f"timestamp(self) < timestamp('{latest}')",
+        "message": f"{field} must be from {earliest} to before {latest}",
+    }
+
+
 def _condition_schema() -> dict[str, Any]:
     return {
         "type": "array",
@@ -181,6 +208,8 @@ def scheduledjob_schema() -> dict[str, Any]:
             "runAt": {
                 "type": "string",
                 "format": "date-time",
+                "maxLength": 64,
+                "x-kubernetes-validations": [_instant_rule("spec.runAt")],
                 "description": "Fire once at this instant (RFC 3339 with offset). "
                 "Exactly one of runAt and schedule.",
             },
@@ -275,7 +304,7 @@ def execution_schema() -> dict[str, Any]:
             "attempt": {"type": "integer"},
             "status": {"type": "string"},
             "duration": {"type": "string", "nullable": True},
-            "error": {"type": "string", "nullable": True},
+            "error": {"type": "string", "nullable": True, "maxLength": MIRRORED_ERROR_CHARS},
         },
     }
     return {"type": "object", "properties": {"status": status}}

@@ -32,6 +32,14 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 
+EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
+"""Every instant a caller gives (a job's `run_at`, a preview's `after`) lies in
+[EARLIEST_INSTANT, LATEST_INSTANT): a fixed bound, because the CRD's CEL rules have no
+clock, and far enough from `datetime.max` (9999-12-31) that everything added to an
+instant (jitter, retry delays, starting deadlines, time-zone offsets, the cron walk of a
+preview) stays representable instead of raising OverflowError."""
+
 
 def _expand(expression: str) -> str:
     expr = " ".join(expression.split())
@@ -210,4 +218,14 @@ def next_fire_times(
     if run_at is not None:
         return [run_at] if run_at > after else []
     assert cron is not None
-    return list(islice(cron_times(cron, time_zone, after), count))
+    # A rare schedule (29 February on a Monday) walked from a late `after` would run off
+    # the calendar: the times end at LATEST_INSTANT instead of raising OverflowError.
+    times: list[datetime] = []
+    try:
+        for fire in islice(cron_times(cron, time_zone, after), count):
+            if fire >= LATEST_INSTANT:
+                break
+            times.append(fire)
+    except OverflowError:
+        pass
+    return times

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from prometheus_client import make_asgi_app
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from horae.api import problems
-from horae.api.auth import Authenticator, Chain, KubernetesAuth, StaticTokens
+from horae.api.auth import Authenticator, Chain, KubernetesAuth, ReviewLimits, StaticTokens
+from horae.api.gate import BodyLimits, Gate
 from horae.api.problems import Problem, problem_response
 from horae.api.routes import build_router
 from horae.config import Settings
@@ -29,28 +30,6 @@ from horae.store.installation import read_installation
 from horae.store.queries import Q
 
 log = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 32 * 1024 * 1024
-"""Largest request body (a full batch); single payloads are limited to 256 KiB on their own."""
-
-
-class BodyLimit:
-    """Refuse bodies over the limit with 413 before they are read into memory."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            length = dict(scope["headers"]).get(b"content-length")
-            if length is not None and length.isdigit() and int(length) > self.limit:
-                response = problem_response(
-                    problems.invalid("body", f"request body over {self.limit} bytes", 413)
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 class AccessLog:
@@ -90,7 +69,12 @@ class State:
 
 
 def create_app(
-    *, dsn: str, auth: Authenticator, pool_size: int = 10, max_batch: int = 1000
+    *,
+    dsn: str,
+    auth: Authenticator,
+    pool_size: int = 10,
+    max_batch: int = 1000,
+    limits: BodyLimits | None = None,
 ) -> FastAPI:
     state = State()
 
@@ -116,9 +100,6 @@ def create_app(
         description="Register and manage timed jobs; inspect their executions. Errors are "
         "application/problem+json naming the offending field.",
         lifespan=lifespan,
-        # Also bodies sent without Content-Length (chunked), which BodyLimit cannot see:
-        # counted as they stream in, refused with 413 once past the limit.
-        max_body_size=MAX_BODY_BYTES,
     )
     problems.install(app)
 
@@ -152,7 +133,8 @@ def create_app(
         return JSONResponse({"status": "ready"})
 
     app.mount("/metrics", make_asgi_app())
-    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    # Authentication and body limits before the application reads any body (gate.py).
+    app.add_middleware(Gate, auth=auth, limits=limits or BodyLimits())
     app.add_middleware(AccessLog)
     return app
 
@@ -165,12 +147,32 @@ class AuthPlan:
     """HORAE_API_TOKENS_FILE: static `token,tenant[,verbs]` lines (local development)."""
     kubernetes: bool
     """Kubernetes TokenReview and SubjectAccessReview."""
+    audiences: tuple[str, ...] = ()
+    """HORAE_API_AUDIENCE: comma-separated audiences a caller's token must be meant for;
+    unset: the API server's own (any ServiceAccount token accepted by the cluster)."""
+    limits: ReviewLimits = field(default_factory=ReviewLimits)
+    """HORAE_API_TOKEN_REVIEWS_PER_SECOND among them."""
 
     def describe(self) -> str:
         active = [f"static tokens from {self.tokens_file} (local development only)"] * bool(
             self.tokens_file
         ) + ["Kubernetes TokenReview + SubjectAccessReview"] * self.kubernetes
+        if self.kubernetes and self.audiences:
+            active[-1] += f" (audiences {', '.join(self.audiences)})"
         return "authenticators: " + ", ".join(active)
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{name}: must be > 0, got {raw!r}")
+    return value
 
 
 def auth_plan(env: Mapping[str, str]) -> AuthPlan:
@@ -189,7 +191,14 @@ def auth_plan(env: Mapping[str, str]) -> AuthPlan:
         raise ConfigError(
             "HORAE_API_KUBERNETES_AUTH=true: no cluster to ask (set KUBECONFIG, or run in a pod)"
         )
-    plan = AuthPlan(tokens_file, kubernetes=raw == "true" or (raw == "" and cluster))
+    audiences = tuple(a.strip() for a in env.get("HORAE_API_AUDIENCE", "").split(",") if a.strip())
+    rate = _positive(env, "HORAE_API_TOKEN_REVIEWS_PER_SECOND", ReviewLimits.reviews_per_second)
+    plan = AuthPlan(
+        tokens_file,
+        kubernetes=raw == "true" or (raw == "" and cluster),
+        audiences=audiences,
+        limits=ReviewLimits(reviews_per_second=rate),
+    )
     if not plan.tokens_file and not plan.kubernetes:
         raise ConfigError(
             "no authenticator: run in a cluster or set KUBECONFIG (Kubernetes tokens), or set"
@@ -203,7 +212,8 @@ def authenticator(settings: Settings, plan: AuthPlan) -> Authenticator:
     if plan.tokens_file:
         chain.append(StaticTokens(Path(plan.tokens_file)))
     if plan.kubernetes:
-        chain.append(KubernetesAuth(Reviews(load_api_client(settings.kube.kubeconfig))))
+        reviews = Reviews(load_api_client(settings.kube.kubeconfig), audiences=plan.audiences)
+        chain.append(KubernetesAuth(reviews, plan.limits))
     return Chain(*chain)
 
 

@@ -41,6 +41,13 @@ ClusterRoleBinding grants it). The tenant is the
 404. `HORAE_API_TOKENS_FILE` (lines `token,tenant[,verbs]`) is for local
 development only.
 
+The token is checked before any request body is read (401 without reading it).
+Bodies are limited by route: 8 MiB for `POST /jobs:batch`, 1 MiB for the other
+authenticated routes, 16 KiB for the preview (413 naming `body`). A token the API
+does not remember costs a TokenReview from a bounded budget: past it, 503 with
+`Retry-After: 1`. Instants (`run_at`, a preview's `after`) lie from
+1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z (422 naming the field).
+
 ## Jobs of ScheduledJobs
 
 A job created from a `ScheduledJob` (`source: crd`) is its manifest's: `PATCH`,

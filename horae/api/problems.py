@@ -69,9 +69,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
+        status = 422
         for e in exc.errors():
             msg = str(e.get("msg", "invalid"))
             field = field_path(e.get("loc", ()))
+            if e.get("type") == "too_long" and field == "jobs":
+                status = 413  # a batch over its size, as documented
             if e.get("type") == "extra_forbidden":
                 msg = "unknown field"
             elif e.get("type") == "json_invalid":  # loc is ("body", offset): name the body
@@ -79,7 +82,9 @@ def install(app: FastAPI) -> None:
             errors.append({"field": field, "message": msg})
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         return problem_response(
-            Problem(422, "Invalid request", f"{first['field']}: {first['message']}", errors=errors)
+            Problem(
+                status, "Invalid request", f"{first['field']}: {first['message']}", errors=errors
+            )
         )
 
     @app.exception_handler(NotFound)

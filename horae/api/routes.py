@@ -6,7 +6,6 @@ No `from __future__ import annotations` here: FastAPI must evaluate the
 """
 
 import hashlib
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,6 +16,7 @@ import pydantic
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from horae.api.auth import CLUSTER, Authenticator, Caller
+from horae.api.gate import CALLER_KEY, bearer_token, unauthorized
 from horae.api.problems import PROBLEM, Problem, invalid
 from horae.api.schemas import (
     BatchCreate,
@@ -36,8 +36,8 @@ from horae.api.schemas import (
     encode_cursor,
 )
 from horae.batching import GroupCommit
-from horae.errors import Conflict, QuotaExceeded
-from horae.models import MAX_PAYLOAD_BYTES, ExecutionStatus, JobSource, JobSpec, JobState
+from horae.errors import Conflict
+from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, payload_size_error
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
 from horae.store import jobs as store
@@ -68,9 +68,9 @@ def _now() -> datetime:
 
 
 def _check_payload(spec: JobSpec, field: str = "payload") -> None:
-    size = len(json.dumps(spec.payload, separators=(",", ":")).encode())
-    if size > MAX_PAYLOAD_BYTES:
-        raise invalid(field, f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}", 413)
+    error = payload_size_error(spec.payload)
+    if error is not None:
+        raise invalid(field, error, 413)
 
 
 def _check_run_at(spec: JobSpec, now: datetime, field: str = "run_at") -> None:
@@ -120,27 +120,15 @@ def build_router(
 ) -> APIRouter:  # fmt: skip
     router = APIRouter()
 
-    async def create_many(new: Sequence[store.NewJob]) -> list[uuid.UUID | Exception]:
+    async def create_many(new: Sequence[store.NewJob]) -> list[uuid.UUID]:
         """Concurrent single creates, committed together; each caller is answered only
-        after the COMMIT that holds its job. A job the database refuses is retried on its
-        own, so it cannot fail the others."""
+        after the COMMIT that holds its job. A flush that fails, for any reason, is tried
+        again job by job (`isolate`), so one tenant's bad job cannot fail another's."""
         async with pool().acquire() as conn:
-            try:
-                await store.create_jobs(conn, new, shards=shards(), now=_now())
-                return [job.job_id for job in new]
-            except (asyncpg.PostgresError, QuotaExceeded):
-                if len(new) == 1:
-                    raise
-            answers: list[uuid.UUID | Exception] = []
-            for job in new:
-                try:
-                    await store.create_jobs(conn, [job], shards=shards(), now=_now())
-                    answers.append(job.job_id)
-                except (asyncpg.PostgresError, QuotaExceeded) as exc:
-                    answers.append(exc)
-            return answers
+            await store.create_jobs(conn, new, shards=shards(), now=_now())
+        return [job.job_id for job in new]
 
-    creates = GroupCommit(create_many, max_batch=500)
+    creates = GroupCommit(create_many, max_batch=500, isolate=True)
 
     def access(
         verb: str, resource: str = "jobs", *, cluster: bool = False
@@ -156,15 +144,14 @@ def build_router(
                 Header(description="Tenant (namespace) to act in; default: the caller's own."),
             ] = None,
         ) -> str:
-            header = request.headers.get("authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise Problem(401, "Unauthorized", "a bearer token is required",
-                              headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-            caller: Caller | None = await auth.caller(token.strip())
+            caller: Caller | None = request.scope.get(CALLER_KEY)  # authenticated by the Gate
             if caller is None:
-                raise Problem(401, "Unauthorized", "the bearer token is not valid",
-                              headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+                token = bearer_token(request.headers.get("authorization", ""))
+                if token is None:
+                    raise unauthorized("a bearer token is required")
+                caller = await auth.caller(token)
+                if caller is None:
+                    raise unauthorized("the bearer token is not valid")
             tenant = horae_tenant or caller.default_tenant
             if not tenant:
                 raise invalid("Horae-Tenant", "header required: this caller has no default tenant")
@@ -215,8 +202,6 @@ def build_router(
             created = await creates.submit(
                 store.NewJob(spec=spec, tenant=tenant, source=JobSource.API, name=body.name)
             )
-            if isinstance(created, Exception):
-                raise created
             return Created(id=created)
         digest = _request_hash(body)
         async with pool().acquire() as conn:
@@ -380,9 +365,7 @@ def build_router(
             ) from None
         if spec.cron is not None:
             validate_cron(spec.cron)
-        after = body.after or _now()
-        if after.tzinfo is None:
-            raise invalid("after", "needs a UTC offset")
+        after = body.after or _now()  # bounded by PreviewRequest
         times = next_fire_times(
             run_at=spec.run_at, cron=spec.cron, time_zone=spec.time_zone, after=after,
             count=body.count,

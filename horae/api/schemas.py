@@ -25,6 +25,7 @@ from horae.models import (
     TaskName,
     TimeZoneName,
     UpToAWeek,
+    check_instant,
     contains_nul,
 )
 from horae.store.quotas import DEFAULT_MAX_FIRES_PER_MINUTE, DEFAULT_MAX_JOBS
@@ -76,10 +77,15 @@ class JobPatch(BaseModel):
         return value
 
 
+MAX_BATCH = 1000
+"""Jobs in one batch. Checked before any job is validated: a body of a million `{}`
+made a million validation errors (gigabytes) before the count was looked at."""
+
+
 class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    jobs: list[JobCreate] = Field(min_length=1)
+    jobs: list[JobCreate] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class Created(BaseModel):
@@ -170,6 +176,11 @@ class PreviewRequest(BaseModel):
     time_zone: str = Field(default="UTC", min_length=1, max_length=64)
     after: datetime | None = None
     count: int = Field(default=10, ge=1, le=100)
+
+    @field_validator("after")
+    @classmethod
+    def _after_bounded(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value) if value is not None else None
 
 
 class PreviewOut(BaseModel):

@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from horae.kube import CustomObjects
-from horae.resources import GROUP, VERSION
+from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION
 from horae.store import executions as store
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ def mirror_status(row: asyncpg.Record) -> dict[str, Any]:
         duration = f"{(row['finished_at'] - row['started_at']).total_seconds():.3f}s"
     error = None
     if row["error_kind"]:
-        error = f"{row['error_kind']}: {row['error_message'] or ''}".strip()[:1024]
+        error = f"{row['error_kind']}: {row['error_message'] or ''}".strip()
+        if len(error) > MIRRORED_ERROR_CHARS:
+            error = error[: MIRRORED_ERROR_CHARS - 1] + "…"
     return {
         "executionId": str(row["id"]),
         "jobId": str(row["job_id"]),

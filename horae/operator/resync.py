@@ -72,21 +72,33 @@ class Resync:
             known = await store.existing_ids(conn, list(live))
         stored = 0
         for uid in sorted(set(live) - known):
-            if await self._store(uid, live[uid]):
-                stored += 1
+            meta = live[uid]["metadata"]
+            # One resource that cannot be stored, whatever the reason, must not stop the
+            # pass for every other tenant's: it is logged and tried again next pass.
+            try:
+                stored += await self._store(uid, live[uid])
+            except Exception:
+                log.exception(
+                    "resync: ScheduledJob %s/%s not stored", meta["namespace"], meta["name"]
+                )
         cancelled = 0
         for job_id in sorted(set(jobs) - set(live)):
             job = jobs[job_id]
-            current = await self._objects.get("scheduledjobs", job["tenant"], job["name"])
-            if current is not None and current["metadata"]["uid"] == str(job_id):
-                continue  # created after the list, or being deleted: kopf handles it
-            async with self._pool.acquire() as conn:
-                await store.cancel_job(conn, job_id, now=datetime.now(UTC))
-            await self._mirrors.forget(job_id, job["tenant"], job["name"])
-            log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone",
-                        job_id, job["tenant"], job["name"])  # fmt: skip
-            cancelled += 1
+            try:
+                cancelled += await self._cancel_orphan(job_id, job["tenant"], job["name"])
+            except Exception:
+                log.exception("resync: job %s not cancelled", job_id)
         return stored, cancelled
+
+    async def _cancel_orphan(self, job_id: uuid.UUID, namespace: str, name: str) -> bool:
+        current = await self._objects.get("scheduledjobs", namespace, name)
+        if current is not None and current["metadata"]["uid"] == str(job_id):
+            return False  # created after the list, or being deleted: kopf handles it
+        async with self._pool.acquire() as conn:
+            await store.cancel_job(conn, job_id, now=datetime.now(UTC))
+        await self._mirrors.forget(job_id, namespace, name)
+        log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone", job_id, namespace, name)
+        return True
 
     async def _store(self, uid: uuid.UUID, resource: dict[str, Any]) -> bool:
         meta = resource["metadata"]

@@ -464,9 +464,16 @@ async def for_job(
     before: tuple[datetime, uuid.UUID] | None = None,
     limit: int = 50,
 ) -> list[asyncpg.Record]:
-    """A job's executions, newest first, before the cursor `before` (due_at, id)."""
+    """A job's executions, newest first, before the cursor `before` (due_at, id); of one
+    `status` through an index on it, never a read of the job's whole history."""
     due, last_id = before if before else (None, None)
-    return list(await conn.fetch(Q["job_executions"], job_id, status, due, last_id, limit))
+    if status is None:
+        return list(await conn.fetch(Q["job_executions"], job_id, due, last_id, limit))
+    if status in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):
+        return list(await conn.fetch(Q["job_executions_live"], job_id, status, due, last_id, limit))
+    return list(
+        await conn.fetch(Q["job_executions_of_status"], job_id, status, due, last_id, limit)
+    )
 
 
 async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[asyncpg.Record]:

@@ -204,9 +204,27 @@ WITH target AS (
 SELECT pg_notify('horae_job_events', id::text) FROM updated WHERE source = 'crd'
 
 -- name: job_executions
--- A job's executions, newest first, optionally of one status, before a cursor (due_at, id).
+-- A job's executions, newest first, before a cursor (due_at, id).
 SELECT * FROM executions
-WHERE job_id = $1 AND ($2::execution_status IS NULL OR status = $2)
+WHERE job_id = $1
+  AND ($2::timestamptz IS NULL OR (due_at, id) < ($2, $3::uuid))
+ORDER BY due_at DESC, id DESC
+LIMIT $4
+
+-- name: job_executions_of_status
+-- A job's executions of one status but queued or running, newest first, before a cursor
+-- (the status excluded in the text too, so every plan may use executions_job_status).
+SELECT * FROM executions
+WHERE job_id = $1 AND status = $2 AND status NOT IN ('queued', 'running')
+  AND ($3::timestamptz IS NULL OR (due_at, id) < ($3, $4::uuid))
+ORDER BY due_at DESC, id DESC
+LIMIT $5
+
+-- name: job_executions_live
+-- A job's queued or running executions of one status, newest first, before a cursor
+-- (through executions_job_live: a job has few).
+SELECT * FROM executions
+WHERE job_id = $1 AND status = $2 AND status IN ('queued', 'running')
   AND ($3::timestamptz IS NULL OR (due_at, id) < ($3, $4::uuid))
 ORDER BY due_at DESC, id DESC
 LIMIT $5

@@ -34,6 +34,10 @@ BAD = [
     ({"task": "t", "schedule": "0 0 * * 8"}, "the day-of-week field must be 0-7"),
     ({"task": "t", "schedule": "*/0 * * * *"}, "the minute field must be 0-59"),
     ({"task": "t", "schedule": "60  */2 * * * *"}, "the second field must be 0-59"),
+    # An instant near year 9999 overflowed in the operator (and stopped its resync pass).
+    ({"task": "t", "runAt": "9999-12-31T23:59:59Z", "jitterSeconds": 3600},
+     "spec.runAt must be from 1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z"),
+    ({"task": "t", "runAt": "0001-01-01T00:00:00+01:00"}, "spec.runAt must be from"),
 ]  # fmt: skip
 
 

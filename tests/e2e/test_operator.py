@@ -4,6 +4,7 @@ its executions as `kubectl get executions` shows them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -402,3 +403,33 @@ async def test_a_leader_cut_off_from_the_api_server_stops_before_a_standby_could
     after = (stopped - renewed).total_seconds()
     # The earliest a standby could lead is a whole lease after this last renewal.
     assert after < duration, f"the leader stopped {after:.1f}s after its last renewal"
+
+
+async def test_a_payload_over_the_apis_limit_is_refused_by_the_operator_naming_it(
+    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+) -> None:
+    """A ScheduledJob's payload obeys the API's 256 KiB (CEL cannot measure a serialized
+    size): it was stored whatever its size, up to what etcd takes. Its status cannot say
+    so (kopf's copy of the spec in an annotation would pass the annotations' own 256 KiB
+    limit), so the Warning Event does."""
+    processes.start("operator", "operator")
+    body = {
+        "apiVersion": "horae.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "ticker", "namespace": namespace},
+        "spec": {"task": "e2e.echo", "schedule": "* * * * *", "payload": {"b": "x" * 300_000}},
+    }
+    # `create`: `apply` would copy the manifest into an annotation, itself limited to 256 KiB.
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(body))
+
+    async def warned() -> list[dict[str, Any]] | None:
+        events = control_plane.get_json(
+            "events", "-n", namespace, "--field-selector", "involvedObject.name=ticker"
+        )["items"]
+        return [e for e in events if (e["type"], e["reason"]) == ("Warning", "InvalidSpec")] or None
+
+    [event, *_] = await until(warned, timeout=20, what="a Warning event InvalidSpec")
+    assert event["message"] == (
+        "spec.payload: Value error, payload is 300008 bytes; the limit is 262144"
+    ), event["message"]
+    assert await stored_state(pool, namespace, "ticker") is None

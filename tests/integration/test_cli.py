@@ -44,6 +44,8 @@ def test_bad_cli_input_is_one_line_and_exit_code_2() -> None:
         ("schedule", "preview", "* * * * *", "--tz", "Mars/X"): "horae: --tz: unknown time zone",
         ("schedule", "preview", "* * * * *", "-n", "0"): "horae: --count must be between",
         ("schedule", "preview", "* * * * *", "--after", "yesterday"): "horae: --after:",
+        ("schedule", "preview", "* * * * *", "--after", "9999-12-31T23:59:00Z"): "horae: --after: "
+        "must be from 1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z",
         ("executions", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
         ("executions", "ns/name", "--status", "great"): "horae: --status must be one of",
     }
@@ -194,6 +196,8 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         (*create, "--cron", "* * * * *", "--tz", "Mars/X"): "horae: --tz: unknown time zone",
         (*create, "--run-at", "2030-01-01T09:00:00"): "horae: --run-at: needs a UTC offset",
         (*create, "--run-at", "tomorrow"): "horae: --run-at: not an ISO 8601 instant",
+        (*create, "--run-at", "9999-12-31T23:59:59-05:00"): "horae: --run-at: must be from "
+        "1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z",
         (*create, "--run-at", "2020-01-01T00:00:00Z"): "horae: --run-at: is more than",
         (*create, "--run-at", soon, "--payload", "[1, 2]"): "horae: --payload: must be a JSON "
         "object, got list",

@@ -62,3 +62,23 @@ async def test_a_flush_answering_the_wrong_number_of_items_is_an_error() -> None
 
     with pytest.raises(ValueError):
         await GroupCommit(flush).submit(1)
+
+
+async def test_with_isolate_an_item_that_fails_its_flush_fails_only_its_own_submitter() -> None:
+    # One tenant's create raising (OverflowError, not a database error) failed every other
+    # create that shared its group commit.
+    flushes: list[list[int]] = []
+
+    async def flush(items: Sequence[int]) -> list[int]:
+        flushes.append(list(items))
+        if 13 in items:
+            raise OverflowError("date value out of range")
+        return [i * 10 for i in items]
+
+    commit = GroupCommit(flush, isolate=True)
+    results = await asyncio.gather(
+        *(commit.submit(i) for i in (11, 12, 13, 14)), return_exceptions=True
+    )
+    assert results[:2] == [110, 120] and results[3] == 140
+    assert isinstance(results[2], OverflowError)
+    assert flushes == [[11, 12, 13, 14], [11], [12], [13], [14]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -51,6 +52,12 @@ BAD_JOBS = [
     ({"task": "t", "cron": "* * * * *", "name": "n" * 254}, "name"),
     ({"task": "t", "cron": "* " * 101}, "cron"),
     ({"task": "t", "cron": "* * * * *", "time_zone": "Europe/" + "x" * 100_000}, "time_zone"),
+    # Instants near the calendar's ends overflowed (jitter on top, or the offset's shift to
+    # UTC) into a 500: they are bounded to [1970, 9000).
+    ({"task": "t", "run_at": "9999-12-31T23:59:59Z", "jitter_seconds": 3600}, "run_at"),
+    ({"task": "t", "run_at": "9999-12-31T23:59:59-05:00"}, "run_at"),
+    ({"task": "t", "run_at": "0001-01-01T00:00:00+01:00"}, "run_at"),
+    ({"task": "t", "run_at": "9000-01-01T00:00:00Z"}, "run_at"),
 ]  # fmt: skip
 
 
@@ -166,3 +173,61 @@ async def test_preview_rejections(api: httpx.AsyncClient) -> None:
     await assert_problem(
         await api.post("/schedules:preview", json={"cron": "* * * * *", "count": 101}), 422, "count"
     )
+
+
+FAR = "9999-12-31T23:59:59Z"
+
+
+async def test_far_future_instants_are_422_naming_the_field_everywhere(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    # The preview answered 500 without a token; a batch and an edit overflowed the same way.
+    preview = "/schedules:preview"
+    await assert_problem(
+        await api.post(preview, json={"cron": "* * * * *", "after": FAR}), 422, "after"
+    )
+    await assert_problem(await api.post(preview, json={"run_at": FAR}), 422, "run_at")
+    h = bearer(tenants.alice)
+    batch = {"jobs": [{"task": "t", "run_at": SOON}, {"task": "t", "run_at": FAR}]}
+    await assert_problem(await api.post("/jobs:batch", json=batch, headers=h), 422, "jobs.1.run_at")
+    job_id = (await api.post("/jobs", json={"task": "t", "run_at": SOON}, headers=h)).json()["id"]
+    await assert_problem(
+        await api.patch(f"/jobs/{job_id}", json={"run_at": FAR}, headers=h), 422, "run_at"
+    )
+    assert await pool.fetchval("SELECT count(*) FROM jobs") == 1
+    assert await pool.fetchval("SELECT spec_version FROM jobs") == 1
+
+
+async def test_a_late_preview_ends_with_the_calendar_instead_of_failing(
+    api: httpx.AsyncClient,
+) -> None:
+    # A yearly schedule asked for 100 times from 8990: the times stop before 9000.
+    r = await api.post(
+        "/schedules:preview",
+        json={
+            "cron": "0 0 1 1 *",
+            "after": "8990-06-01T00:00:00Z",
+            "count": 100,
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert [t[:4] for t in r.json()["fire_times"]] == [str(y) for y in range(8991, 9000)]
+
+
+async def test_a_bad_create_never_fails_another_tenants_create_sent_with_it(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    # Concurrent single creates share a group commit: bob's far-future job made alice's 500.
+    good = [
+        api.post("/jobs", json={"task": "t", "run_at": SOON}, headers=bearer(tenants.alice))
+        for _ in range(20)
+    ]
+    bad = api.post(
+        "/jobs",
+        json={"task": "t", "run_at": FAR, "jitter_seconds": 3600},
+        headers=bearer(tenants.bob),
+    )
+    *answers, refused = await asyncio.gather(*good, bad)
+    assert [r.status_code for r in answers] == [201] * 20, [r.text for r in answers]
+    await assert_problem(refused, 422, "run_at")
+    assert await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant = $1", tenants.a) == 20
