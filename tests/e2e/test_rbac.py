@@ -248,10 +248,8 @@ def workerpool(min_replicas: int = 1) -> dict[str, Any]:
                      "minReplicas": min_replicas, "maxReplicas": 4}}  # fmt: skip
 
 
-async def runs_pools(ctx: Ctx, reduced: bool) -> bool:
-    """A WorkerPool gets its Deployment."""
+async def _gets_its_deployment(ctx: Ctx, reduced: bool, pool: dict[str, Any]) -> bool:
     ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
-    pool = workerpool()
     ctx.apply(pool)
 
     async def deployed() -> bool:
@@ -260,6 +258,11 @@ async def runs_pools(ctx: Ctx, reduced: bool) -> bool:
         return found.returncode == 0
 
     return await happens(deployed, 12)
+
+
+async def runs_pools(ctx: Ctx, reduced: bool) -> bool:
+    """A WorkerPool gets its Deployment."""
+    return await _gets_its_deployment(ctx, reduced, workerpool())
 
 
 async def runs_pools_as_a_marked_account(ctx: Ctx, reduced: bool) -> bool:
@@ -267,17 +270,9 @@ async def runs_pools_as_a_marked_account(ctx: Ctx, reduced: bool) -> bool:
     ctx.plane.kubectl("create", "serviceaccount", "workers", "-n", ctx.namespace)
     ctx.plane.kubectl("label", "serviceaccount", "workers", "-n", ctx.namespace,
                       "horae.dev/worker=true")  # fmt: skip
-    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
     pool = workerpool()
     pool["spec"]["serviceAccountName"] = "workers"
-    ctx.apply(pool)
-
-    async def deployed() -> bool:
-        found = ctx.plane.kubectl("get", "deployment", pool["metadata"]["name"], "-n",
-                                  ctx.namespace, check=False)  # fmt: skip
-        return found.returncode == 0
-
-    return await happens(deployed, 12)
+    return await _gets_its_deployment(ctx, reduced, pool)
 
 
 async def scales_pools(ctx: Ctx, reduced: bool) -> bool:
