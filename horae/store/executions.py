@@ -47,14 +47,20 @@ class Due:
 MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
 
 
+NIL = uuid.UUID(int=0)
+
+
 def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
-    """A shard NOTIFY's payload: the smallest (due_at, id) among the executions just
-    inserted for that shard, as "<epoch microseconds> <uuid>"; None for any other payload
-    (rows moved back to scheduled under their old ids: the shard's window is re-read)."""
+    """A shard NOTIFY's payload: the earliest due time among the executions just inserted
+    for that shard, "<epoch microseconds>", as the key to read the shard from (that time,
+    the nil id). Never an execution id: any database role may LISTEN (migration 008). The
+    "<epoch microseconds> <uuid>" of earlier releases is still read. None for any other
+    payload (rows moved back to scheduled under their old ids: the shard's window is
+    re-read)."""
     micros, _, ident = payload.partition(" ")
     try:
         at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(micros))
-        return at, uuid.UUID(ident)
+        return at, uuid.UUID(ident) if ident else NIL
     except ValueError:
         return None
 

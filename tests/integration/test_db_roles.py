@@ -19,6 +19,7 @@ from horae.store.db import connect
 from horae.store.executions import Claimed, ClaimRequest, Finish, ShardDispatch, Throttled
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions, migrate
+from tests.support.wait import until
 
 SERVES = {"acme", "other"}
 """The tenants the worker role's claims serve here."""
@@ -336,3 +337,36 @@ async def test_migrating_another_database_of_the_cluster_finds_the_roles_there(
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+async def test_a_retry_announced_by_the_workers_function_carries_no_execution_id(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool, db_url: str
+) -> None:
+    """Any role may LISTEN: a shard's NOTIFY once carried each new execution's id, enough for
+    a stolen worker credential to claim another tenant's execution first (migration 008)."""
+    worker = as_role["worker"]
+    job_id = await api_job(as_role["api"], JobSpec(task="t", run_at=NOW))
+    row = await first_execution(pool, job_id)
+    heard: list[str] = []
+    listener = await connect(db_url)
+    await listener.add_listener(f"horae_shard_{row['shard']}", lambda *a: heard.append(a[3]))
+    try:
+        [claimed] = await executions.claim_many(
+            worker, [request(row)], owner="w1", now=NOW, lease=LEASE, serves=SERVES
+        )
+        assert isinstance(claimed, Claimed)
+        retry_at = NOW + timedelta(seconds=5)
+        finish = Finish(claimed, ExecutionStatus.FAILED, "Boom", "boom", retry_at=retry_at)
+        assert await executions.finish_many(worker, [finish], owner="w1", now=NOW) == [True]
+        retry = await pool.fetchrow(
+            "SELECT id, due_at FROM executions WHERE job_id = $1 AND attempt = 2", job_id
+        )
+
+        async def announced() -> bool:
+            return bool(heard)
+
+        await until(announced, timeout=5, what="the retry's NOTIFY")
+    finally:
+        await listener.close()
+    assert executions.parse_notify(heard[0]) == (retry["due_at"], executions.NIL)
+    assert all(str(retry["id"]) not in payload for payload in heard)

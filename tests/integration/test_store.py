@@ -13,7 +13,7 @@ import pytest
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
-from horae.store.executions import parse_notify
+from horae.store.executions import NIL, parse_notify
 from tests.support.wait import until
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -60,8 +60,10 @@ async def test_near_term_execution_notifies_its_shard(pool: asyncpg.Pool, db_url
             )  # fmt: skip
         payload = await asyncio.wait_for(heard.get(), timeout=5)
         [execution] = await rows(pool, job_id)
-        # the shard's smallest new (due_at, id), which the scheduler reads from
-        assert parse_notify(payload) == (execution["due_at"], execution["id"])
+        # the shard's earliest new due time, which the scheduler reads from; never the
+        # execution's id, which any role that may LISTEN would hear
+        assert parse_notify(payload) == (execution["due_at"], NIL)
+        assert str(execution["id"]) not in payload
     finally:
         await listener.close()
 

@@ -1,4 +1,4 @@
-"""Execution ids sort by creation time; shard NOTIFY payloads carry the smallest new key."""
+"""Execution ids sort by creation time; shard NOTIFY payloads carry the earliest new due time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from horae.store.executions import parse_notify
+from horae.store.executions import NIL, parse_notify
 from horae.store.jobs import new_execution_id
 
 
@@ -26,7 +26,8 @@ def test_a_notify_payload_is_a_key_and_anything_else_means_reread() -> None:
     ident = uuid.uuid4()
     at = datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=UTC)
     micros = int((at - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000 + 123456
-    assert parse_notify(f"{micros} {ident}") == (at, ident)
+    assert parse_notify(str(micros)) == (at, NIL)  # a due time, never an id
+    assert parse_notify(f"{micros} {ident}") == (at, ident)  # as earlier releases sent
     assert parse_notify("throttled") is None
     assert parse_notify("released") is None
     assert parse_notify(str(ident)) is None  # the payload of an older release
