@@ -86,7 +86,7 @@ async def record(pid: int, seconds: float, out: Path) -> str:
     return await asyncio.to_thread(out.read_text)
 
 
-ENTRY_POINTS = ("(horae/cli.py)", "(horae/cli_support.py)", "(horae/__main__.py)")
+ENTRY_POINTS = ("(horae/cli/main.py)", "(horae/cli/support.py)", "(horae/__main__.py)")
 
 
 def ours(counts: Counter[str]) -> Counter[str]:

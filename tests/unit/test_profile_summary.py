@@ -33,7 +33,7 @@ def test_own_time_is_the_leaf_and_inclusive_time_counts_a_recursive_function_onc
 
 def test_our_functions_leave_out_the_entry_points_every_sample_passes_through() -> None:
     _, _, inclusive = summarise(
-        "main (horae/cli.py:1);run (horae/cli_support.py:2);tick (horae/scheduler/leases.py:3)"
+        "main (horae/cli/main.py:1);run (horae/cli/support.py:2);tick (horae/scheduler/leases.py:3)"
         ";call_api (kubernetes/client/api_client.py:4) 7\n"
     )
     assert ours(inclusive) == {"tick (horae/scheduler/leases.py)": 7}

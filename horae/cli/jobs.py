@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import typer
 
-from horae.cli_support import (
+from horae.cli.support import (
     JobRef,
     OutputOption,
     database,
@@ -85,7 +85,7 @@ def _print_job(job: JobOut, fmt: str) -> None:
         return
     from rich.table import Table
 
-    from horae.cli_support import console
+    from horae.cli.support import console
 
     details = Table(title=f"job {job.id}", title_justify="left", show_header=False)
     details.add_column(style="bold", no_wrap=True)
@@ -143,7 +143,7 @@ def jobs_ls(
             return
         from rich.table import Table
 
-        from horae.cli_support import console
+        from horae.cli.support import console
 
         table = Table(title=f"jobs of tenant {tenant}", title_justify="left")
         for col in ("ID", "NAME", "TASK", "SCHEDULE", "STATE", "NEXT RUN", "LAST STATUS"):
