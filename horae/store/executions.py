@@ -53,7 +53,7 @@ NIL = uuid.UUID(int=0)
 def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
     """A shard NOTIFY's payload: the earliest due time among the executions just inserted
     for that shard, "<epoch microseconds>", as the key to read the shard from (that time,
-    the nil id). Never an execution id: any database role may LISTEN (migration 008). The
+    the nil id). Never an execution id: any database role may LISTEN (migration 004). The
     "<epoch microseconds> <uuid>" of earlier releases is still read. None for any other
     payload (rows moved back to scheduled under their old ids: the shard's window is
     re-read)."""
@@ -326,7 +326,7 @@ async def claim_many(
     attempt). Tenants and limits are the rows' own, so a message naming another tenant can
     neither reach a handler nor escape its tenant's limit. Limits are counted from the
     running rows themselves, so a killed worker leaks no slot: its executions stop counting
-    when the reaper ends them. The claim itself is `horae_claim` (migrations 004 and 005),
+    when the reaper ends them. The claim itself is `horae_claim` (migration 004),
     the only way a worker's database role reaches a row.
     """
     answers: dict[uuid.UUID, Answer] = {}

@@ -155,7 +155,7 @@ WHERE e.id = $1 AND e.due_at = $2 AND e.shard = fence.shard AND e.status = 'runn
 RETURNING e.job_id
 
 -- name: claim
--- A worker's claim of one batch (horae_claim, migration 005: only the tenants it serves and
+-- A worker's claim of one batch (horae_claim, migration 004: only the tenants it serves and
 -- that its messages named, within the rows' tenants' limits).
 SELECT * FROM horae_claim($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5, $6, $7, $8)
 

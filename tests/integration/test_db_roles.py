@@ -343,7 +343,7 @@ async def test_a_retry_announced_by_the_workers_function_carries_no_execution_id
     as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool, db_url: str
 ) -> None:
     """Any role may LISTEN: a shard's NOTIFY once carried each new execution's id, enough for
-    a stolen worker credential to claim another tenant's execution first (migration 008)."""
+    a stolen worker credential to claim another tenant's execution first (migration 004)."""
     worker = as_role["worker"]
     job_id = await api_job(as_role["api"], JobSpec(task="t", run_at=NOW))
     row = await first_execution(pool, job_id)

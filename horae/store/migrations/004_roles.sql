@@ -6,7 +6,10 @@
 -- need (UPDATE by column). The worker gets no table at all: its claim, heartbeat, outcome
 -- and hand-back are the SECURITY DEFINER functions below, which act only on the rows the
 -- caller names by (id, due_at) or holds by lease. So a worker's credential reads no job, no
--- tenant and no payload except those of the executions it claims.
+-- tenant and no payload except those of the executions it claims. Its claim runs only the
+-- tenants the worker names as served and each message named (docs/security.md), and a
+-- shard's NOTIFY says when its earliest new execution is due, never which one: any role
+-- may LISTEN, and an id would let a stolen credential claim it first.
 --
 -- Roles belong to the PostgreSQL cluster, grants to this database: a second database of the
 -- same cluster (another installation, or the test suite's copies of a template) finds the
@@ -73,8 +76,8 @@ GRANT SELECT ON installation TO horae_scheduler;
 -- row was still `scheduled` (published, dispatch not recorded): the caller schedules the
 -- next occurrence (horae_schedule_next), for which the job's schedule is answered too.
 CREATE FUNCTION horae_claim(
-    p_ids uuid[], p_dues timestamptz[], p_owner text, p_now timestamptz, p_lease interval,
-    p_throttle interval
+    p_ids uuid[], p_dues timestamptz[], p_named text[], p_serves text[], p_owner text,
+    p_now timestamptz, p_lease interval, p_throttle interval
 ) RETURNS TABLE (
     outcome text, id uuid, job_id uuid, tenant text, task text, shard smallint,
     due_at timestamptz, occurrence_at timestamptz, attempt integer, job_version integer,
@@ -90,10 +93,29 @@ DECLARE
     r record;
     free integer;
     held uuid[] := '{}';
+    refused uuid[] := '{}';
     claimed uuid[] := '{}';
     told uuid[] := '{}';
     shards smallint[] := '{}';
 BEGIN
+    -- Not this worker's to run: a row whose tenant it does not serve, or whose message
+    -- named another tenant than the row's. Answered 'refused' (with the row's tenant) and
+    -- left exactly as it was.
+    FOR r IN
+        SELECT e.id, e.due_at, e.tenant FROM executions e
+        JOIN unnest(p_ids, p_dues, p_named) AS u(id, due_at, named)
+          ON e.id = u.id AND e.due_at = u.due_at
+        WHERE e.status IN ('queued', 'scheduled')
+          AND (e.tenant <> ALL (p_serves) OR e.tenant IS DISTINCT FROM u.named)
+    LOOP
+        outcome := 'refused';
+        id := r.id;
+        due_at := r.due_at;
+        tenant := r.tenant;
+        RETURN NEXT;
+        refused := refused || r.id;
+    END LOOP;
+    held := refused;
     -- Limits are judged by the rows' own tenants (never by what a message says), each
     -- limited tenant locked in name order so that claims never deadlock on them.
     IF EXISTS (SELECT 1 FROM tenants t WHERE t.max_running IS NOT NULL) THEN
@@ -102,7 +124,7 @@ BEGIN
             WHERE t.max_running IS NOT NULL AND t.name IN (
                 SELECT e.tenant FROM executions e
                 JOIN unnest(p_ids, p_dues) AS u(id, due_at) ON e.id = u.id AND e.due_at = u.due_at
-                WHERE e.status IN ('queued', 'scheduled'))
+                WHERE e.status IN ('queued', 'scheduled') AND e.id <> ALL (refused))
             ORDER BY t.name
         LOOP
             PERFORM pg_advisory_xact_lock(hashtext('horae_tenant:' || lim.name));
@@ -115,6 +137,7 @@ BEGIN
                     JOIN (SELECT DISTINCT * FROM unnest(p_ids, p_dues)) AS u(id, due_at)
                       ON e.id = u.id AND e.due_at = u.due_at
                     WHERE e.tenant = lim.name AND e.status IN ('queued', 'scheduled')
+                      AND e.id <> ALL (refused)
                     ORDER BY e.id
                     OFFSET free
                     FOR UPDATE OF e
@@ -240,8 +263,7 @@ BEGIN
         RETURNING j.id
     ), notified AS (
         SELECT pg_notify('horae_shard_' || s.shard::text,
-                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                         || s.id::text)
+                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text)
         FROM (SELECT DISTINCT ON (i.shard) i.shard, i.due_at, i.id FROM inserted i
               WHERE i.due_at < p_notify_before ORDER BY i.shard, i.due_at, i.id) s
     )
@@ -293,8 +315,7 @@ BEGIN
         RETURNING executions.id, executions.shard, executions.due_at
     ), retry_notified AS (
         SELECT pg_notify('horae_shard_' || s.shard::text,
-                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                         || s.id::text)
+                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text)
         FROM (SELECT DISTINCT ON (r.shard) r.shard, r.due_at, r.id FROM retried r
               WHERE r.due_at < p_notify_before ORDER BY r.shard, r.due_at, r.id) s
     ), latest AS (  -- a job's last outcome in the batch, by execution id
@@ -385,7 +406,7 @@ END $$;
 GRANT EXECUTE ON FUNCTION horae_create_partition(date), horae_drop_partitions(date)
     TO horae_scheduler;
 GRANT EXECUTE ON FUNCTION
-    horae_claim(uuid[], timestamptz[], text, timestamptz, interval, interval),
+    horae_claim(uuid[], timestamptz[], text[], text[], text, timestamptz, interval, interval),
     horae_schedule_next(text, uuid[], timestamptz[], uuid[], timestamptz[], timestamptz[],
                         timestamptz, timestamptz),
     horae_finish(uuid[], timestamptz[], execution_status[], text[], text[], jsonb[],
