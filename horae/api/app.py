@@ -73,7 +73,6 @@ def create_app(
     dsn: str,
     auth: Authenticator,
     pool_size: int = 10,
-    max_batch: int = 1000,
     limits: BodyLimits | None = None,
 ) -> FastAPI:
     state = State()
@@ -116,9 +115,7 @@ def create_app(
                     headers={"Retry-After": "1"})
         )  # fmt: skip
 
-    app.include_router(
-        build_router(pool=pool, auth=auth, shards=lambda: state.shards, max_batch=max_batch)
-    )
+    app.include_router(build_router(pool=pool, auth=auth, shards=lambda: state.shards))
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -116,7 +116,6 @@ async def api_managed(conn: "Conn", job_id: uuid.UUID, tenant: str) -> asyncpg.R
 def build_router(
     *, pool: "Callable[[], asyncpg.Pool[asyncpg.Record]]", auth: Authenticator,
     shards: Callable[[], int],
-    max_batch: int,
 ) -> APIRouter:  # fmt: skip
     router = APIRouter()
 
@@ -168,8 +167,6 @@ def build_router(
         body: BatchCreate, tenant: Annotated[str, Depends(access("create"))]
     ) -> BatchCreated:
         """Create up to 1,000 jobs in one transaction: all or none."""
-        if len(body.jobs) > max_batch:
-            raise invalid("jobs", f"{len(body.jobs)} jobs; a batch holds at most {max_batch}", 413)
         now = _now()
         new = [
             store.NewJob(spec=_validate_new(job, now, f"jobs.{i}."), tenant=tenant,
