@@ -151,7 +151,11 @@ def _measure(case: Case, db: str, tokens: Path, source: Path, port: int) -> None
                     break
             except httpx.TransportError:
                 pass
+            if proc.poll() is not None:
+                raise SystemExit(f"horae api exited with code {proc.returncode}")
             time.sleep(0.1)
+        else:
+            raise SystemExit("horae api did not become ready in 30 s")
         httpx.get(f"{url}/jobs", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         before = _status_kib(proc.pid, "VmRSS")
         started = time.perf_counter()

@@ -51,28 +51,36 @@ class GroupCommit(Generic[T, R]):
                 await asyncio.sleep(0)  # let this loop turn's submitters join the batch
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
-                if await self._write(batch) or not self._isolate or len(batch) == 1:
+                error = await self._write(batch)
+                if error is None:
                     continue
+                if not self._isolate or len(batch) == 1:
+                    _fail(batch, error)
+                    continue
+                # Each alone: an item that cannot be written fails only its own submitter.
                 for one in batch:
-                    await self._write([one])
+                    error = await self._write([one])
+                    if error is not None:
+                        _fail([one], error)
         finally:
             self._drainer = None
 
-    async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> bool:
-        """Flush `batch` and answer its submitters; False when the flush raised, in which
-        case they are answered with the error only when it will not be retried alone."""
+    async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> Exception | None:
+        """Flush `batch` and answer its submitters; when the flush raises, its error,
+        leaving them unanswered."""
         try:
             answers = await self._flush([item for item, _ in batch])
             if len(answers) != len(batch):
                 raise ValueError(f"{len(answers)} answers for {len(batch)} items")
         except Exception as exc:
-            if self._isolate and len(batch) > 1:
-                return False
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return False
+            return exc
         for (_, future), answer in zip(batch, answers, strict=True):
             if not future.done():
                 future.set_result(answer)
-        return True
+        return None
+
+
+def _fail(batch: list[tuple[T, asyncio.Future[R]]], error: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(error)

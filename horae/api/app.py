@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 from fastapi import FastAPI, Request, Response
@@ -73,7 +72,6 @@ def create_app(
     dsn: str,
     auth: Authenticator,
     pool_size: int = 10,
-    max_batch: int = 1000,
     limits: BodyLimits | None = None,
 ) -> FastAPI:
     state = State()
@@ -116,9 +114,7 @@ def create_app(
                     headers={"Retry-After": "1"})
         )  # fmt: skip
 
-    app.include_router(
-        build_router(pool=pool, auth=auth, shards=lambda: state.shards, max_batch=max_batch)
-    )
+    app.include_router(build_router(pool=pool, auth=auth, shards=lambda: state.shards))
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -154,11 +150,12 @@ class AuthPlan:
     """HORAE_API_TOKEN_REVIEWS_PER_SECOND among them."""
 
     def describe(self) -> str:
-        active = [f"static tokens from {self.tokens_file} (local development only)"] * bool(
-            self.tokens_file
-        ) + ["Kubernetes TokenReview + SubjectAccessReview"] * self.kubernetes
-        if self.kubernetes and self.audiences:
-            active[-1] += f" (audiences {', '.join(self.audiences)})"
+        active = []
+        if self.tokens_file:
+            active.append(f"static tokens from {self.tokens_file} (local development only)")
+        if self.kubernetes:
+            audiences = f" (audiences {', '.join(self.audiences)})" if self.audiences else ""
+            active.append(f"Kubernetes TokenReview + SubjectAccessReview{audiences}")
         return "authenticators: " + ", ".join(active)
 
 
@@ -208,7 +205,7 @@ def auth_plan(env: Mapping[str, str]) -> AuthPlan:
 
 
 def authenticator(settings: Settings, plan: AuthPlan) -> Authenticator:
-    chain: list[Any] = []
+    chain: list[Authenticator] = []
     if plan.tokens_file:
         chain.append(StaticTokens(Path(plan.tokens_file)))
     if plan.kubernetes:

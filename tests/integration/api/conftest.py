@@ -104,7 +104,7 @@ async def api(
 ) -> AsyncIterator[httpx.AsyncClient]:
     # As the chart's API ServiceAccount: TokenReview and SubjectAccessReview, nothing more.
     auth = KubernetesAuth(Reviews(load_api_client(str(component_kubeconfigs["api"]))))
-    app = create_app(dsn=db_url, auth=auth, pool_size=4, max_batch=1000)
+    app = create_app(dsn=db_url, auth=auth, pool_size=4)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://horae") as client:
