@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from horae.errors import QuotaExceeded
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
@@ -453,3 +454,25 @@ async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_recor
     last_skipped = now - timedelta(seconds=1) if catch_up == "Latest" else now
     assert skipped == [last_skipped - timedelta(seconds=i) for i in range(99, -1, -1)]
     assert scheduled == [*run_now, (now + timedelta(seconds=1), now + timedelta(seconds=1))]
+
+
+async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_quota(
+    pool: asyncpg.Pool,
+) -> None:
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        await jobs.set_tenant_limit(conn, "acme", None, max_jobs=1)
+        [dead] = await one_offs(conn, 1)
+        claimed = await executions.claim(
+            conn, dead["id"], dead["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
+        )
+        assert isinstance(claimed, executions.Claimed)
+        await executions.finish(conn, claimed, owner="w1", status=ExecutionStatus.DEAD, now=NOW)
+        [other] = await one_offs(conn, 1)  # the tenant's one live job
+        with pytest.raises(QuotaExceeded, match="max_jobs"):
+            await jobs.rerun_execution(conn, dead["id"], now=NOW)
+        job = await pool.fetchrow("SELECT state FROM jobs WHERE id = $1", dead["job_id"])
+        assert job["state"] == "completed"
+        assert len(await rows(pool, dead["job_id"])) == 1, "nothing was written"
+        await jobs.cancel_job(conn, other["job_id"], now=NOW)
+        assert await jobs.rerun_execution(conn, dead["id"], now=NOW)
