@@ -559,12 +559,8 @@ async def set_tenant_limit(
 
 async def list_tenants(conn: Conn, name: str | None = None) -> list[dict[str, Any]]:
     """Tenants with their settings, the quotas in force (defaults filled in) and their use."""
-    return [
-        dict(r)
-        | {
-            "max_jobs": r["max_jobs"] or quotas.DEFAULT_MAX_JOBS,
-            "max_fires_per_minute": r["max_fires_per_minute"]
-            or quotas.DEFAULT_MAX_FIRES_PER_MINUTE,
-        }
-        for r in await conn.fetch(Q["list_tenants"], name)
-    ]
+    tenants = []
+    for r in await conn.fetch(Q["list_tenants"], name):
+        max_jobs, max_rate = quotas.in_force(r["max_jobs"], r["max_fires_per_minute"])
+        tenants.append(dict(r, max_jobs=max_jobs, max_fires_per_minute=max_rate))
+    return tenants
