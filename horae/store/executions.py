@@ -44,10 +44,9 @@ class Due:
     concurrency_policy: str = "Allow"
 
 
-MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
-
-
 NIL = uuid.UUID(int=0)
+"""The smallest id: (due_at, NIL) sorts before every execution due at `due_at`."""
+MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), NIL)
 
 
 def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
@@ -59,7 +58,7 @@ def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
     re-read)."""
     micros, _, ident = payload.partition(" ")
     try:
-        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(micros))
+        at = MIN_CURSOR[0] + timedelta(microseconds=int(micros))
         return at, uuid.UUID(ident) if ident else NIL
     except ValueError:
         return None

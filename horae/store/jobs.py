@@ -428,9 +428,9 @@ async def rerun_execution(
 ) -> uuid.UUID:
     """Run a failed occurrence again, now: one more attempt of the same occurrence (so its
     handler sees the same idempotency key), whatever the job's schedule and even when the
-    job is `completed` (a one-off). Only the occurrence's latest attempt, and only once it
-    ended dead, failed or timed out; not for a paused or cancelled job. Returns the new
-    execution's id."""
+    job is `completed` (a one-off: live again, within its tenant's quotas). Only the
+    occurrence's latest attempt, and only once it ended dead, failed or timed out; not for a
+    paused or cancelled job. Returns the new execution's id."""
     async with conn.transaction():
         found = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
         if found is None:
@@ -456,7 +456,8 @@ async def rerun_execution(
             )
         if job["state"] == JobState.COMPLETED:
             # Claims run only active jobs' executions; the re-run's outcome completes the
-            # one-off again.
+            # one-off again. Live until then, it counts against its tenant's quotas.
+            await quotas.check(conn, [(job["tenant"], 1, job["fires_per_minute"])])
             await conn.execute(Q["set_job_state"], job["id"], JobState.ACTIVE.value, now, now)
         new_id = await insert_execution(
             conn,
@@ -558,12 +559,8 @@ async def set_tenant_limit(
 
 async def list_tenants(conn: Conn, name: str | None = None) -> list[dict[str, Any]]:
     """Tenants with their settings, the quotas in force (defaults filled in) and their use."""
-    return [
-        dict(r)
-        | {
-            "max_jobs": r["max_jobs"] or quotas.DEFAULT_MAX_JOBS,
-            "max_fires_per_minute": r["max_fires_per_minute"]
-            or quotas.DEFAULT_MAX_FIRES_PER_MINUTE,
-        }
-        for r in await conn.fetch(Q["list_tenants"], name)
-    ]
+    tenants = []
+    for r in await conn.fetch(Q["list_tenants"], name):
+        max_jobs, max_rate = quotas.in_force(r["max_jobs"], r["max_fires_per_minute"])
+        tenants.append(dict(r, max_jobs=max_jobs, max_fires_per_minute=max_rate))
+    return tenants

@@ -102,7 +102,6 @@ SELECT id, request_hash FROM jobs WHERE tenant = $1 AND idempotency_key = $2
 -- its quotas (NULL: no limit; the default quota).
 INSERT INTO tenants (name, max_running, max_jobs, max_fires_per_minute) VALUES ($1, $2, $3, $4)
 ON CONFLICT (name) DO UPDATE SET max_running = $2, max_jobs = $3, max_fires_per_minute = $4
-RETURNING name
 
 -- name: list_tenants
 -- Tenants (all, or the one named $1) with their settings and what they use: executions

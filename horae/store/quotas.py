@@ -25,6 +25,14 @@ DEFAULT_MAX_FIRES_PER_MINUTE = 100_000
 binds first)."""
 
 
+def in_force(max_jobs: int | None, max_fires_per_minute: int | None) -> tuple[int, int]:
+    """A tenant's quotas in force, from its own settings (None: the default)."""
+    return (
+        max_jobs or DEFAULT_MAX_JOBS,
+        max_fires_per_minute or DEFAULT_MAX_FIRES_PER_MINUTE,
+    )
+
+
 async def check(conn: Conn, adding: Iterable[tuple[str, int, float]]) -> None:
     """Raise QuotaExceeded unless every tenant can take what is added: (tenant, jobs,
     fires per minute) triples, summed per tenant. Call inside the transaction that writes
@@ -40,8 +48,7 @@ async def check(conn: Conn, adding: Iterable[tuple[str, int, float]]) -> None:
     await conn.execute(Q["lock_tenant_quotas"], tenants)
     for row in await conn.fetch(Q["tenant_quotas"], tenants):
         tenant = row["name"]
-        max_jobs = row["max_jobs"] or DEFAULT_MAX_JOBS
-        max_rate = row["max_fires_per_minute"] or DEFAULT_MAX_FIRES_PER_MINUTE
+        max_jobs, max_rate = in_force(row["max_jobs"], row["max_fires_per_minute"])
         if jobs[tenant] > 0 and row["jobs"] + jobs[tenant] > max_jobs:
             raise QuotaExceeded(tenant, "max_jobs", max_jobs, row["jobs"], jobs[tenant])
         # (a small tolerance: sums of floats)

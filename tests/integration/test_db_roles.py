@@ -6,7 +6,7 @@ operator's real store calls succeed under their roles."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 
 import asyncpg
@@ -16,7 +16,7 @@ import pytest_asyncio
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
-from horae.store.executions import Claimed, ClaimRequest, Finish, ShardDispatch, Throttled
+from horae.store.executions import Answer, Claimed, ClaimRequest, Finish, ShardDispatch, Throttled
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions, migrate
 from tests.support.wait import until
@@ -50,6 +50,15 @@ async def first_execution(pool: asyncpg.Pool, job_id: uuid.UUID) -> asyncpg.Reco
 
 def request(row: asyncpg.Record) -> ClaimRequest:
     return ClaimRequest(row["id"], row["due_at"], row["tenant"])
+
+
+async def claims(
+    worker: asyncpg.Connection, requests: Sequence[ClaimRequest], owner: str = "w1"
+) -> list[Answer]:
+    """`requests` claimed for `owner` (now, for LEASE) by a worker serving SERVES."""
+    return await executions.claim_many(
+        worker, requests, owner=owner, now=NOW, lease=LEASE, serves=SERVES
+    )
 
 
 @pytest.mark.parametrize(
@@ -120,8 +129,7 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     spec = JobSpec(task="t", run_at=NOW, payload={"secret": "acme's"})
     job_id = await api_job(as_role["api"], spec)
     row = await first_execution(pool, job_id)
-    [claimed] = await executions.claim_many(worker, [request(row)], owner="w1", now=NOW,
-                                            lease=LEASE, serves=SERVES)  # fmt: skip
+    [claimed] = await claims(worker, [request(row)])
     assert isinstance(claimed, Claimed) and claimed.payload == {"secret": "acme's"}
     assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
                                       ids=[claimed.id]) == []  # fmt: skip
@@ -135,20 +143,12 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     assert await pool.fetchval("SELECT last_status FROM jobs WHERE id = $1", job_id) == "failed"
     retry = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1 AND attempt = 2",
                                 job_id)  # fmt: skip
-    [again] = await executions.claim_many(worker, [request(retry)], owner="w1", now=NOW,
-                                          lease=LEASE, serves=SERVES)  # fmt: skip
+    [again] = await claims(worker, [request(retry)])
     assert isinstance(again, Claimed)
     assert await executions.release_running(worker, owner="w1", ids=[again.id], now=NOW) == 1
     assert await pool.fetchval("SELECT status FROM executions WHERE id = $1",
                                again.id) == "scheduled"  # fmt: skip
-    [third] = await executions.claim_many(
-        worker,
-        [ClaimRequest(again.id, NOW, "acme")],
-        owner="w1",
-        now=NOW,
-        lease=LEASE,
-        serves=SERVES,
-    )
+    [third] = await claims(worker, [ClaimRequest(again.id, NOW, "acme")])
     assert isinstance(third, Claimed)
     assert await executions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
                                    now=NOW, result={"ok": 1})  # fmt: skip
@@ -165,11 +165,9 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
                            tenant="other")  # fmt: skip
     their_row = await first_execution(pool, theirs)
     # Their execution, already claimed by another worker: a claim gets nothing.
-    [other] = await executions.claim_many(worker, [request(their_row)], owner="w-other",
-                                          now=NOW, lease=LEASE, serves=SERVES)  # fmt: skip
+    [other] = await claims(worker, [request(their_row)], owner="w-other")
     assert isinstance(other, Claimed)
-    assert await executions.claim_many(worker, [request(their_row)], owner="w1", now=NOW,
-                                       lease=LEASE, serves=SERVES) == [None]  # fmt: skip
+    assert await claims(worker, [request(their_row)]) == [None]
     # Nor do a heartbeat, an outcome or a hand-back under another owner's name it guesses wrong.
     assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
                                       ids=[other.id]) == []  # fmt: skip
@@ -179,11 +177,9 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
     # An id it makes up, or a real id with the wrong due time, claims nothing either.
     made_up = [ClaimRequest(uuid.uuid4(), NOW, "other"),
                ClaimRequest(their_row["id"], NOW + timedelta(days=1), "other")]  # fmt: skip
-    assert await executions.claim_many(worker, made_up, owner="w1", now=NOW,
-                                       lease=LEASE, serves=SERVES) == [None, None]  # fmt: skip
+    assert await claims(worker, made_up) == [None, None]
     mine_row = await first_execution(pool, mine)
-    [claimed] = await executions.claim_many(worker, [request(mine_row)], owner="w1", now=NOW,
-                                            lease=LEASE, serves=SERVES)  # fmt: skip
+    [claimed] = await claims(worker, [request(mine_row)])
     assert isinstance(claimed, Claimed) and claimed.payload == {"a": 1}
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await worker.fetch("SELECT payload FROM jobs WHERE id = $1", theirs)
@@ -197,12 +193,10 @@ async def test_the_worker_role_is_held_to_the_rows_tenant_limit(
     rows = [await first_execution(pool, i) for i in ids]
     # Messages that name another tenant are refused, the rows untouched (horae_claim).
     forged = [ClaimRequest(r["id"], r["due_at"], "other") for r in rows]
-    answers = await executions.claim_many(as_role["worker"], forged, owner="w1", now=NOW,
-                                          lease=LEASE, serves=SERVES)  # fmt: skip
+    answers = await claims(as_role["worker"], forged)
     assert [type(a).__name__ for a in answers] == ["Refused", "Refused"]
     honest = [ClaimRequest(r["id"], r["due_at"], "acme") for r in rows]
-    answers = await executions.claim_many(as_role["worker"], honest, owner="w1", now=NOW,
-                                          lease=LEASE, serves=SERVES)  # fmt: skip
+    answers = await claims(as_role["worker"], honest)
     assert sorted(type(a).__name__ for a in answers) == ["Claimed", "Throttled"]
     throttled = next(a for a in answers if isinstance(a, Throttled))
     assert NOW + timedelta(seconds=1) <= throttled.due_at <= NOW + timedelta(seconds=1.5)
@@ -213,8 +207,7 @@ async def test_the_worker_role_schedules_the_next_occurrence_of_an_unrecorded_cl
 ) -> None:
     job_id = await api_job(as_role["api"], JobSpec(task="t", cron="*/10 * * * * *"))
     row = await first_execution(pool, job_id)
-    [claimed] = await executions.claim_many(as_role["worker"], [request(row)], owner="w1",
-                                            now=NOW, lease=LEASE, serves=SERVES)  # fmt: skip
+    [claimed] = await claims(as_role["worker"], [request(row)])
     assert isinstance(claimed, Claimed)
     nxt = await pool.fetch("SELECT occurrence_at FROM executions WHERE job_id = $1"
                            " AND status = 'scheduled'", job_id)  # fmt: skip
@@ -238,14 +231,7 @@ async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
     assert (queued, fenced) == (1, set())
     assert len(await executions.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10)) == 1
     await executions.touch_queued(scheduler, shard, epoch, [due], NOW)
-    [claimed] = await executions.claim_many(
-        as_role["worker"],
-        [ClaimRequest(due.id, due.due_at, due.tenant)],
-        owner="w1",
-        now=NOW,
-        lease=LEASE,
-        serves=SERVES,
-    )
+    [claimed] = await claims(as_role["worker"], [ClaimRequest(due.id, due.due_at, due.tenant)])
     assert isinstance(claimed, Claimed)
     [expired] = await executions.expired_running(scheduler, [shard], NOW + LEASE * 2, 10)
     assert await executions.lose_lease(scheduler, expired, epoch=epoch, now=NOW + LEASE * 2,
@@ -269,8 +255,7 @@ async def test_the_api_role_runs_the_job_lifecycle(
     await jobs.resume_job(api, job_id, now=NOW, tenant="acme")
     triggered = await jobs.trigger_job(api, job_id, now=NOW, tenant="acme")
     row = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", triggered)
-    [claimed] = await executions.claim_many(as_role["worker"], [request(row)], owner="w1",
-                                            now=NOW, lease=LEASE, serves=SERVES)  # fmt: skip
+    [claimed] = await claims(as_role["worker"], [request(row)])
     assert isinstance(claimed, Claimed)
     await executions.finish(as_role["worker"], claimed, owner="w1",
                             status=ExecutionStatus.FAILED, now=NOW)  # fmt: skip
@@ -351,9 +336,7 @@ async def test_a_retry_announced_by_the_workers_function_carries_no_execution_id
     listener = await connect(db_url)
     await listener.add_listener(f"horae_shard_{row['shard']}", lambda *a: heard.append(a[3]))
     try:
-        [claimed] = await executions.claim_many(
-            worker, [request(row)], owner="w1", now=NOW, lease=LEASE, serves=SERVES
-        )
+        [claimed] = await claims(worker, [request(row)])
         assert isinstance(claimed, Claimed)
         retry_at = NOW + timedelta(seconds=5)
         finish = Finish(claimed, ExecutionStatus.FAILED, "Boom", "boom", retry_at=retry_at)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from horae.errors import QuotaExceeded
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
@@ -23,6 +24,13 @@ def cron_spec(expr: str = "*/10 * * * * *") -> JobSpec:
     return JobSpec(task="t", cron=expr)
 
 
+async def cron_job(conn: asyncpg.Connection, expr: str = "*/10 * * * * *") -> uuid.UUID:
+    """A cron job of tenant acme, created at NOW."""
+    return await jobs.create_job(
+        conn, cron_spec(expr), tenant="acme", source=JobSource.API, shards=64, now=NOW
+    )
+
+
 async def rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT * FROM executions WHERE job_id = $1 ORDER BY due_at, created_at", job_id
@@ -31,10 +39,7 @@ async def rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[asyncpg.Record]:
 
 async def test_create_inserts_the_job_and_its_first_execution(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec("0 * * * *"), tenant="acme", source=JobSource.API, shards=64,
-            now=NOW,
-        )  # fmt: skip
+        job_id = await cron_job(conn, "0 * * * *")
     job = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
     assert job["state"] == "active" and job["spec_version"] == 1
     assert job["shard"] == job_id.int % 64
@@ -70,10 +75,7 @@ async def test_near_term_execution_notifies_its_shard(pool: asyncpg.Pool, db_url
 
 async def test_edit_cancels_pending_and_schedules_from_the_new_spec(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec("0 * * * *"), tenant="acme", source=JobSource.API, shards=64,
-            now=NOW,
-        )  # fmt: skip
+        job_id = await cron_job(conn, "0 * * * *")
         version = await jobs.edit_job(conn, job_id, cron_spec("30 * * * *"), now=NOW)
     assert version == 2
     old, new = sorted(await rows(pool, job_id), key=lambda r: r["job_version"])
@@ -82,12 +84,11 @@ async def test_edit_cancels_pending_and_schedules_from_the_new_spec(pool: asyncp
     assert new["due_at"].minute == 30
 
 
-async def test_pause_cancels_pending_and_resume_schedules_from_now(pool: asyncpg.Pool) -> None:
+async def test_pause_cancels_pending_and_resume_records_the_missed_and_schedules_from_now(
+    pool: asyncpg.Pool,
+) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec("0 * * * *"), tenant="acme", source=JobSource.API, shards=64,
-            now=NOW,
-        )  # fmt: skip
+        job_id = await cron_job(conn, "0 * * * *")
         await jobs.set_paused(conn, job_id, True, now=NOW)
         assert [r["status"] for r in await rows(pool, job_id)] == ["cancelled"]
         assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "paused"
@@ -96,18 +97,7 @@ async def test_pause_cancels_pending_and_resume_schedules_from_now(pool: asyncpg
     statuses = [(r["status"], r["due_at"]) for r in await rows(pool, job_id)]
     assert statuses[-1] == ("scheduled", (later + timedelta(hours=1)).replace(minute=0, second=0))
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "active"
-
-
-async def test_occurrences_skipped_on_resume_get_uuid7_ids_like_every_execution(
-    pool: asyncpg.Pool,
-) -> None:
-    async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec("0 * * * *"), tenant="acme", source=JobSource.API, shards=64,
-            now=NOW,
-        )  # fmt: skip
-        await jobs.set_paused(conn, job_id, True, now=NOW)
-        await jobs.set_paused(conn, job_id, False, now=NOW + timedelta(hours=3))
+    # the missed occurrences get UUIDv7 ids, like every execution
     skipped = [r for r in await rows(pool, job_id) if r["status"] == "skipped"]
     assert len(skipped) == 3 and all(r["error_kind"] == "paused" for r in skipped)
     assert [r["id"].version for r in skipped] == [7, 7, 7]
@@ -115,9 +105,7 @@ async def test_occurrences_skipped_on_resume_get_uuid7_ids_like_every_execution(
 
 async def test_cancel_keeps_history(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec(), tenant="acme", source=JobSource.API, shards=64, now=NOW
-        )
+        job_id = await cron_job(conn)
         assert await jobs.cancel_job(conn, job_id, now=NOW) is True
         assert await jobs.cancel_job(conn, job_id, now=NOW) is False
     [execution] = await rows(pool, job_id)
@@ -127,9 +115,7 @@ async def test_cancel_keeps_history(pool: asyncpg.Pool) -> None:
 
 async def test_fenced_write_under_a_stale_epoch_changes_nothing(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec(), tenant="acme", source=JobSource.API, shards=64, now=NOW
-        )
+        job_id = await cron_job(conn)
         shard = job_id.int % 64
         old_epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
         new_epoch = await executions.take_shard(conn, shard, "replica-b", NOW)
@@ -145,9 +131,7 @@ async def test_fenced_write_under_a_stale_epoch_changes_nothing(pool: asyncpg.Po
 
 async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec(), tenant="acme", source=JobSource.API, shards=64, now=NOW
-        )
+        job_id = await cron_job(conn)
         [first] = await rows(pool, job_id)
         lease = timedelta(seconds=30)
         claimed = await executions.claim(
@@ -195,10 +179,7 @@ async def test_an_edit_keeping_the_schedule_still_schedules_the_next_occurrence(
     pool: asyncpg.Pool,
 ) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec("0 * * * *"), tenant="acme", source=JobSource.API, shards=64,
-            now=NOW,
-        )  # fmt: skip
+        job_id = await cron_job(conn, "0 * * * *")
         edited = JobSpec(task="t", cron="0 * * * *", payload={"v": 2})
         await jobs.edit_job(conn, job_id, edited, now=NOW)
         await jobs.set_paused(conn, job_id, True, now=NOW)
@@ -209,9 +190,7 @@ async def test_an_edit_keeping_the_schedule_still_schedules_the_next_occurrence(
 
 async def test_scheduling_the_same_occurrence_twice_is_harmless(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, cron_spec(), tenant="acme", source=JobSource.API, shards=64, now=NOW
-        )
+        job_id = await cron_job(conn)
         shard = job_id.int % 64
         epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
         due = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
@@ -453,3 +432,25 @@ async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_recor
     last_skipped = now - timedelta(seconds=1) if catch_up == "Latest" else now
     assert skipped == [last_skipped - timedelta(seconds=i) for i in range(99, -1, -1)]
     assert scheduled == [*run_now, (now + timedelta(seconds=1), now + timedelta(seconds=1))]
+
+
+async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_quota(
+    pool: asyncpg.Pool,
+) -> None:
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        await jobs.set_tenant_limit(conn, "acme", None, max_jobs=1)
+        [dead] = await one_offs(conn, 1)
+        claimed = await executions.claim(
+            conn, dead["id"], dead["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
+        )
+        assert isinstance(claimed, executions.Claimed)
+        await executions.finish(conn, claimed, owner="w1", status=ExecutionStatus.DEAD, now=NOW)
+        [other] = await one_offs(conn, 1)  # the tenant's one live job
+        with pytest.raises(QuotaExceeded, match="max_jobs"):
+            await jobs.rerun_execution(conn, dead["id"], now=NOW)
+        job = await pool.fetchrow("SELECT state FROM jobs WHERE id = $1", dead["job_id"])
+        assert job["state"] == "completed"
+        assert len(await rows(pool, dead["job_id"])) == 1, "nothing was written"
+        await jobs.cancel_job(conn, other["job_id"], now=NOW)
+        assert await jobs.rerun_execution(conn, dead["id"], now=NOW)
