@@ -50,16 +50,18 @@ MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), NIL)
 
 
 def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
-    """A shard NOTIFY's payload: the earliest due time among the executions just inserted
-    for that shard, "<epoch microseconds>", as the key to read the shard from (that time,
-    the nil id). Never an execution id: any database role may LISTEN (migration 004). The
-    "<epoch microseconds> <uuid>" of earlier releases is still read. None for any other
-    payload (rows moved back to scheduled under their old ids: the shard's window is
-    re-read)."""
-    micros, _, ident = payload.partition(" ")
+    """A shard NOTIFY's payload: the smallest new (due_at, id) of the executions just
+    inserted for that shard, as "<due, epoch microseconds> <the id's creation millisecond>",
+    read as (due_at, the smallest UUIDv7 of that millisecond): a key at or just before the
+    new rows, so the scheduler reads from there, and one that sorts ahead of its cursor when
+    the rows are newer than those it has read. Never the id itself: any database role may
+    LISTEN (migration 004). The "<epoch microseconds> <uuid>" of earlier releases is still
+    read. None for any other payload (rows moved back to scheduled under their old ids: the
+    shard's window is re-read)."""
+    micros, _, made = payload.partition(" ")
     try:
         at = MIN_CURSOR[0] + timedelta(microseconds=int(micros))
-        return at, uuid.UUID(ident) if ident else NIL
+        return at, uuid.UUID(int=int(made) << 80) if made.isdigit() else uuid.UUID(made)
     except ValueError:
         return None
 

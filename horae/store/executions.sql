@@ -24,9 +24,11 @@ WITH inserted AS (
     DO NOTHING
     RETURNING id, shard, due_at
 ), notified AS (
-    -- the payload is the shard's earliest new due time (never an id: any role may LISTEN)
+    -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
+    -- creation millisecond, never the id itself: any role may LISTEN
     SELECT pg_notify('horae_shard_' || s.shard::text,
-                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text)
+                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
+                     || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
     FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM inserted WHERE due_at < $11
           ORDER BY shard, due_at, id) s
 )

@@ -29,9 +29,11 @@ WITH new_jobs AS (
               starting_deadline_seconds, concurrency_policy)
     RETURNING id, shard, due_at
 ), notified AS (
-    -- the payload is the shard's earliest new due time (never an id: any role may LISTEN)
+    -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
+    -- creation millisecond, never the id itself: any role may LISTEN
     SELECT pg_notify('horae_shard_' || s.shard::text,
-                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text)
+                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
+                     || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
     FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM new_executions WHERE due_at < $29
           ORDER BY shard, due_at, id) s
 )

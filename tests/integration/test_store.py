@@ -14,7 +14,7 @@ from horae.errors import QuotaExceeded
 from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import executions, jobs
 from horae.store.db import connect
-from horae.store.executions import NIL, parse_notify
+from horae.store.executions import parse_notify
 from tests.support.wait import until
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -65,10 +65,12 @@ async def test_near_term_execution_notifies_its_shard(pool: asyncpg.Pool, db_url
             )  # fmt: skip
         payload = await asyncio.wait_for(heard.get(), timeout=5)
         [execution] = await rows(pool, job_id)
-        # the shard's earliest new due time, which the scheduler reads from; never the
-        # execution's id, which any role that may LISTEN would hear
-        assert parse_notify(payload) == (execution["due_at"], NIL)
-        assert str(execution["id"]) not in payload
+        # the shard's smallest new (due_at, id), to the id's creation millisecond: a key the
+        # scheduler reads from; never the id, which any role that may LISTEN would hear
+        due, floor = parse_notify(payload) or (None, None)
+        assert due == execution["due_at"] and floor is not None and floor <= execution["id"]
+        assert floor.int >> 80 == execution["id"].int >> 80
+        assert str(execution["id"]) not in payload and execution["id"].hex not in payload
     finally:
         await listener.close()
 

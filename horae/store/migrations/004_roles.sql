@@ -8,8 +8,9 @@
 -- caller names by (id, due_at) or holds by lease. So a worker's credential reads no job, no
 -- tenant and no payload except those of the executions it claims. Its claim runs only the
 -- tenants the worker names as served and each message named (docs/security.md), and a
--- shard's NOTIFY says when its earliest new execution is due, never which one: any role
--- may LISTEN, and an id would let a stolen credential claim it first.
+-- shard's NOTIFY says when its earliest new execution is due and in which millisecond its
+-- id was made, never the id: any role may LISTEN, and an id would let a stolen credential
+-- claim it first.
 --
 -- Roles belong to the PostgreSQL cluster, grants to this database: a second database of the
 -- same cluster (another installation, or the test suite's copies of a template) finds the
@@ -263,7 +264,8 @@ BEGIN
         RETURNING j.id
     ), notified AS (
         SELECT pg_notify('horae_shard_' || s.shard::text,
-                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text)
+                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
+                         || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
         FROM (SELECT DISTINCT ON (i.shard) i.shard, i.due_at, i.id FROM inserted i
               WHERE i.due_at < p_notify_before ORDER BY i.shard, i.due_at, i.id) s
     )
@@ -315,7 +317,8 @@ BEGIN
         RETURNING executions.id, executions.shard, executions.due_at
     ), retry_notified AS (
         SELECT pg_notify('horae_shard_' || s.shard::text,
-                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text)
+                         (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
+                         || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
         FROM (SELECT DISTINCT ON (r.shard) r.shard, r.due_at, r.id FROM retried r
               WHERE r.due_at < p_notify_before ORDER BY r.shard, r.due_at, r.id) s
     ), latest AS (  -- a job's last outcome in the batch, by execution id

@@ -6,7 +6,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from horae.store.executions import NIL, parse_notify
+from horae.store.executions import parse_notify
 from horae.store.jobs import new_execution_id
 
 
@@ -26,9 +26,24 @@ def test_a_notify_payload_is_a_key_and_anything_else_means_reread() -> None:
     ident = uuid.uuid4()
     at = datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=UTC)
     micros = int((at - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000 + 123456
-    assert parse_notify(str(micros)) == (at, NIL)  # a due time, never an id
+    assert parse_notify(str(micros)) is None
     assert parse_notify(f"{micros} {ident}") == (at, ident)  # as earlier releases sent
     assert parse_notify("throttled") is None
     assert parse_notify("released") is None
     assert parse_notify(str(ident)) is None  # the payload of an older release
     assert parse_notify("12 not-a-uuid") is None
+
+
+def test_a_key_from_an_ids_millisecond_sorts_ahead_of_rows_read_before_it_was_made() -> None:
+    """The payload carries the smallest new id's creation millisecond, not the id (any role
+    may LISTEN): the key is at or just before the new row, and after every row of the same
+    instant made in an earlier millisecond, so a burst created for an instant the
+    scheduler's cursor has reached does not make it re-read that instant."""
+    at = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    micros = 1_796_029_200_000_000
+    read = new_execution_id()  # a row the scheduler has already read (its cursor)
+    time.sleep(0.002)
+    new = new_execution_id()
+    assert parse_notify(f"{micros} {new.int >> 80}") == (at, uuid.UUID(int=(new.int >> 80) << 80))
+    _, floor = parse_notify(f"{micros} {new.int >> 80}") or (at, new)
+    assert read < floor <= new
