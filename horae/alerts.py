@@ -4,7 +4,8 @@ when that attempt's worker stopped heartbeating.
 
 The dead-letter queue is the durable record and the `horae_dead_letters_total` metric
 the alert to page on; the webhook is a convenience for chat or incident tools, so it is
-sent in the background, retried a few times, and never holds up the worker.
+sent in the background, retried a few times, and never holds up the worker or a reaper
+sweep.
 """
 
 from __future__ import annotations
@@ -58,6 +59,23 @@ def dead_event(
         "error_kind": error_kind,
         "error_message": error_message,
     }
+
+
+class DeadWebhook:
+    """The webhook of one process: `send` POSTs in the background, each POST kept
+    referenced until it is done; nothing is sent when no URL is set."""
+
+    def __init__(self, url: str | None) -> None:
+        self._url = url
+        self._sending: set[asyncio.Task[bool]] = set()
+
+    def send(self, event: dict[str, Any]) -> None:
+        """POST `event` (a `dead_event`) in the background, if a URL is set."""
+        if not self._url:
+            return
+        task = asyncio.create_task(post_dead(self._url, event))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
 
 async def post_dead(url: str, event: dict[str, Any]) -> bool:

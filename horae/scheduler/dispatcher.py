@@ -36,7 +36,7 @@ import asyncpg
 from horae import metrics
 from horae.broker import Publisher
 from horae.models import ExecutionMessage
-from horae.scheduler.limits import TenantGate
+from horae.scheduler.limits import TenantGate, late
 from horae.store import executions as store
 from horae.store.executions import MIN_CURSOR, Due, ShardDispatch, Skip
 
@@ -333,11 +333,13 @@ class Dispatcher:
         skips: list[Skip] = []
         keep: list[Due] = []
         for d in dues:
-            deadline = d.starting_deadline_seconds
-            if deadline is not None and (now - d.due_at).total_seconds() > deadline:
-                late = (now - d.due_at).total_seconds()
-                skips.append(Skip(d, "deadline", f"not started within startingDeadlineSeconds="
-                                  f"{deadline} ({late:.1f}s late)"))  # fmt: skip
+            if late(d, now):
+                behind = (now - d.due_at).total_seconds()
+                why = (
+                    f"not started within startingDeadlineSeconds={d.starting_deadline_seconds} "
+                    f"({behind:.1f}s late)"
+                )
+                skips.append(Skip(d, "deadline", why))
             else:
                 keep.append(d)
         judged = [d for d in keep if guarded(d)]
@@ -360,11 +362,11 @@ class Dispatcher:
         return keep, skips, cancel
 
     async def _dispatch(self, batch: list[Due]) -> None:
-        by_shard: dict[int, list[Due]] = defaultdict(list)
+        ours: list[Due] = []
         lapsed: set[int] = set()
         for due in batch:
             if due.shard in self.epochs and self._lease_valid(due.shard):
-                by_shard[due.shard].append(due)
+                ours.append(due)
             else:
                 self._known.discard((due.id, due.due_at))  # not ours (any more): forget it
                 if due.shard in self.epochs:
@@ -374,21 +376,19 @@ class Dispatcher:
                         sorted(lapsed))  # fmt: skip
             for shard in lapsed:  # re-read at the next refresh, not the next full one
                 self._notified[shard] = None
-        if not by_shard:
+        if not ours:
             return
         now = _now()
         plans = {}
         async with self._pool.acquire() as conn:
-            go, wait = await self._gate.admit(
-                conn, [d for ds in by_shard.values() for d in ds], now
-            )
+            go, wait = await self._gate.admit(conn, ours, now)
             if wait:
                 self._hold_back(wait)
-                waiting = {w for w, _ in wait}
+                waiting = {d for d, _ in wait}
                 batch = [d for d in batch if d not in waiting]
-                by_shard = defaultdict(list)
-                for d in go:
-                    by_shard[d.shard].append(d)
+            by_shard: dict[int, list[Due]] = defaultdict(list)
+            for d in go:
+                by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
                 plans[shard] = await self._decide(conn, dues, now)
         to_publish = [d for keep, _, _ in plans.values() for d in keep]

@@ -64,6 +64,7 @@ class ShardLeases:
         renew_period: float,
         on_gained: Callable[[int], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
+        on_tick: Callable[[], None] = lambda: None,
     ) -> None:
         self._leases = leases
         self.identity = identity
@@ -73,11 +74,13 @@ class ShardLeases:
         self._renew = renew_period
         self._on_gained = on_gained
         self._on_lost = on_lost
+        self._on_tick = on_tick
+        """Called after each completed tick (the scheduler's readiness: it took part in a
+        round of shard Leases, and holds `held`)."""
         self._seen: dict[str, _Seen] = {}
         self.held: dict[int, Lease] = {}
         self._renewed: dict[int, float] = {}
         self.live_members = 1
-        self.ticks = 0
         self.wake = asyncio.Event()
         """Set to run the next tick at once (a Lease was released or a member left)."""
 
@@ -141,7 +144,7 @@ class ShardLeases:
             await asyncio.gather(
                 *(self._try_take(s, current.get(shard_lease_name(s)), now) for s in round_)
             )
-        self.ticks += 1
+        self._on_tick()
 
     async def _renew_member(self, members: list[Lease]) -> str:
         name = member_lease_name(self.identity)

@@ -87,6 +87,12 @@ async def run(settings: Settings) -> None:
     async def fenced(shard: int) -> None:
         await shard_leases.release(shard)
 
+    probes = Probes()
+
+    def took_part() -> None:
+        """Ready once this replica has taken part in a round of shard Leases."""
+        probes.ready(f"holds {len(shard_leases.held)} of {shards} shards")
+
     dispatcher = Dispatcher(
         pool,
         publisher,
@@ -107,6 +113,7 @@ async def run(settings: Settings) -> None:
         renew_period=cfg.renew_period.total_seconds(),
         on_gained=gained,
         on_lost=lost,
+        on_tick=took_part,
     )
     reaper = Reaper(
         pool,
@@ -122,7 +129,6 @@ async def run(settings: Settings) -> None:
         lease_duration=timedelta(seconds=30),
         ahead_days=settings.database.partitions_ahead_days,
     )
-    probes = Probes()
     probes.serve(settings.metrics_port)
     watch_stop = threading.Event()
 
@@ -141,16 +147,8 @@ async def run(settings: Settings) -> None:
         ).start()
     log.info("scheduler %s starting with %d shards", cfg.identity, shards)
 
-    async def report() -> None:
-        """Ready once this replica has taken part in a round of shard Leases."""
-        while True:
-            if shard_leases.ticks:
-                probes.ready(f"holds {len(shard_leases.held)} of {shards} shards")
-            await asyncio.sleep(0.25)
-
     tasks = [
         asyncio.create_task(probes.beat(), name="beat"),
-        asyncio.create_task(report(), name="readiness"),
         asyncio.create_task(listener.run(stop), name="listener"),
         asyncio.create_task(shard_leases.run(stop), name="leases"),
         asyncio.create_task(dispatcher.run_refresh(stop), name="refresh"),

@@ -17,6 +17,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 
@@ -49,9 +50,7 @@ class Reaper:
         self._epochs = epochs
         self._redelivery = redelivery_timeout
         self._period = period.total_seconds()
-        self._dead_webhook = dead_webhook
-        self._alerts: set[asyncio.Task[bool]] = set()
-        """Webhook POSTs under way (kept referenced until done)."""
+        self._webhook = alerts.DeadWebhook(dead_webhook)
         self._clock = DatabaseClock()
         """Leases are judged by Postgres's clock, the one the workers write them by."""
 
@@ -90,31 +89,11 @@ class Reaper:
                         await self._publisher.dead_letter(body, str(row["id"]),
                                                           {"reason": "lease lost"})  # fmt: skip
                         metrics.dead_letters.inc()
-                        self._alert(row, owner=row["lease_owner"])
+                        self._webhook.send(_lease_lost_event(row))
             if lost:
                 metrics.reaped.labels("lease_lost").inc(lost)
                 log.info("%d running executions lost their lease", lost)
         return len(stale), lost
-
-    def _alert(self, row: asyncpg.Record, *, owner: str | None) -> None:
-        """The dead-execution webhook for an execution that died with its lease, in the
-        background (it never holds up a sweep)."""
-        if not self._dead_webhook:
-            return
-        event = alerts.dead_event(
-            execution_id=row["id"],
-            job_id=row["job_id"],
-            job_name=row["job_name"],
-            tenant=row["tenant"],
-            task=row["task"],
-            attempt=row["attempt"],
-            occurrence_at=row["occurrence_at"],
-            error_kind="lease_lost",
-            error_message=f"worker {owner or '?'} stopped heartbeating",
-        )
-        task = asyncio.create_task(alerts.post_dead(self._dead_webhook, event))
-        self._alerts.add(task)
-        task.add_done_callback(self._alerts.discard)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -128,3 +107,18 @@ class Reaper:
                 await asyncio.wait_for(stop.wait(), timeout=self._period)
             except TimeoutError:
                 pass
+
+
+def _lease_lost_event(row: asyncpg.Record) -> dict[str, Any]:
+    """The dead-execution webhook's event for a last attempt that died with its lease."""
+    return alerts.dead_event(
+        execution_id=row["id"],
+        job_id=row["job_id"],
+        job_name=row["job_name"],
+        tenant=row["tenant"],
+        task=row["task"],
+        attempt=row["attempt"],
+        occurrence_at=row["occurrence_at"],
+        error_kind="lease_lost",
+        error_message=f"worker {row['lease_owner'] or '?'} stopped heartbeating",
+    )

@@ -150,14 +150,9 @@ class Worker:
         cut) is let go, so its lease runs out and the reaper recovers it."""
         self._slots = asyncio.Semaphore(self._cfg.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._webhook = alerts.DeadWebhook(self._cfg.dead_webhook)
         self._claims = GroupCommit(self._claim_batch)
         self._finishes = GroupCommit(self._finish_batch)
-
-    def _background(self, work: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _claim(self, requests: Sequence[store.ClaimRequest]) -> list[store.Answer]:
         async with self._pool.acquire() as conn:
@@ -370,8 +365,8 @@ class Worker:
                 {"reason": outcome.error_message or ""},
             )  # fmt: skip
             metrics.dead_letters.inc()
-            if self._cfg.dead_webhook:
-                event = alerts.dead_event(
+            self._webhook.send(
+                alerts.dead_event(
                     execution_id=claimed.id,
                     job_id=claimed.job_id,
                     job_name=claimed.name,
@@ -382,7 +377,7 @@ class Worker:
                     error_kind=outcome.error_kind,
                     error_message=outcome.error_message,
                 )
-                self._background(alerts.post_dead(self._cfg.dead_webhook, event))
+            )
         if recorded:
             metrics.outcomes.labels(outcome.status.value).inc()
             if outcome.retry_at is not None:

@@ -14,18 +14,20 @@ TENANTS = ("t", "limited", "free")
 @pytest_asyncio.fixture
 async def shared_default_pool(
     processes: Processes, broker_url: str, broker_prefix: str, namespace: str
-) -> None:
+) -> str:
     """Workers of the pool `default` of the test's namespace (which stands in for Horae's
     own) serving `TENANTS`, as the operator sets up a shared pool given `spec.tenants`.
     Its queue exists before anything is published, as a deployed pool's does once its
-    workers first ran: what is published before a worker binds its tasks waits there."""
+    workers first ran: what is published before a worker binds its tasks waits there.
+    Its value is the queue's name."""
     processes.env["HORAE_TENANTS"] = ",".join(TENANTS)
     connection = await broker.connect(broker_url)
     try:
         channel = await connection.channel()
         names = broker.Names(broker_prefix)
-        await broker.bind_pool(
+        queue = await broker.bind_pool(
             channel, names, namespace=namespace, pool="default", tenants=TENANTS, tasks=()
         )
     finally:
         await connection.close()
+    return queue.name

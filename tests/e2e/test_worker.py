@@ -90,7 +90,7 @@ async def test_the_same_message_twice_runs_the_handler_once(
     broker_url: str,
     broker_prefix: str,
     tmp_path: Path,
-    namespace: str,
+    shared_default_pool: str,
 ) -> None:
     log = tmp_path / "calls.jsonl"
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
@@ -100,8 +100,7 @@ async def test_the_same_message_twice_runs_the_handler_once(
     assert done["status"] == "succeeded"
 
     async def queue_empty() -> bool:
-        queue = broker.Names(broker_prefix).pool_queue(namespace, "default")
-        return not await drain(broker_url, queue)
+        return not await drain(broker_url, shared_default_pool)
 
     await until(queue_empty, timeout=10, what="both messages acked")
     assert len(invocations(log)) == 1
@@ -113,7 +112,7 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     broker_url: str,
     broker_prefix: str,
     tmp_path: Path,
-    namespace: str,
+    shared_default_pool: str,
 ) -> None:
     # The scheduler publishes up to its dispatch lead early (a scheduler whose clock runs
     # ahead, earlier still): the worker claims and runs the execution only once it is due.
@@ -123,8 +122,7 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     await publish(broker_url, broker_prefix, msg)
 
     async def delivered() -> bool:  # the worker holds it: none left ready in the queue
-        queue = broker.Names(broker_prefix).pool_queue(namespace, "default")
-        return await ready_messages(broker_url, queue) == 0
+        return await ready_messages(broker_url, shared_default_pool) == 0
 
     await until(delivered, timeout=10, what="the message delivered to the worker")
     held = await pool.fetchrow("SELECT status::text, started_at FROM executions WHERE id = $1",
@@ -364,15 +362,15 @@ def unacked(broker_url: str, queue: str) -> int:
 
 
 async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcome(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str,
-    tmp_path: Path, namespace: str,
+    processes: Processes, pool: asyncpg.Pool, broker_url: str, tmp_path: Path,
+    shared_default_pool: str,
 ) -> None:  # fmt: skip
     log = tmp_path / "calls.jsonl"
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS,
                     env={"HORAE_TEST_LOG": str(log),
                          "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS": "60"})  # fmt: skip
-    queue = broker.Names(broker_prefix).pool_queue(namespace, "default")
+    queue = shared_default_pool
 
     async def running(count: int) -> bool:
         return len(invocations(log)) >= count

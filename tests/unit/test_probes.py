@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
 
 from horae import metrics
 from horae.probes import Probes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.kube import free_port
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -29,7 +23,7 @@ def _get(port: int, path: str) -> tuple[int, str]:
 
 def test_readiness_follows_what_the_component_says_and_metrics_are_served() -> None:
     probes = Probes()
-    port = _free_port()
+    port = free_port()
     probes.serve(port)
     status, body = _get(port, "/readyz")
     assert (status, json.loads(body)) == (503, {"status": "unavailable", "detail": "starting"})
@@ -46,7 +40,7 @@ def test_readiness_follows_what_the_component_says_and_metrics_are_served() -> N
 
 def test_liveness_fails_while_the_event_loop_is_blocked_and_recovers_after() -> None:
     probes = Probes(stall_after=0.5, beat_every=0.05)
-    port = _free_port()
+    port = free_port()
     probes.serve(port)
 
     async def turning_blocked_turning() -> list[int]:
