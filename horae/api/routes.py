@@ -36,14 +36,13 @@ from horae.api.schemas import (
     encode_cursor,
 )
 from horae.batching import GroupCommit
-from horae.errors import Conflict
 from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, payload_size_error
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
 from horae.store import jobs as store
 
 if TYPE_CHECKING:
-    from horae.store.db import Conn
+    pass
 
 DEFAULT_MAX_LATENESS = timedelta(hours=1)
 """A `run_at` this far in the past is refused when the job sets no starting deadline."""
@@ -97,20 +96,6 @@ def _validate_new(job: JobCreate, now: datetime, prefix: str = "") -> JobSpec:
 
 def _request_hash(job: JobCreate) -> str:
     return hashlib.sha256(job.model_dump_json().encode()).hexdigest()
-
-
-async def api_managed(conn: "Conn", job_id: uuid.UUID, tenant: str) -> asyncpg.Record:
-    """The job, when its spec and state are the API's to change: a ScheduledJob's job is
-    its manifest's (the operator would bring back whatever the API changed, and a DELETE
-    would leave the resource retrying forever), so those edits answer 409 naming it."""
-    row = await store.get_job(conn, job_id, tenant)
-    if row["source"] == JobSource.CRD:
-        name, namespace = row["name"], row["tenant"]
-        raise Conflict(
-            f"job {job_id} is managed by ScheduledJob {namespace}/{name}: change it there"
-            f" (kubectl edit scheduledjob/{name} -n {namespace}; kubectl delete to cancel it)"
-        )
-    return row
 
 
 def build_router(
@@ -238,14 +223,12 @@ def build_router(
     async def pause(job_id: uuid.UUID, tenant: Annotated[str, Depends(access("update"))]) -> None:
         """Pause: pending executions are cancelled; nothing fires until resumed."""
         async with pool().acquire() as conn:
-            await api_managed(conn, job_id, tenant)
             await store.pause_job(conn, job_id, now=_now(), tenant=tenant)
 
     @router.post("/jobs/{job_id}:resume", status_code=204, responses=ERRORS)
     async def resume(job_id: uuid.UUID, tenant: Annotated[str, Depends(access("update"))]) -> None:
         """Resume from now; the job's catch-up policy decides about missed occurrences."""
         async with pool().acquire() as conn:
-            await api_managed(conn, job_id, tenant)
             await store.resume_job(conn, job_id, now=_now(), tenant=tenant)
 
     @router.post("/jobs/{job_id}:trigger", status_code=201, response_model=Created,
@@ -294,7 +277,7 @@ def build_router(
         """Edit: spec version + 1; pending executions of the old version are cancelled."""
         now = _now()
         async with pool().acquire() as conn:
-            row = await api_managed(conn, job_id, tenant)
+            row = await store.get_job(conn, job_id, tenant)
             changes = body.model_dump(exclude_unset=True)
             # A null leaves the field out, so that it takes its default.
             spec_fields = store.spec_from_row(row).model_dump() | changes
@@ -317,7 +300,7 @@ def build_router(
     ) -> None:
         """Cancel: pending executions are cancelled; history is kept."""
         async with pool().acquire() as conn:
-            await api_managed(conn, job_id, tenant)
+            await store.get_job(conn, job_id, tenant)  # 404 for a job not there
             await store.cancel_job(conn, job_id, now=_now(), tenant=tenant)
 
     @router.get("/executions/{execution_id}", response_model=ExecutionOut, responses=ERRORS)

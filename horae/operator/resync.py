@@ -22,6 +22,7 @@ import pydantic
 
 from horae.errors import QuotaExceeded
 from horae.kube import CustomObjects
+from horae.models import JobSource
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import ready_status, sync_job
 from horae.resources import ScheduledJobSpec
@@ -95,7 +96,7 @@ class Resync:
         if current is not None and current["metadata"]["uid"] == str(job_id):
             return False  # created after the list, or being deleted: kopf handles it
         async with self._pool.acquire() as conn:
-            await store.cancel_job(conn, job_id, now=datetime.now(UTC))
+            await store.cancel_job(conn, job_id, now=datetime.now(UTC), by=JobSource.CRD)
         await self._mirrors.forget(job_id, namespace, name)
         log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone", job_id, namespace, name)
         return True

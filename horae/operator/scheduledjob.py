@@ -124,7 +124,7 @@ async def sync_job(
         )
     else:
         if store.spec_from_row(row) != job_spec:
-            await store.edit_job(conn, uid, job_spec, now=now)
+            await store.edit_job(conn, uid, job_spec, now=now, by=JobSource.CRD)
         if spec.suspend != (row["state"] == "paused"):
             await store.set_paused(conn, uid, spec.suspend, now=now)
     return await store.get_job(conn, uid)
@@ -186,5 +186,5 @@ def register(registry: kopf.OperatorRegistry) -> None:
     async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         assert namespace is not None, "ScheduledJob is namespaced"
         async with memo.pool.acquire() as conn:
-            await store.cancel_job(conn, uuid.UUID(uid), now=_now())
+            await store.cancel_job(conn, uuid.UUID(uid), now=_now(), by=JobSource.CRD)
         await memo.mirrors.forget(uuid.UUID(uid), namespace, name)

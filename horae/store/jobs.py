@@ -269,19 +269,40 @@ async def job_for_idempotency_key(
     return (row["id"], row["request_hash"]) if row else None
 
 
-async def _locked(conn: Conn, job_id: uuid.UUID, tenant: str | None) -> asyncpg.Record:
+async def _locked(
+    conn: Conn, job_id: uuid.UUID, tenant: str | None, *, by: JobSource | None = None
+) -> asyncpg.Record:
+    """The job's row, locked for the transaction. `by`: who changes it, refused (Conflict)
+    unless the job is theirs: a ScheduledJob's job is its manifest's (the operator would
+    bring back whatever the API or CLI changed, and a cancel would leave the resource
+    retrying forever), and the operator never changes a job made through the API."""
     row: asyncpg.Record | None = await conn.fetchrow(Q["get_job_for_update"], job_id)
     if row is None or (tenant is not None and row["tenant"] != tenant):
         raise NotFound(f"job {job_id} not found")
+    if by is not None and row["source"] != by:
+        if row["source"] == JobSource.CRD:
+            name, namespace = row["name"], row["tenant"]
+            raise Conflict(
+                f"job {job_id} is managed by ScheduledJob {namespace}/{name}: change it there"
+                f" (kubectl edit scheduledjob/{name} -n {namespace}; kubectl delete to cancel it)"
+            )
+        raise Conflict(f"job {job_id} was made through the API, not by a ScheduledJob")
     return row
 
 
 async def edit_job(
-    conn: Conn, job_id: uuid.UUID, spec: JobSpec, *, now: datetime, tenant: str | None = None
+    conn: Conn,
+    job_id: uuid.UUID,
+    spec: JobSpec,
+    *,
+    now: datetime,
+    tenant: str | None = None,
+    by: JobSource = JobSource.API,
 ) -> int:
-    """Replace the spec (version + 1), cancel pending executions, schedule the next one."""
+    """Replace the spec (version + 1), cancel pending executions, schedule the next one.
+    `by`: the API (and CLI) or the operator, each changing only its own jobs."""
     async with conn.transaction():
-        row = await _locked(conn, job_id, tenant)
+        row = await _locked(conn, job_id, tenant, by=by)
         if row["state"] == JobState.CANCELLED:
             raise Conflict(f"job {job_id} is cancelled")
         revived = row["state"] == JobState.COMPLETED  # an edit makes a completed job active
@@ -320,11 +341,16 @@ async def edit_job(
 
 
 async def pause_job(
-    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+    conn: Conn,
+    job_id: uuid.UUID,
+    *,
+    now: datetime,
+    tenant: str | None = None,
+    by: JobSource = JobSource.API,
 ) -> None:
     """Pause: pending executions are cancelled (reason: paused). Pausing twice is a no-op."""
     async with conn.transaction():
-        row = await _locked(conn, job_id, tenant)
+        row = await _locked(conn, job_id, tenant, by=by)
         state = JobState(row["state"])
         if state == JobState.PAUSED:
             return
@@ -335,14 +361,19 @@ async def pause_job(
 
 
 async def resume_job(
-    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+    conn: Conn,
+    job_id: uuid.UUID,
+    *,
+    now: datetime,
+    tenant: str | None = None,
+    by: JobSource = JobSource.API,
 ) -> None:
     """Resume from now. The most recent `MAX_SKIPPED_ON_RESUME` missed occurrences are
     recorded `skipped` (reason: paused), except that catch-up `Latest` runs the most recent
     one now; older ones leave no row. A one-off that was missed runs now.
     """
     async with conn.transaction():
-        row = await _locked(conn, job_id, tenant)
+        row = await _locked(conn, job_id, tenant, by=by)
         state = JobState(row["state"])
         if state == JobState.ACTIVE:
             return
@@ -387,11 +418,11 @@ async def resume_job(
 
 
 async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime) -> None:
-    """Pause or resume (used by the operator for `spec.suspend`)."""
+    """Pause or resume a ScheduledJob's job (the operator, for `spec.suspend`)."""
     if paused:
-        await pause_job(conn, job_id, now=now)
+        await pause_job(conn, job_id, now=now, by=JobSource.CRD)
     else:
-        await resume_job(conn, job_id, now=now)
+        await resume_job(conn, job_id, now=now, by=JobSource.CRD)
 
 
 async def trigger_job(
@@ -476,12 +507,17 @@ async def rerun_execution(
 
 
 async def cancel_job(
-    conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+    conn: Conn,
+    job_id: uuid.UUID,
+    *,
+    now: datetime,
+    tenant: str | None = None,
+    by: JobSource = JobSource.API,
 ) -> bool:
     """Cancel a job: pending executions cancelled, history kept. False if already cancelled."""
     async with conn.transaction():
         try:
-            row = await _locked(conn, job_id, tenant)
+            row = await _locked(conn, job_id, tenant, by=by)
         except NotFound:
             return False
         if row["state"] == JobState.CANCELLED:
@@ -539,7 +575,7 @@ async def cancel_crd_namesake(
     """Cancel a live CRD job of this name whose resource was replaced while we were away."""
     old = await find_live_crd_job(conn, tenant, name)
     if old is not None and old != keep:
-        await cancel_job(conn, old, now=now)
+        await cancel_job(conn, old, now=now, by=JobSource.CRD)
 
 
 async def set_tenant_limit(

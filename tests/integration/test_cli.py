@@ -16,6 +16,8 @@ import asyncpg
 import httpx
 import yaml
 
+from horae.models import JobSource, JobSpec
+from horae.store import jobs
 from tests.support.processes import HORAE, REPO
 from tests.support.wait import until
 
@@ -363,3 +365,24 @@ def test_a_create_over_a_tenant_quota_is_one_line_and_exit_code_1(db_url: str) -
     bad = horae("tenants", "set", "quota", "--max-fires-per-minute", "0", db_url=db_url)
     assert bad.returncode == 2
     assert bad.stderr.startswith("horae: --max-fires-per-minute must be >= 1")
+
+
+async def test_a_scheduledjobs_job_is_not_paused_resumed_or_cancelled_from_the_cli(
+    db_url: str, pool: asyncpg.Pool
+) -> None:
+    """The store refuses to change a ScheduledJob's job for anyone but the operator: the
+    CLI, like the API, once made it diverge from its manifest."""
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(
+            conn, JobSpec(task="t", cron="0 * * * *"), tenant="shop", source=JobSource.CRD,
+            shards=64, now=datetime.now(UTC), name="nightly",
+        )  # fmt: skip
+    before = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    for verb in ("pause", "resume", "cancel"):
+        r = horae("jobs", verb, "shop/nightly", db_url=db_url)
+        assert r.returncode == 1, (verb, r.stderr)
+        assert r.stderr.strip().splitlines() == [
+            f"horae: job {job_id} is managed by ScheduledJob shop/nightly: change it there"
+            " (kubectl edit scheduledjob/nightly -n shop; kubectl delete to cancel it)"
+        ], verb
+    assert await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before

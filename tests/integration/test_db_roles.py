@@ -280,7 +280,8 @@ async def test_the_operator_role_keeps_scheduled_jobs(
     job_id = await jobs.create_job(operator, JobSpec(task="t", cron="0 * * * *"), tenant="ns",
                                    source=JobSource.CRD, shards=shards, now=NOW,
                                    name="nightly")  # fmt: skip
-    await jobs.edit_job(operator, job_id, JobSpec(task="t", cron="5 * * * *"), now=NOW)
+    await jobs.edit_job(operator, job_id, JobSpec(task="t", cron="5 * * * *"), now=NOW,
+                        by=JobSource.CRD)  # fmt: skip
     await jobs.set_paused(operator, job_id, True, now=NOW)
     await jobs.set_paused(operator, job_id, False, now=NOW)
     assert await jobs.find_live_crd_job(operator, "ns", "nightly") == job_id

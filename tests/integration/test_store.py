@@ -91,11 +91,11 @@ async def test_pause_cancels_pending_and_resume_records_the_missed_and_schedules
 ) -> None:
     async with pool.acquire() as conn:
         job_id = await cron_job(conn, "0 * * * *")
-        await jobs.set_paused(conn, job_id, True, now=NOW)
+        await jobs.pause_job(conn, job_id, now=NOW)
         assert [r["status"] for r in await rows(pool, job_id)] == ["cancelled"]
         assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "paused"
         later = NOW + timedelta(hours=3)
-        await jobs.set_paused(conn, job_id, False, now=later)
+        await jobs.resume_job(conn, job_id, now=later)
     statuses = [(r["status"], r["due_at"]) for r in await rows(pool, job_id)]
     assert statuses[-1] == ("scheduled", (later + timedelta(hours=1)).replace(minute=0, second=0))
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "active"
@@ -184,8 +184,8 @@ async def test_an_edit_keeping_the_schedule_still_schedules_the_next_occurrence(
         job_id = await cron_job(conn, "0 * * * *")
         edited = JobSpec(task="t", cron="0 * * * *", payload={"v": 2})
         await jobs.edit_job(conn, job_id, edited, now=NOW)
-        await jobs.set_paused(conn, job_id, True, now=NOW)
-        await jobs.set_paused(conn, job_id, False, now=NOW)
+        await jobs.pause_job(conn, job_id, now=NOW)
+        await jobs.resume_job(conn, job_id, now=NOW)
     found = [(r["status"], r["job_version"]) for r in await rows(pool, job_id)]
     assert sorted(found) == [("cancelled", 1), ("cancelled", 2), ("scheduled", 2)]
 
@@ -227,7 +227,7 @@ async def test_a_batch_of_claims_answers_each_request(pool: asyncpg.Pool) -> Non
         fresh, duplicate, stale = await one_offs(conn, 3)
         await executions.claim(conn, duplicate["id"], duplicate["due_at"], owner="w0",
                                now=NOW, lease=lease, tenant="acme")  # fmt: skip
-        await jobs.set_paused(conn, stale["job_id"], True, now=NOW)
+        await jobs.pause_job(conn, stale["job_id"], now=NOW)
         answers = await executions.claim_many(
             conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme")
                    for r in (stale, fresh, duplicate, fresh)],
@@ -420,9 +420,9 @@ async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_recor
         job_id = await jobs.create_job(
             conn, spec, tenant="acme", source=JobSource.API, shards=64, now=paused_at
         )
-        await jobs.set_paused(conn, job_id, True, now=paused_at)
+        await jobs.pause_job(conn, job_id, now=paused_at)
         started = time.monotonic()
-        await jobs.set_paused(conn, job_id, False, now=now)
+        await jobs.resume_job(conn, job_id, now=now)
         took = time.monotonic() - started
     assert took < 2.0, f"resume took {took:.1f}s"
     made = [r for r in await rows(pool, job_id) if r["created_at"] == now]
