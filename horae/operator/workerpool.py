@@ -36,6 +36,7 @@ from horae.broker import Names, QueueDepths
 from horae.config import WorkerSettings, env_seconds
 from horae.errors import ConfigError
 from horae.kube import CustomObjects, DeploymentReplicas, Deployments, ServiceAccounts
+from horae.operator.conditions import condition, refuse
 from horae.operator.tenancy import TenantsNotAllowed, served_tenants
 from horae.resources import GROUP, RESERVED_POOL_ENV, VERSION
 
@@ -457,6 +458,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.resume(GROUP, VERSION, "workerpools", registry=registry)
     async def reconcile(
         spec: kopf.Spec,
+        meta: kopf.Meta,
         uid: str,
         namespace: str | None,
         name: str,
@@ -471,34 +473,29 @@ def register(registry: kopf.OperatorRegistry) -> None:
             raise kopf.PermanentError(f"invalid WorkerPool spec: {exc}") from exc
         try:
             tenants = served_tenants(namespace, parsed.tenants, install_namespace=memo.namespace)
+            pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed, tenants=tenants)
+            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
         except TenantsNotAllowed as exc:
             # Nothing is applied: an existing Deployment keeps serving this namespace only.
-            patch.status["conditions"] = [_ready(False, "TenantsNotAllowed", str(exc))]
-            await memo.events.emit(
+            # Only a new spec can settle it.
+            await refuse(
+                memo.events,
+                patch,
+                meta,
                 kind="WorkerPool",
-                namespace=namespace,
-                name=name,
-                uid=uid,
                 reason="TenantsNotAllowed",
                 message=str(exc),
             )
             raise kopf.PermanentError(str(exc)) from exc
-        pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed, tenants=tenants)
-        try:
-            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
-        except PoolRefused as refused:
-            patch.status["conditions"] = [_ready(False, refused.reason, str(refused))]
-            await memo.events.emit(
-                kind="WorkerPool",
-                namespace=namespace,
-                name=name,
-                uid=uid,
-                reason=refused.reason,
-                message=str(refused),
-            )
+        except PoolRefused as exc:
             # Retried: labelling the ServiceAccount or removing the Deployment settles it.
-            raise kopf.TemporaryError(str(refused), delay=REFUSED_RETRY_SECONDS) from None
-        patch.status["conditions"] = [_ready(True, "Deployed", f"serves {', '.join(tenants)}")]
+            await refuse(
+                memo.events, patch, meta, kind="WorkerPool", reason=exc.reason, message=str(exc)
+            )
+            raise kopf.TemporaryError(str(exc), delay=REFUSED_RETRY_SECONDS) from None
+        patch.status["conditions"] = [
+            condition("Ready", True, "Deployed", f"serves {', '.join(tenants)}")
+        ]
         memo.autoscaler.track(pool)
 
     @kopf.on.cleanup(registry=registry)
@@ -511,16 +508,6 @@ def register(registry: kopf.OperatorRegistry) -> None:
     def forget(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         if namespace is not None:
             memo.autoscaler.forget(namespace, name)
-
-
-def _ready(ok: bool, reason: str, message: str) -> dict[str, str]:
-    return {
-        "type": "Ready",
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": _iso_now(),
-    }
 
 
 def _deleted(event: kopf.RawEvent, **_: Any) -> bool:
