@@ -249,6 +249,17 @@ class PoolRefused(Exception):
         self.reason = reason
 
 
+def _check_owned(deployment: DeploymentReplicas | None, pool: Pool) -> None:
+    """PoolRefused when a Deployment of the pool's name exists that the pool does not own."""
+    if deployment is not None and deployment.controller_uid != pool.uid:
+        raise PoolRefused(
+            "DeploymentNotOwned",
+            f"Deployment {pool.name} exists and is not this WorkerPool's: the operator never"
+            " takes over a Deployment it does not own (rename the pool, or delete that"
+            " Deployment)",
+        )
+
+
 async def check_privileges(
     deployments: Deployments, accounts: ServiceAccounts, pool: Pool
 ) -> DeploymentReplicas | None:
@@ -257,13 +268,7 @@ async def check_privileges(
     that nobody marked for workers (whoever may label ServiceAccounts there decides).
     Returns the pool's existing Deployment, if any."""
     existing = await deployments.get(pool.namespace, pool.name)
-    if existing is not None and existing.controller_uid != pool.uid:
-        raise PoolRefused(
-            "DeploymentNotOwned",
-            f"Deployment {pool.name} exists and is not this WorkerPool's: the operator never"
-            " takes over a Deployment it does not own (rename the pool, or delete that"
-            " Deployment)",
-        )
+    _check_owned(existing, pool)
     account = pool.spec.service_account_name
     if account:
         labels = await accounts.labels(pool.namespace, account)
@@ -298,6 +303,8 @@ class _Tracked:
     waiting: ScaleDown | None = None
     last_scale_time: str | None = None
     shown: dict[str, Any] = field(default_factory=dict)
+    refused: str | None = None
+    """The reason of the refusal last logged, until the pool is scaled again."""
 
 
 def _iso_now() -> str:
@@ -383,8 +390,15 @@ class Autoscaler:
         for key, tracked in list(self._pools.items()):
             try:
                 await self._scale(tracked)
+                tracked.refused = None
             except asyncio.CancelledError:
                 raise
+            except PoolRefused as refused:
+                # No fault of the operator's, and it lasts until someone removes that
+                # Deployment or marks the account again: said once, not every period.
+                if refused.reason != tracked.refused:
+                    log.warning("WorkerPool %s/%s not scaled: %s", *key, refused)
+                    tracked.refused = refused.reason
             except Exception:
                 log.exception("could not autoscale WorkerPool %s/%s", *key)
 
@@ -400,8 +414,7 @@ class Autoscaler:
             else:
                 self.forget(pool.namespace, pool.name)
             return
-        if deployment.controller_uid != pool.uid:
-            raise PoolRefused("DeploymentNotOwned", f"Deployment {pool.name} is not the pool's")
+        _check_owned(deployment, pool)
         desired = desired_replicas(
             ready,
             minimum=spec.min_replicas,
