@@ -18,8 +18,8 @@ import statistics
 import time
 from datetime import UTC, datetime
 
-from bench.harness import REPO, System, horae_system
-from bench.operator_scale import kubectl
+from bench.harness import System, horae_system
+from bench.operator_scale import install_crds, kubectl
 
 
 def lease(env: dict[str, str]) -> dict[str, str]:
@@ -56,9 +56,7 @@ async def main() -> None:
     args = parser.parse_args()
     async with horae_system("opfail") as system:
         env = system.env
-        kubectl(env, "apply", "-f", str(REPO / "crds"))
-        for crd in ("scheduledjobs", "executions", "workerpools"):
-            kubectl(env, "wait", "--for=condition=Established", f"crd/{crd}.horae.dev")
+        install_crds(env)
         system.start("operator-0", "operator")
         await leading(env, "operator-0")
         n = 0

@@ -34,6 +34,13 @@ def kubectl(env: dict[str, str], *args: str, input: str | None = None) -> str:
                           text=True, check=True, timeout=300).stdout  # fmt: skip
 
 
+def install_crds(env: dict[str, str]) -> None:
+    """Apply Horae's CRDs and wait until the API server serves them."""
+    kubectl(env, "apply", "-f", str(REPO / "crds"))
+    for crd in ("scheduledjobs", "executions", "workerpools"):
+        kubectl(env, "wait", "--for=condition=Established", f"crd/{crd}.horae.dev")
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -47,9 +54,7 @@ async def main() -> None:
     args = parser.parse_args()
     async with horae_system("opscale") as system:
         env = system.env
-        kubectl(env, "apply", "-f", str(REPO / "crds"))
-        for crd in ("scheduledjobs", "executions", "workerpools"):
-            kubectl(env, "wait", "--for=condition=Established", f"crd/{crd}.horae.dev")
+        install_crds(env)
         system.start("opscale-operator", "operator")
         operator = system.processes[-1]
         await asyncio.sleep(3)  # the operator up and watching

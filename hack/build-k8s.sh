@@ -38,27 +38,27 @@ done
 CACHE=${HORAE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horae}/k8s/$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION
 BIN=$CACHE/bin
 
-# The binaries wanted from the cache: all of them, or those the provided directory lacks.
-wanted=()
-for b in "${BINARIES[@]}"; do
-  [ -n "$provided" ] && [ -x "$provided/$b" ] || wanted+=("$b")
-done
+# What to build: the binaries neither the provided directory nor the cache has.
 missing=()
-for b in "${wanted[@]}"; do [ -x "$BIN/$b" ] || missing+=("$b"); done
+for b in "${BINARIES[@]}"; do
+  [ -n "$provided" ] && [ -x "$provided/$b" ] && continue
+  [ -x "$BIN/$b" ] || missing+=("$b")
+done
 needs() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
 # A directory of links: the provided binaries, and the cache's for the rest. One per
 # provided directory, so different ones never overwrite each other's links.
 print_bin() {
-  if [ -z "$provided" ]; then echo "$BIN"; return; fi
-  local mixed b
-  mixed=$CACHE/with/$(printf '%s' "$provided" | sha256sum | cut -c1-16)
-  mkdir -p "$mixed"
-  for b in "${BINARIES[@]}"; do
-    if [ -x "$provided/$b" ]; then ln -sfn "$provided/$b" "$mixed/$b"; else ln -sfn "$BIN/$b" "$mixed/$b"; fi
-  done
-  has_all "$mixed" || die "binaries are missing in $mixed"
-  echo "$mixed"
+  local dir=$BIN b
+  if [ -n "$provided" ]; then
+    dir=$CACHE/with/$(printf '%s' "$provided" | sha256sum | cut -c1-16)
+    mkdir -p "$dir"
+    for b in "${BINARIES[@]}"; do
+      if [ -x "$provided/$b" ]; then ln -sfn "$provided/$b" "$dir/$b"; else ln -sfn "$BIN/$b" "$dir/$b"; fi
+    done
+  fi
+  has_all "$dir" || die "binaries are missing in $dir"
+  echo "$dir"
 }
 
 if [ ${#missing[@]} = 0 ]; then print_bin; exit 0; fi
@@ -129,5 +129,4 @@ if needs helm; then
   build_module helm "	helm.sh/helm/v3 $HELM_VERSION" "" "helm.sh/helm/v3/cmd/helm=>helm"
 fi
 
-for b in "${wanted[@]}"; do [ -x "$BIN/$b" ] || die "build finished but $b is missing in $BIN"; done
 print_bin

@@ -101,19 +101,16 @@ ensure_pg_cluster() {
   if [ -n "${ver:-}" ] && [ ! -e "$conf" ]; then
     die "PostgreSQL cluster $ver/$name was not made by hack/services.sh (no $conf): set HORAE_PG_CLUSTER to another name"
   fi
-  # Fast path: up and configured as wanted (without root: Horae's role can log in).
-  if [ "${status:-}" = online ] && [ "$(cat "$conf" 2>/dev/null)" = "$PG_SETTINGS" ]; then
-    if [ "$(id -u)" != 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    # Without root, all that can be checked is that it is up, configured as wanted, and
+    # lets Horae's role in.
+    if [ "${status:-}" = online ] && [ "$(cat "$conf" 2>/dev/null)" = "$PG_SETTINGS" ]; then
       PGPASSWORD=$PG_PASSWORD psql -h 127.0.0.1 -p "$port" -U "$PG_USER" -d "$PG_DB" -tAc 'select 1' >/dev/null 2>&1 \
         || die "Horae's PostgreSQL cluster $ver/$name on port $port refuses $PG_USER: run hack/services.sh as root once"
       return
     fi
-    if pg_answers "$port"; then
-      pg_ensure_role_db "$port"
-      return
-    fi
+    die "Horae's PostgreSQL cluster '$name' on port $port is missing, stopped or not configured, and not root to fix it"
   fi
-  [ "$(id -u)" = 0 ] || die "Horae's PostgreSQL cluster '$name' on port $port is missing, stopped or not configured, and not root to fix it"
   if [ "${status:-}" != online ]; then
     holder=$(pg_holder "$port")
     if [ -n "$holder" ] && [ "$holder" != "$ver/$name" ]; then

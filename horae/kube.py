@@ -2,7 +2,8 @@
 
 The official `kubernetes` client is synchronous; every call here runs in a
 worker thread so the components' event loops never block on the API server.
-API errors are translated at this boundary: 409 -> `LeaseConflict`.
+API errors are translated at this boundary: 409 -> `LeaseConflict`, 404 -> None (or
+False) where an object may be gone.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -78,6 +79,19 @@ def _json_call(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     is back in the pool before the thread takes its next call: read later, by the event
     loop, the pool held more connections than threads and discarded the surplus."""
     return json.loads(call(*args, _preload_content=False, **kwargs).data)
+
+
+T = TypeVar("T")
+
+
+async def _unless_gone(call: Awaitable[T]) -> T | None:
+    """What `call` returns; None when the API server answers 404 (no such object)."""
+    try:
+        return await call
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def _now() -> str:
@@ -167,13 +181,11 @@ class Leases:
         return _lease(obj)
 
     async def delete(self, name: str) -> None:
-        try:
-            await asyncio.to_thread(
+        await _unless_gone(
+            asyncio.to_thread(
                 self._api.delete_namespaced_lease, name, self.namespace, _request_timeout=10
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        )
 
 
 class SingletonLease:
@@ -267,14 +279,16 @@ class CustomObjects:
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> bool:
         """Merge-patch `status`; False when the object is gone."""
-        try:
-            await self._call(self._api.patch_namespaced_custom_object_status, namespace, plural,
-                             name, {"status": status})  # fmt: skip
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        patched = await _unless_gone(
+            self._call(
+                self._api.patch_namespaced_custom_object_status,
+                namespace,
+                plural,
+                name,
+                {"status": status},
+            )
+        )
+        return patched is not None
 
     async def list_all(self, plural: str) -> list[dict[str, Any]]:
         """Every object of `plural` in every namespace."""
@@ -282,13 +296,10 @@ class CustomObjects:
         return list(result["items"])
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = await self._call(self._api.get_namespaced_custom_object, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(obj)
+        obj = await _unless_gone(
+            self._call(self._api.get_namespaced_custom_object, namespace, plural, name)
+        )
+        return None if obj is None else dict(obj)
 
     async def list(
         self, plural: str, namespace: str, *, label_selector: str = ""
@@ -308,11 +319,9 @@ class CustomObjects:
                              body)  # fmt: skip
 
     async def delete(self, plural: str, namespace: str, name: str) -> None:
-        try:
-            await self._call(self._api.delete_namespaced_custom_object, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await _unless_gone(
+            self._call(self._api.delete_namespaced_custom_object, namespace, plural, name)
+        )
 
     async def delete_all(self, plural: str, namespace: str, *, label_selector: str) -> None:
         await self._call(self._api.delete_collection_namespaced_custom_object, namespace,
@@ -435,15 +444,12 @@ class ServiceAccounts:
 
     async def labels(self, namespace: str, name: str) -> dict[str, str] | None:
         """The ServiceAccount's labels; None when it does not exist."""
-        try:
-            obj = await asyncio.to_thread(
+        obj = await _unless_gone(
+            asyncio.to_thread(
                 self._core.read_namespaced_service_account, name, namespace, _request_timeout=10
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(obj.metadata.labels or {})
+        )
+        return None if obj is None else dict(obj.metadata.labels or {})
 
 
 class Events:
@@ -500,14 +506,13 @@ class Deployments:
         self._manager = manager
 
     async def get(self, namespace: str, name: str) -> DeploymentReplicas | None:
-        try:
-            obj = await asyncio.to_thread(
+        obj = await _unless_gone(
+            asyncio.to_thread(
                 self._apps.read_namespaced_deployment, name, namespace, _request_timeout=10
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        )
+        if obj is None:
+            return None
         controllers = [o.uid for o in obj.metadata.owner_references or [] if o.controller]
         return DeploymentReplicas(
             replicas=obj.spec.replicas or 0,
@@ -531,14 +536,14 @@ class Deployments:
 
     async def scale(self, namespace: str, name: str, replicas: int) -> bool:
         """Set `spec.replicas` through the scale subresource; False when the Deployment is gone."""
-        try:
-            await asyncio.to_thread(
-                self._apps.patch_namespaced_deployment_scale, name, namespace,
-                {"spec": {"replicas": replicas}}, field_manager=self._manager,
+        scaled = await _unless_gone(
+            asyncio.to_thread(
+                self._apps.patch_namespaced_deployment_scale,
+                name,
+                namespace,
+                {"spec": {"replicas": replicas}},
+                field_manager=self._manager,
                 _request_timeout=10,
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+            )
+        )
+        return scaled is not None

@@ -120,8 +120,8 @@ async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
     deadline, a hanging call included."""
     deadline = duration * RENEW_DEADLINE
     renewed = time.monotonic()
-    while True:
-        await asyncio.sleep(max(0.0, min(renew, renewed + deadline - time.monotonic())))
+    while (left := renewed + deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(renew, left))
         left = renewed + deadline - time.monotonic()
         try:
             if not await asyncio.wait_for(lease.hold(), timeout=max(0.05, left)):
@@ -129,13 +129,10 @@ async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
                 return
             renewed = time.monotonic()
         except TimeoutError:
-            log.error("leader Lease %s not renewed within %.1fs: stopping", lease.name, deadline)
-            return
+            break
         except Exception:
             log.exception("could not renew the leader Lease")
-        if time.monotonic() - renewed >= deadline:
-            log.error("leader Lease %s not renewed within %.1fs: stopping", lease.name, deadline)
-            return
+    log.error("leader Lease %s not renewed within %.1fs: stopping", lease.name, deadline)
 
 
 async def run(settings: Settings) -> None:
@@ -194,7 +191,7 @@ async def run(settings: Settings) -> None:
     leading = asyncio.create_task(_lead(lease, renew, cfg.lease_duration.total_seconds()))
     try:
         await asyncio.wait([operator, leading], return_when=asyncio.FIRST_COMPLETED)
-        if leading.done() and not leading.cancelled():
+        if leading.done():
             # As client-go's leader election: a leader that lost its Lease exits at once,
             # before a standby can take over, not after its tasks (and calls hanging on an
             # unreachable API server) have wound down.

@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from horae.errors import QuotaExceeded
 from horae.models import JobSource
+from horae.operator.conditions import condition, refuse
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
 from horae.store import jobs as store
 
@@ -34,16 +35,6 @@ def _now() -> datetime:
 
 def _iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
-
-
-def _condition(kind: str, ok: bool, reason: str, message: str = "") -> dict[str, str]:
-    return {
-        "type": kind,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": _iso(_now()) or "",
-    }
 
 
 QUOTA_RETRY_SECONDS = 15
@@ -82,9 +73,9 @@ def conditions_of(row: asyncpg.Record) -> list[dict[str, str]]:
     paused = row["state"] == "paused"
     failing = row["last_status"] in FAILING
     return [
-        _condition("Ready", True, "Stored", "job stored"),
-        _condition("Suspended", paused, "Suspend" if paused else "Active"),
-        _condition(
+        condition("Ready", True, "Stored", "job stored"),
+        condition("Suspended", paused, "Suspend" if paused else "Active"),
+        condition(
             "Failing", failing, display_status(row["last_status"]) or "NoRuns",
             f"the last attempt ended {row['last_status']}" if failing else "",
         ),
@@ -155,10 +146,10 @@ def register(registry: kopf.OperatorRegistry) -> None:
             first = exc.errors()[0]
             field = "spec." + ".".join(_crd_field(p) for p in first["loc"])
             message = f"{field}: {first['msg']}"
-            patch.status["conditions"] = [_condition("Ready", False, "InvalidSpec", message)]
             patch.status["observedGeneration"] = generation
-            await memo.events.emit(kind="ScheduledJob", namespace=namespace, name=name, uid=uid,
-                                   reason="InvalidSpec", message=message)  # fmt: skip
+            await refuse(
+                memo.events, patch, meta, kind="ScheduledJob", reason="InvalidSpec", message=message
+            )
             raise kopf.PermanentError(message) from exc
         memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
         try:
@@ -169,13 +160,12 @@ def register(registry: kopf.OperatorRegistry) -> None:
         except QuotaExceeded as exc:
             # Not stored (or not changed); tried again, so that it is stored once an
             # administrator raises the quota or the tenant frees some of it.
-            patch.status["conditions"] = [_condition("Ready", False, "QuotaExceeded", str(exc))]
             patch.status["observedGeneration"] = generation
-            await memo.events.emit(
+            await refuse(
+                memo.events,
+                patch,
+                meta,
                 kind="ScheduledJob",
-                namespace=namespace,
-                name=name,
-                uid=uid,
                 reason="QuotaExceeded",
                 message=str(exc),
             )

@@ -36,6 +36,7 @@ from horae.broker import Names, QueueDepths
 from horae.config import WorkerSettings, env_seconds
 from horae.errors import ConfigError
 from horae.kube import CustomObjects, DeploymentReplicas, Deployments, ServiceAccounts
+from horae.operator.conditions import condition, refuse
 from horae.operator.tenancy import TenantsNotAllowed, served_tenants
 from horae.resources import GROUP, RESERVED_POOL_ENV, VERSION
 
@@ -248,6 +249,17 @@ class PoolRefused(Exception):
         self.reason = reason
 
 
+def _check_owned(deployment: DeploymentReplicas | None, pool: Pool) -> None:
+    """PoolRefused when a Deployment of the pool's name exists that the pool does not own."""
+    if deployment is not None and deployment.controller_uid != pool.uid:
+        raise PoolRefused(
+            "DeploymentNotOwned",
+            f"Deployment {pool.name} exists and is not this WorkerPool's: the operator never"
+            " takes over a Deployment it does not own (rename the pool, or delete that"
+            " Deployment)",
+        )
+
+
 async def check_privileges(
     deployments: Deployments, accounts: ServiceAccounts, pool: Pool
 ) -> DeploymentReplicas | None:
@@ -256,13 +268,7 @@ async def check_privileges(
     that nobody marked for workers (whoever may label ServiceAccounts there decides).
     Returns the pool's existing Deployment, if any."""
     existing = await deployments.get(pool.namespace, pool.name)
-    if existing is not None and existing.controller_uid != pool.uid:
-        raise PoolRefused(
-            "DeploymentNotOwned",
-            f"Deployment {pool.name} exists and is not this WorkerPool's: the operator never"
-            " takes over a Deployment it does not own (rename the pool, or delete that"
-            " Deployment)",
-        )
+    _check_owned(existing, pool)
     account = pool.spec.service_account_name
     if account:
         labels = await accounts.labels(pool.namespace, account)
@@ -297,6 +303,8 @@ class _Tracked:
     waiting: ScaleDown | None = None
     last_scale_time: str | None = None
     shown: dict[str, Any] = field(default_factory=dict)
+    refused: str | None = None
+    """The reason of the refusal last logged, until the pool is scaled again."""
 
 
 def _iso_now() -> str:
@@ -382,8 +390,15 @@ class Autoscaler:
         for key, tracked in list(self._pools.items()):
             try:
                 await self._scale(tracked)
+                tracked.refused = None
             except asyncio.CancelledError:
                 raise
+            except PoolRefused as refused:
+                # No fault of the operator's, and it lasts until someone removes that
+                # Deployment or marks the account again: said once, not every period.
+                if refused.reason != tracked.refused:
+                    log.warning("WorkerPool %s/%s not scaled: %s", *key, refused)
+                    tracked.refused = refused.reason
             except Exception:
                 log.exception("could not autoscale WorkerPool %s/%s", *key)
 
@@ -399,8 +414,7 @@ class Autoscaler:
             else:
                 self.forget(pool.namespace, pool.name)
             return
-        if deployment.controller_uid != pool.uid:
-            raise PoolRefused("DeploymentNotOwned", f"Deployment {pool.name} is not the pool's")
+        _check_owned(deployment, pool)
         desired = desired_replicas(
             ready,
             minimum=spec.min_replicas,
@@ -457,6 +471,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.resume(GROUP, VERSION, "workerpools", registry=registry)
     async def reconcile(
         spec: kopf.Spec,
+        meta: kopf.Meta,
         uid: str,
         namespace: str | None,
         name: str,
@@ -471,34 +486,29 @@ def register(registry: kopf.OperatorRegistry) -> None:
             raise kopf.PermanentError(f"invalid WorkerPool spec: {exc}") from exc
         try:
             tenants = served_tenants(namespace, parsed.tenants, install_namespace=memo.namespace)
+            pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed, tenants=tenants)
+            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
         except TenantsNotAllowed as exc:
             # Nothing is applied: an existing Deployment keeps serving this namespace only.
-            patch.status["conditions"] = [_ready(False, "TenantsNotAllowed", str(exc))]
-            await memo.events.emit(
+            # Only a new spec can settle it.
+            await refuse(
+                memo.events,
+                patch,
+                meta,
                 kind="WorkerPool",
-                namespace=namespace,
-                name=name,
-                uid=uid,
                 reason="TenantsNotAllowed",
                 message=str(exc),
             )
             raise kopf.PermanentError(str(exc)) from exc
-        pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed, tenants=tenants)
-        try:
-            await ensure_deployment(memo.deployments, memo.service_accounts, pool)
-        except PoolRefused as refused:
-            patch.status["conditions"] = [_ready(False, refused.reason, str(refused))]
-            await memo.events.emit(
-                kind="WorkerPool",
-                namespace=namespace,
-                name=name,
-                uid=uid,
-                reason=refused.reason,
-                message=str(refused),
-            )
+        except PoolRefused as exc:
             # Retried: labelling the ServiceAccount or removing the Deployment settles it.
-            raise kopf.TemporaryError(str(refused), delay=REFUSED_RETRY_SECONDS) from None
-        patch.status["conditions"] = [_ready(True, "Deployed", f"serves {', '.join(tenants)}")]
+            await refuse(
+                memo.events, patch, meta, kind="WorkerPool", reason=exc.reason, message=str(exc)
+            )
+            raise kopf.TemporaryError(str(exc), delay=REFUSED_RETRY_SECONDS) from None
+        patch.status["conditions"] = [
+            condition("Ready", True, "Deployed", f"serves {', '.join(tenants)}")
+        ]
         memo.autoscaler.track(pool)
 
     @kopf.on.cleanup(registry=registry)
@@ -511,16 +521,6 @@ def register(registry: kopf.OperatorRegistry) -> None:
     def forget(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         if namespace is not None:
             memo.autoscaler.forget(namespace, name)
-
-
-def _ready(ok: bool, reason: str, message: str) -> dict[str, str]:
-    return {
-        "type": "Ready",
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": _iso_now(),
-    }
 
 
 def _deleted(event: kopf.RawEvent, **_: Any) -> bool:

@@ -1,0 +1,79 @@
+"""The WorkerPool autoscaler against the real kube-apiserver and RabbitMQ."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from horae.broker import Names
+from horae.kube import CustomObjects, Deployments, ServiceAccounts, load_api_client
+from horae.operator.workerpool import Autoscaler, Pool, WorkerPoolSpec
+from tests.support.kube import ControlPlane
+
+
+async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_once(
+    control_plane: ControlPlane,
+    namespace: str,
+    broker_url: str,
+    broker_prefix: str,
+    component_kubeconfigs: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A pool's Deployment replaced by one it does not own: each period logged an error with
+    # its traceback, for as long as that Deployment stood.
+    control_plane.kubectl(
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        namespace,
+        "--image=registry.example/web:1",
+        "--replicas=3",
+    )
+    spec = {"image": "registry.example/w:1", "tasks": "t", "minReplicas": 1, "maxReplicas": 2}
+    body = {
+        "apiVersion": "horae.dev/v1alpha1",
+        "kind": "WorkerPool",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": spec,
+    }
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
+    uid = control_plane.get_json("workerpool", "web", "-n", namespace)["metadata"]["uid"]
+    api = load_api_client(str(component_kubeconfigs["operator"]))
+    autoscaler = Autoscaler(
+        deployments=Deployments(api),
+        accounts=ServiceAccounts(api),
+        objects=CustomObjects(api),
+        broker_url=broker_url,
+        names=Names(broker_prefix),
+    )
+    autoscaler.track(
+        Pool(namespace=namespace, name="web", uid=uid, spec=WorkerPoolSpec.model_validate(spec))
+    )
+    try:
+        with caplog.at_level(logging.INFO, logger="horae.operator.workerpool"):
+            for _ in range(3):
+                await autoscaler.tick()
+    finally:
+        await autoscaler.stop()
+        api.close()
+
+    dep = control_plane.get_json("deployment", "web", "-n", namespace)
+    assert dep["spec"]["replicas"] == 3, "a pool at most 2 would have scaled it"
+    logged = [
+        (r.levelno, r.getMessage(), r.exc_info)
+        for r in caplog.records
+        if r.name == "horae.operator.workerpool"
+    ]
+    assert logged == [
+        (
+            logging.WARNING,
+            f"WorkerPool {namespace}/web not scaled: Deployment web exists and is not this"
+            " WorkerPool's: the operator never takes over a Deployment it does not own"
+            " (rename the pool, or delete that Deployment)",
+            None,
+        )
+    ]
