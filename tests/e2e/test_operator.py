@@ -19,7 +19,7 @@ import yaml
 
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import REPO, Processes
-from tests.support.wait import readiness, until, until_metrics, until_ready
+from tests.support.wait import readiness, until, until_ready
 
 
 def manifest(namespace: str, schedule: str, *, suspend: bool = False) -> str:
@@ -290,7 +290,7 @@ async def test_a_clean_stop_of_the_leader_lets_the_standby_lead_within_two_secon
     port = free_port()
     second = processes.start("operator", "operator", env={"HORAE_METRICS_PORT": str(port)})
 
-    await until_metrics(port)  # up just before its first look at the Lease
+    assert await until_ready(port) == "standing by"  # it has looked at the Lease once
     # Stop the leader right after the standby's first look: a standby waiting for its next
     # poll would take the Lease about 5 s later, a watching one as soon as it is released.
     sent = datetime.now(UTC)

@@ -31,7 +31,7 @@ from tests.support.kube import (
     service_account_kubeconfig,
 )
 from tests.support.processes import Component, Processes
-from tests.support.wait import until, until_metrics, until_serving
+from tests.support.wait import until, until_ready, until_serving
 
 SJ = ("scheduledjobs", "workerpools")
 STATUS = ("scheduledjobs/status", "workerpools/status")
@@ -161,7 +161,8 @@ async def hands_over_at_once(ctx: Ctx, reduced: bool) -> bool:
     port = free_port()
     second = ctx.start("operator", reduced=reduced, HORAE_METRICS_PORT=str(port), **env)
 
-    await until_metrics(port)  # up just before its first look at the Lease
+    # Stop the leader right after the standby's first look at the Lease.
+    assert await until_ready(port) == "standing by"
     first.stop()
     return await happens(lambda: leads(second.identity), 2)
 

@@ -41,20 +41,6 @@ async def until_serving(http: httpx.AsyncClient, *, timeout: float = 20) -> None
     await until(up, timeout=timeout, what=f"{http.base_url} to serve")
 
 
-async def until_metrics(port: int, *, timeout: float = 20) -> None:
-    """Until a component's /metrics on `port` answers with 200 (it is up)."""
-
-    async def up() -> bool:
-        try:
-            async with httpx.AsyncClient() as http:
-                response = await http.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
-            return response.status_code == 200
-        except httpx.TransportError:
-            return False
-
-    await until(up, timeout=timeout, what=f"/metrics on port {port}")
-
-
 async def readiness(port: int) -> tuple[int, str]:
     """A component's /readyz on `port`: (HTTP status, what it says it does); (0, "") while
     nothing answers."""
