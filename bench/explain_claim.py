@@ -39,16 +39,26 @@ async def plan(url: str, rows: int, claim: int) -> list[str]:
                 ], shards=64, now=now)  # fmt: skip
             await conn.execute("ANALYZE")
             picked = sorted(await conn.fetch(
-                "SELECT id, due_at FROM executions ORDER BY random() LIMIT $1", claim
+                "SELECT id, due_at, tenant FROM executions ORDER BY random() LIMIT $1", claim
             ), key=lambda r: r["id"])  # fmt: skip
             ids, dues = [r["id"] for r in picked], [r["due_at"] for r in picked]
+            named = [r["tenant"] for r in picked]  # as the messages name them
+            serves = sorted(set(named))
             await conn.execute("UPDATE executions SET status = 'queued' WHERE id = ANY($1)", ids)
             claim_tx = conn.transaction()
             await claim_tx.start()
             try:
                 lease, throttle = timedelta(seconds=30), timedelta(seconds=1)
                 lines = await conn.fetch(
-                    "EXPLAIN (ANALYZE, BUFFERS) " + Q["claim"], ids, dues, "w", now, lease, throttle
+                    "EXPLAIN (ANALYZE, BUFFERS) " + Q["claim"],
+                    ids,
+                    dues,
+                    named,
+                    serves,
+                    "w",
+                    now,
+                    lease,
+                    throttle,
                 )
             finally:
                 await claim_tx.rollback()
