@@ -94,29 +94,14 @@ DECLARE
     r record;
     free integer;
     held uuid[] := '{}';
-    refused uuid[] := '{}';
     claimed uuid[] := '{}';
     told uuid[] := '{}';
     shards smallint[] := '{}';
 BEGIN
-    -- Not this worker's to run: a row whose tenant it does not serve, or whose message
-    -- named another tenant than the row's. Answered 'refused' (with the row's tenant) and
-    -- left exactly as it was.
-    FOR r IN
-        SELECT e.id, e.due_at, e.tenant FROM executions e
-        JOIN unnest(p_ids, p_dues, p_named) AS u(id, due_at, named)
-          ON e.id = u.id AND e.due_at = u.due_at
-        WHERE e.status IN ('queued', 'scheduled')
-          AND (e.tenant <> ALL (p_serves) OR e.tenant IS DISTINCT FROM u.named)
-    LOOP
-        outcome := 'refused';
-        id := r.id;
-        due_at := r.due_at;
-        tenant := r.tenant;
-        RETURN NEXT;
-        refused := refused || r.id;
-    END LOOP;
-    held := refused;
+    -- Every statement below touches only rows this worker may run: of a tenant it serves
+    -- (p_serves) and the one its message named (p_named). Any other row is refused at the
+    -- end, untouched.
+    --
     -- Limits are judged by the rows' own tenants (never by what a message says), each
     -- limited tenant locked in name order so that claims never deadlock on them.
     IF EXISTS (SELECT 1 FROM tenants t WHERE t.max_running IS NOT NULL) THEN
@@ -124,8 +109,10 @@ BEGIN
             SELECT t.name, t.max_running FROM tenants t
             WHERE t.max_running IS NOT NULL AND t.name IN (
                 SELECT e.tenant FROM executions e
-                JOIN unnest(p_ids, p_dues) AS u(id, due_at) ON e.id = u.id AND e.due_at = u.due_at
-                WHERE e.status IN ('queued', 'scheduled') AND e.id <> ALL (refused))
+                JOIN unnest(p_ids, p_dues, p_named) AS u(id, due_at, named)
+                  ON e.id = u.id AND e.due_at = u.due_at
+                WHERE e.status IN ('queued', 'scheduled')
+                  AND e.tenant = u.named AND e.tenant = ANY (p_serves))
             ORDER BY t.name
         LOOP
             PERFORM pg_advisory_xact_lock(hashtext('horae_tenant:' || lim.name));
@@ -135,10 +122,11 @@ BEGIN
             FOR r IN
                 WITH over AS (
                     SELECT e.id, e.due_at FROM executions e
-                    JOIN (SELECT DISTINCT * FROM unnest(p_ids, p_dues)) AS u(id, due_at)
+                    JOIN (SELECT DISTINCT * FROM unnest(p_ids, p_dues, p_named))
+                         AS u(id, due_at, named)
                       ON e.id = u.id AND e.due_at = u.due_at
-                    WHERE e.tenant = lim.name AND e.status IN ('queued', 'scheduled')
-                      AND e.id <> ALL (refused)
+                    WHERE e.tenant = lim.name AND u.named = lim.name
+                      AND e.status IN ('queued', 'scheduled')
                     ORDER BY e.id
                     OFFSET free
                     FOR UPDATE OF e
@@ -165,9 +153,10 @@ BEGIN
     FOR r IN
         WITH target AS (
             SELECT e.id, e.due_at, e.status = 'scheduled' AS unrecorded
-            FROM executions e JOIN unnest(p_ids, p_dues) AS u(id, due_at)
+            FROM executions e JOIN unnest(p_ids, p_dues, p_named) AS u(id, due_at, named)
               ON e.id = u.id AND e.due_at = u.due_at
             WHERE e.status IN ('queued', 'scheduled') AND e.id <> ALL (held)
+              AND e.tenant = u.named AND e.tenant = ANY (p_serves)
             ORDER BY e.id
             FOR UPDATE OF e
         )
@@ -198,8 +187,30 @@ BEGIN
             told := told || r.job_id;  -- its Execution resource shows Running
         END IF;
     END LOOP;
-    -- Dispatched executions whose job was paused, cancelled or edited: cancelled, never run.
+    -- Only when something was left (rare): rows not this worker's are refused ('refused',
+    -- with the row's tenant), exactly as they were; then dispatched executions whose job
+    -- was paused, cancelled or edited are cancelled, never run.
     IF cardinality(claimed) + cardinality(held) < cardinality(p_ids) THEN
+        -- The answer's other columns still hold the last claimed row's: cleared.
+        job_id := NULL; task := NULL; shard := NULL; occurrence_at := NULL; attempt := NULL;
+        job_version := NULL; payload := NULL; timeout_seconds := NULL; retry_policy := NULL;
+        run_at := NULL; source := NULL; name := NULL; unrecorded := NULL; cron := NULL;
+        time_zone := NULL; jitter_seconds := NULL; concurrency_policy := NULL;
+        starting_deadline_seconds := NULL; catch_up := NULL;
+        FOR r IN
+            SELECT e.id, e.due_at, e.tenant FROM executions e
+            JOIN unnest(p_ids, p_dues, p_named) AS u(id, due_at, named)
+              ON e.id = u.id AND e.due_at = u.due_at
+            WHERE e.status IN ('queued', 'scheduled')
+              AND (e.tenant <> ALL (p_serves) OR e.tenant IS DISTINCT FROM u.named)
+        LOOP
+            outcome := 'refused';
+            id := r.id;
+            due_at := r.due_at;
+            tenant := r.tenant;
+            RETURN NEXT;
+            held := held || r.id;
+        END LOOP;
         FOR r IN
             UPDATE executions e SET status = 'cancelled', finished_at = p_now,
                    error_kind = 'stale',
