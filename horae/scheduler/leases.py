@@ -11,6 +11,7 @@ free at once, which is how SIGTERM hands shards over in well under a second.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -120,12 +121,21 @@ class ShardLeases:
                 await self._lose(shard)
                 return
             try:
-                self.held[shard] = await self._leases.write(
+                renewed = await self._leases.write(
                     lease, self.identity, self._duration_s, acquire=False
                 )
-                self._renewed[shard] = now
             except LeaseConflict:
                 await self._lose(shard)
+                return
+            if shard not in self.held:
+                # Released while this renewal was in flight (fenced out, shed): its release
+                # wrote the version renewed here and conflicted, so hand it back now rather
+                # than hold, and renew for ever, a shard nothing dispatches.
+                with contextlib.suppress(LeaseConflict):
+                    await self._leases.write(renewed, None, self._duration_s, acquire=False)
+                return
+            self.held[shard] = renewed
+            self._renewed[shard] = now
 
         await asyncio.gather(*(renew(s, m) for s, m in list(self.held.items())))
 

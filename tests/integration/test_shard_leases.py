@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from horae.kube import Leases, load_api_client
-from horae.scheduler.leases import ShardLeases
+from horae.kube import Lease, Leases, load_api_client
+from horae.scheduler.leases import ShardLeases, shard_lease_name
 from tests.support.kube import ControlPlane
 from tests.support.wait import until
 
@@ -54,3 +54,49 @@ async def test_two_replicas_split_the_shards_fairly_and_a_leaver_hands_over(
     assert len(a.held) == 64
     assert holders(control_plane, namespace) == Counter({"a": 64})
     assert sum(e.startswith("b-") for e in events) == 32
+
+
+class ReleasedMidRenewal(Leases):
+    """The real Leases adapter, with the scheduler's release of `shard` (its dispatcher
+    fenced out) landing while that shard's renewal is in flight: after the renewal's write,
+    before the renewal is recorded."""
+
+    def __init__(self, plane: ControlPlane, namespace: str, shard: int) -> None:
+        super().__init__(load_api_client(str(plane.kubeconfig)), namespace)
+        self.shard = shard
+        self.owner: ShardLeases | None = None
+
+    async def write(self, lease: Lease, holder: str | None, duration_s: int, *,
+                    acquire: bool) -> Lease:  # fmt: skip
+        written = await super().write(lease, holder, duration_s, acquire=acquire)
+        renewal = holder is not None and not acquire
+        if renewal and lease.name == shard_lease_name(self.shard) and self.owner is not None:
+            owner, self.owner = self.owner, None
+            await owner.release(self.shard)  # its write (the old version) conflicts
+        return written
+
+
+async def test_a_shard_released_while_its_renewal_is_in_flight_is_not_held_on(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """A chaos run lost an execution this way: a dispatcher fenced out of a shard released
+    it during the renewal round, the renewal then recorded the shard as held again, and the
+    replica renewed for minutes a shard it no longer dispatched, which nobody else could
+    take."""
+    events: list[str] = []
+    leases = ReleasedMidRenewal(control_plane, namespace, shard=5)
+
+    async def note(shard: int) -> None:
+        events.append(f"{shard}")
+
+    replica_a = ShardLeases(
+        leases, identity="a", shards=8, lease_duration=3, renew_period=0.2,
+        on_gained=note, on_lost=note,
+    )  # fmt: skip
+    await replica_a.tick()
+    assert 5 in replica_a.held
+    leases.owner = replica_a
+    await replica_a.tick()  # renews 5; the release lands mid-renewal
+    assert 5 not in replica_a.held
+    lease = control_plane.get_json("lease", shard_lease_name(5), "-n", namespace)
+    assert lease["spec"].get("holderIdentity") is None, "the shard is free for the others"
