@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -36,6 +34,7 @@ from tests.support.kube import (
     stop_control_plane,
 )
 from tests.support.processes import Processes
+from tests.support.vhosts import delete_abandoned, rabbitmqctl, session_vhost
 
 BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5433/horae")
 BASE_MQ = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
@@ -113,19 +112,17 @@ async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest.fixture(scope="session")
 def broker_url() -> Iterator[str]:
-    """A RabbitMQ vhost for this session (the base vhost when rabbitmqctl is not usable)."""
-    vhost = f"horae-test-{uuid.uuid4().hex[:8]}"
+    """A RabbitMQ vhost for this session (the base vhost when rabbitmqctl is not usable);
+    vhosts of sessions that died are deleted first."""
+    delete_abandoned()
+    vhost = session_vhost()
     user = urlsplit(BASE_MQ).username or "horae"
-    ctl = shutil.which("rabbitmqctl")
-
-    def run(*args: str) -> bool:
-        if ctl is None:
-            return False
-        return subprocess.run([ctl, "-q", *args], capture_output=True, timeout=60).returncode == 0
-
-    if run("add_vhost", vhost) and run("set_permissions", "-p", vhost, user, ".*", ".*", ".*"):
+    if (
+        rabbitmqctl("add_vhost", vhost) is not None
+        and rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*") is not None
+    ):
         yield _with_path(BASE_MQ, vhost)
-        run("delete_vhost", vhost)
+        rabbitmqctl("delete_vhost", vhost)
     else:
         yield BASE_MQ
 

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import subprocess
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -25,10 +26,12 @@ def restart_rabbitmq() -> None:
         subprocess.run(["rabbitmqctl", "-q", action], check=True, timeout=120)
 
 
-def restart_postgres() -> None:
-    clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True,
-                              check=True).stdout.split()  # fmt: skip
-    version, cluster = clusters[0], clusters[1]
+def restart_postgres(db_url: str) -> None:
+    """Restart the cluster serving `db_url` (the machine may run others beside it)."""
+    port = str(urlsplit(db_url).port or 5432)
+    listed = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True,
+                            check=True).stdout.splitlines()  # fmt: skip
+    [(version, cluster)] = [(c[0], c[1]) for c in map(str.split, listed) if c[2] == port]
     subprocess.run(["pg_ctlcluster", version, cluster, "restart"], check=True, timeout=120)
 
 
@@ -49,7 +52,7 @@ async def test_broker_then_database_restart_loses_nothing(
     await asyncio.sleep(3)
     await asyncio.to_thread(restart_rabbitmq)
     await asyncio.sleep(3)
-    await asyncio.to_thread(restart_postgres)
+    await asyncio.to_thread(restart_postgres, db_url)
 
     pool = await connect_pool(db_url, size=2)
     try:
