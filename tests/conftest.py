@@ -113,14 +113,18 @@ async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture(scope="session")
 def broker_url() -> Iterator[str]:
     """A RabbitMQ vhost for this session (the base vhost when rabbitmqctl is not usable);
-    vhosts of sessions that died are deleted first."""
+    vhosts of sessions that died are deleted first. Each test declares its own queues, and
+    the broker deletes a queue unused for 10 min (twice the test timeout): the session holds
+    only the last minutes' queues, not every test's (each costs the broker file handles)."""
     delete_abandoned()
     vhost = session_vhost()
     user = urlsplit(BASE_MQ).username or "horae"
-    if (
-        rabbitmqctl("add_vhost", vhost) is not None
-        and rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*") is not None
-    ):
+    setup = [
+        ["add_vhost", vhost],
+        ["set_permissions", "-p", vhost, user, ".*", ".*", ".*"],
+        ["set_policy", "-p", vhost, "--apply-to", "queues", "expiry", ".*", '{"expires":600000}'],
+    ]
+    if all(rabbitmqctl(*args) is not None for args in setup):
         yield _with_path(BASE_MQ, vhost)
         rabbitmqctl("delete_vhost", vhost)
     else:
