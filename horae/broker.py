@@ -282,3 +282,4 @@ class QueueDepths:
 
 
 IncomingMessage = AbstractIncomingMessage
+Queue = AbstractQueue

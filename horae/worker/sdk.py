@@ -12,10 +12,11 @@ reachable as `current_context()` from anywhere inside the handler.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, overload
@@ -50,14 +51,36 @@ def current_context() -> TaskContext:
     return _current.get()
 
 
+@contextlib.contextmanager
+def serving(ctx: TaskContext) -> Iterator[None]:
+    """Make `ctx` the current context inside the block: what a handler started there (a
+    task or a thread, both copy the context) reads from `current_context()`."""
+    token = _current.set(ctx)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
 @dataclass(frozen=True)
 class TaskDefinition:
+    """A task a worker can run: what `@task` registers, and what a worker is built with."""
+
     name: str
+    """The stable name messages and jobs carry."""
     handler: Handler
     timeout: timedelta | None = None
+    """How long the handler may run when its job sets no timeout; None: unbounded."""
 
 
-REGISTRY: dict[str, TaskDefinition] = {}
+_registry: dict[str, TaskDefinition] = {}
+"""Every `@task` of the process, by name: what importing a worker's tasks module declared."""
+
+
+def registered_tasks() -> dict[str, TaskDefinition]:
+    """The tasks registered so far, by name (a copy): what a worker is built to serve once
+    its tasks module is imported."""
+    return dict(_registry)
 
 
 @overload
@@ -70,9 +93,9 @@ def task(
     """Register a handler under a stable task name (the function name when used bare)."""
 
     def register(fn: Handler, task_name: str) -> Handler:
-        if task_name in REGISTRY and REGISTRY[task_name].handler is not fn:
+        if task_name in _registry and _registry[task_name].handler is not fn:
             raise ValueError(f"task {task_name!r} is already registered")
-        REGISTRY[task_name] = TaskDefinition(task_name, fn, timeout)
+        _registry[task_name] = TaskDefinition(task_name, fn, timeout)
         return fn
 
     if callable(name):

@@ -19,7 +19,7 @@ from horae.store import executions as store
 from horae.store import jobs
 from horae.store.db import connect_pool
 from horae.worker.runtime import Worker
-from horae.worker.sdk import REGISTRY, TaskContext, task
+from horae.worker.sdk import TaskContext, TaskDefinition
 from tests.support.wait import until
 
 TASK = "itest.blocks-until-told"
@@ -30,7 +30,6 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
 ) -> None:
     release = asyncio.Event()
 
-    @task(TASK)
     async def blocks(ctx: TaskContext, payload: dict[str, Any]) -> None:
         await release.wait()
 
@@ -45,8 +44,13 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
         await publisher.start()
-        worker = Worker(settings, worker_pool, publisher)
-        heartbeats = asyncio.create_task(worker.heartbeat(stop))
+        worker = Worker(
+            settings=settings,
+            pool=worker_pool,
+            publisher=publisher,
+            tasks={TASK: TaskDefinition(TASK, blocks)},
+        )
+        heartbeats = asyncio.create_task(worker.executions.heartbeat(stop))
         now = datetime.now(UTC)
         async with pool.acquire() as conn:
             job_id = await jobs.create_job(conn, JobSpec(task=TASK, run_at=now), tenant="t",
@@ -56,7 +60,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
             execution_id=row["id"], job_id=job_id, task=TASK, tenant="t",
             due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
         )  # fmt: skip
-        run = asyncio.create_task(worker._execute(body, lambda: None))
+        run = asyncio.create_task(worker.messages._execute(body, lambda: None))
 
         async def running() -> bool:
             return await admin.fetchval("SELECT status FROM executions WHERE id = $1",
@@ -87,7 +91,6 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         heartbeats.cancel()
     finally:
         stop.set()
-        REGISTRY.pop(TASK, None)
         await admin.execute(f'ALTER DATABASE "{database}" CONNECTION LIMIT -1')
         await admin.close()
         await connection.close()
@@ -157,9 +160,9 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
     stop = asyncio.Event()
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
-        worker = Worker(settings, pool, publisher)
-        worker._held.add(execution_id)
-        beats = asyncio.create_task(worker.heartbeat(stop))
+        worker = Worker(settings=settings, pool=pool, publisher=publisher, tasks={})
+        worker.executions._held.add(execution_id)
+        beats = asyncio.create_task(worker.executions.heartbeat(stop))
 
         async def extended() -> bool:
             lease = await pool.fetchval(

@@ -1,0 +1,309 @@
+"""The execution layer: hold an execution until due, run its handler, record its outcome.
+
+Given one execution of a message and a way to claim it (both from the message layer),
+`Executions` holds it until it is due by Postgres's clock, claims it within the
+concurrency limit, runs its task's handler with its `TaskContext` and under its timeout,
+turns how it ended into an outcome (`outcome.classify`) and records that (a dead one is
+also copied to the dead-letter queue and announced to the webhook). Heartbeats extend the
+leases of the executions it holds and cancel those whose job asked for it. Messages,
+acks and the queue are the message layer's; nothing here knows of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from horae import alerts, broker, metrics
+from horae.batching import GroupCommit
+from horae.clock import DatabaseClock
+from horae.config import WorkerSettings
+from horae.errors import PermanentError
+from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
+from horae.store import executions as store
+from horae.store.executions import Claimed
+from horae.worker.failures import OUTCOME_RETRIED, retrying
+from horae.worker.outcome import Outcome, classify
+from horae.worker.sdk import TaskContext, TaskDefinition, serving
+
+log = logging.getLogger(__name__)
+
+Claim = Callable[[], Awaitable[Claimed | None]]
+"""Claims the execution being run: its row, or None when there is nothing to run."""
+
+HOLD_LIMIT = timedelta(seconds=60)
+"""The longest a worker holds an execution that arrived before its due time: the scheduler's
+dispatch lead (at most 10 s) plus room for a scheduler whose clock runs ahead."""
+
+
+class Executions:
+    """The executions this worker runs: their handlers, their leases, their outcomes."""
+
+    def __init__(
+        self,
+        *,
+        settings: WorkerSettings,
+        pool: asyncpg.Pool[asyncpg.Record],
+        publisher: broker.Publisher,
+        tasks: Mapping[str, TaskDefinition],
+        clock: DatabaseClock,
+    ) -> None:
+        self._cfg = settings
+        self._pool = pool
+        self._publisher = publisher
+        self._tasks = tasks
+        self._clock = clock
+        self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._held: set[uuid.UUID] = set()
+        """Executions claimed and not yet recorded: the only ones heartbeats keep. One whose
+        claim's answer or outcome's write was lost (Postgres restarted, the connection was
+        cut) is let go, so its lease runs out and the reaper recovers it."""
+        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._cancel_requested: set[uuid.UUID] = set()
+        self._webhook = alerts.DeadWebhook(settings.dead_webhook)
+        self._finishes = GroupCommit(self._finish_batch)
+
+    def timeout_of(self, claimed: Claimed) -> timedelta | None:
+        """How long the handler of `claimed` may run: its job's timeout, else its task's;
+        None when neither bounds it (or the task is unknown)."""
+        if claimed.timeout_seconds:
+            return timedelta(seconds=claimed.timeout_seconds)
+        definition = self._tasks.get(claimed.task)
+        return definition.timeout if definition and definition.timeout else None
+
+    async def run(self, body: ExecutionMessage, claim: Claim) -> None:
+        """Hold `body` until it is due, claim it (`claim`), run its handler and record the
+        outcome. Raises what the claim raised; cancelled, records nothing."""
+        await self._until_due(body)
+        # A slot is a running handler: the outcome's write happens after it is given back
+        # (the message stays unacked until then, so prefetch still bounds the backlog).
+        async with self._slots:
+            ran = await self._claim_and_run(claim)
+        if ran is not None:
+            try:
+                await self._record(body, *ran)
+            finally:
+                self._held.discard(ran[0].id)
+
+    async def _until_due(self, body: ExecutionMessage) -> None:
+        """Hold an execution published ahead of its due time (the scheduler's dispatch lead),
+        without a slot, until it is due by Postgres's clock: a handler never starts early,
+        even when a scheduler's clock runs ahead. Its message stays unacked meanwhile.
+
+        One due more than `HOLD_LIMIT` ahead was not published by a lead: it goes on at once
+        (and a message no database can hold is dead-lettered by its claim, as before)."""
+        early = (body.due_at - self._clock.now()).total_seconds()
+        if early > HOLD_LIMIT.total_seconds():
+            log.warning(
+                "execution %s is due %.0f s from now, more than any dispatch lead: not held",
+                body.execution_id,
+                early,
+            )
+        elif early > 0:
+            await asyncio.sleep(early)
+
+    async def _claim_and_run(self, claim: Claim) -> tuple[Claimed, Outcome] | None:
+        """Claim and run the handler; None when there was nothing to run (throttled,
+        duplicate or stale)."""
+        claimed = await claim()
+        if claimed is None:
+            return None
+        self._held.add(claimed.id)
+        metrics.start_lag.observe((self._clock.now() - claimed.due_at).total_seconds())
+        metrics.in_flight.inc()
+        started = time.monotonic()
+        try:
+            return claimed, await self._attempt(claimed)
+        except BaseException:
+            self._held.discard(claimed.id)
+            raise
+        finally:
+            metrics.in_flight.dec()
+            metrics.run_duration.observe(time.monotonic() - started)
+
+    async def _attempt(self, claimed: Claimed) -> Outcome:
+        """Run the handler of `claimed` and classify how it ended."""
+        extra = {"execution_id": str(claimed.id), "job_id": str(claimed.job_id)}
+        ctx = TaskContext(
+            execution_id=claimed.id,
+            job_id=claimed.job_id,
+            attempt=claimed.attempt,
+            occurrence_at=claimed.occurrence_at,
+            due_at=claimed.due_at,
+            tenant=claimed.tenant,
+            task=claimed.task,
+            logger=logging.LoggerAdapter(log, extra),
+        )
+        definition = self._tasks.get(claimed.task)
+        error: BaseException | None
+        if definition is None:
+            error = PermanentError(f"unknown task {claimed.task!r}: no handler registered")
+        else:
+            error = await self._call(definition, ctx, claimed)
+        if claimed.id in self._cancel_requested:
+            self._cancel_requested.discard(claimed.id)
+            ctx.logger.info("attempt %d cancelled on request", claimed.attempt)
+            return Outcome(
+                ExecutionStatus.CANCELLED,
+                "cancel_requested",
+                "cancelled while running: the job was cancelled or replaced",
+            )
+        outcome = classify(
+            error,
+            attempt=claimed.attempt,
+            now=self._clock.now(),
+            policy=lambda: RetryPolicy.model_validate(claimed.retry_policy),
+        )
+        ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
+        return outcome
+
+    async def _call(
+        self, definition: TaskDefinition, ctx: TaskContext, claimed: Claimed
+    ) -> BaseException | None:
+        """Run the handler under its timeout, `ctx` its current context; what it raised
+        (None: it returned, or was cancelled on request). Cancelled otherwise (the worker
+        itself is), raises `CancelledError`."""
+        timeout = self.timeout_of(claimed)
+        with serving(ctx):
+            try:
+                coro: Awaitable[Any]
+                if inspect.iscoroutinefunction(definition.handler):
+                    coro = definition.handler(ctx, claimed.payload)
+                else:  # plain functions run in the default thread pool (context copied)
+                    coro = asyncio.to_thread(definition.handler, ctx, claimed.payload)
+                handler = asyncio.ensure_future(
+                    asyncio.wait_for(coro, timeout.total_seconds() if timeout else None)
+                )
+                self._handlers[claimed.id] = handler
+                await handler
+            except asyncio.CancelledError:
+                if claimed.id not in self._cancel_requested:
+                    raise  # the worker itself is being cancelled
+            except Exception as exc:
+                return exc
+            finally:
+                self._handlers.pop(claimed.id, None)
+        return None
+
+    async def _record(self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome) -> None:
+        """Write the outcome (only if this claim still holds the execution); dead-letter and
+        alert on a dead one."""
+        if not await self._write(claimed, outcome):
+            return
+        if outcome.status == "dead":
+            await self._report_dead(body, claimed, outcome)
+        metrics.outcomes.labels(outcome.status.value).inc()
+        if outcome.retry_at is not None:
+            metrics.retries.inc()
+
+    async def _write(self, claimed: Claimed, outcome: Outcome) -> bool:
+        """Whether the outcome was recorded: False when the claim no longer held the
+        execution, or the write failed for as long as the lease lasts."""
+        finish = store.Finish(
+            claimed,
+            outcome.status,
+            outcome.error_kind,
+            outcome.error_message,
+            retry_at=outcome.retry_at,
+        )
+        # Postgres restarting or the connection cut: try again while the lease lasts (after
+        # that the reaper has ended the attempt and the write would find nothing to record).
+        give_up = time.monotonic() + self._cfg.lease.total_seconds()
+        while True:
+            try:
+                return await self._finishes.submit(finish)
+            except OUTCOME_RETRIED:
+                if time.monotonic() > give_up:
+                    log.exception(
+                        "execution %s: outcome not recorded; its lease will run out",
+                        claimed.id,
+                    )
+                    return False
+                await asyncio.sleep(0.5)
+
+    async def _report_dead(
+        self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome
+    ) -> None:
+        """Copy a dead execution to the dead-letter queue and announce it to the webhook."""
+        await self._publisher.dead_letter(
+            body.model_dump_json().encode(),
+            str(claimed.id),
+            {"reason": outcome.error_message or ""},
+        )
+        metrics.dead_letters.inc()
+        self._webhook.send(
+            alerts.dead_event(
+                execution_id=claimed.id,
+                job_id=claimed.job_id,
+                job_name=claimed.name,
+                tenant=claimed.tenant,
+                task=claimed.task,
+                attempt=claimed.attempt,
+                occurrence_at=claimed.occurrence_at,
+                error_kind=outcome.error_kind,
+                error_message=outcome.error_message,
+            )
+        )
+
+    async def _finish_batch(self, outcomes: Sequence[store.Finish]) -> list[bool]:
+        async with self._pool.acquire() as conn:
+            return await retrying(
+                lambda: store.finish_many(
+                    conn, outcomes, owner=self._cfg.identity, now=self._clock.now()
+                )
+            )
+
+    async def heartbeat(self, stop: asyncio.Event) -> None:
+        """Until `stop`: every lease/3, extend the leases of the executions held, cancel the
+        handlers of those whose job asked for it, and re-measure the clock."""
+        period = self._cfg.lease.total_seconds() / 3
+        while not stop.is_set():
+            try:
+                async with self._pool.acquire() as conn:
+                    cancel = await store.heartbeat(
+                        conn,
+                        owner=self._cfg.identity,
+                        now=self._clock.now(),
+                        lease=self._cfg.lease,
+                        ids=list(self._held),
+                    )
+                    await self._clock.sync(conn)
+                for execution_id in cancel:
+                    handler = self._handlers.get(execution_id)
+                    if handler is not None and not handler.done():
+                        self._cancel_requested.add(execution_id)
+                        handler.cancel()
+            except Exception:  # the loop must outlive any one failure, or every lease lapses
+                log.exception("heartbeat failed")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=period)
+            except TimeoutError:
+                pass
+
+    async def stop_handlers(self) -> list[uuid.UUID]:
+        """Cancel the handlers still running (nothing is recorded for them) and give them
+        `stop_wait` to end (a cancelled handler's `finally` may still clean up); the
+        executions whose handlers have ended, which may now run elsewhere. One that has not
+        ended keeps its lease until this process exits, and the reaper recovers it."""
+        handlers = dict(self._handlers)
+        for handler in handlers.values():
+            handler.cancel()
+        wait = self._cfg.stop_wait.total_seconds()
+        if handlers:
+            await asyncio.wait(handlers.values(), timeout=wait)
+        ended = [execution_id for execution_id, handler in handlers.items() if handler.done()]
+        if len(ended) < len(handlers):
+            log.warning(
+                "%d handlers still running %.0f s after being stopped: left to the reaper",
+                len(handlers) - len(ended),
+                wait,
+            )
+        return ended

@@ -1,0 +1,78 @@
+"""The execution layer runs the tasks its worker was built with, and only those."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from horae.clock import DatabaseClock
+from horae.config import WorkerSettings
+from horae.models import ExecutionStatus
+from horae.store.executions import Claimed
+from horae.worker.execution import Executions
+from horae.worker.sdk import TaskContext, TaskDefinition, task
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def claimed(task_name: str, timeout_seconds: int | None = None) -> Claimed:
+    return Claimed(
+        id=uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        tenant="t",
+        task=task_name,
+        shard=0,
+        due_at=NOW,
+        occurrence_at=NOW,
+        attempt=1,
+        job_version=1,
+        payload={},
+        timeout_seconds=timeout_seconds,
+        retry_policy={},
+        run_at=NOW,
+        source="api",
+        name=None,
+    )
+
+
+def executions(tasks: dict[str, TaskDefinition]) -> Executions:
+    # Running a handler reaches neither the database nor the broker.
+    return Executions(
+        settings=WorkerSettings(),
+        pool=None,
+        publisher=None,
+        tasks=tasks,
+        clock=DatabaseClock(),
+    )
+
+
+async def test_a_task_registered_but_not_given_to_the_worker_is_unknown_to_it() -> None:
+    @task("unit.execution.elsewhere")
+    async def elsewhere(ctx: TaskContext, payload: dict[str, Any]) -> None: ...
+
+    outcome = await executions({})._attempt(claimed("unit.execution.elsewhere"))
+    assert outcome.status == ExecutionStatus.FAILED
+    assert outcome.error_kind == "PermanentError"
+    assert "unknown task" in (outcome.error_message or "")
+
+
+async def test_a_given_task_runs_with_its_context() -> None:
+    seen: list[TaskContext] = []
+
+    async def handler(ctx: TaskContext, payload: dict[str, Any]) -> None:
+        seen.append(ctx)
+
+    row = claimed("unit.execution.given")
+    outcome = await executions({row.task: TaskDefinition(row.task, handler)})._attempt(row)
+    assert outcome.status == ExecutionStatus.SUCCEEDED
+    assert [ctx.execution_id for ctx in seen] == [row.id]
+
+
+def test_a_jobs_timeout_overrides_its_tasks() -> None:
+    async def handler(ctx: TaskContext, payload: dict[str, Any]) -> None: ...
+
+    given = {"t": TaskDefinition("t", handler, timedelta(seconds=5))}
+    assert executions(given).timeout_of(claimed("t")) == timedelta(seconds=5)
+    assert executions(given).timeout_of(claimed("t", 7)) == timedelta(seconds=7)
+    assert executions({}).timeout_of(claimed("t")) is None
