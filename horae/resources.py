@@ -15,14 +15,18 @@ from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from horae.models import (
+from horae.domain.instants import EARLIEST_INSTANT, LATEST_INSTANT, rfc3339
+from horae.domain.limits import (
+    A_WEEK_SECONDS,
+    CRON_MAX_CHARS,
+    MAX_JITTER_SECONDS,
+    RETRY_LIMITS,
+    TASK_NAME_MAX_CHARS,
     TASK_NAME_PATTERN,
-    ConcurrencyPolicy,
-    JobSpec,
-    RetryPolicy,
+    TIME_ZONE_MAX_CHARS,
     payload_size_error,
 )
-from horae.schedule import EARLIEST_INSTANT, LATEST_INSTANT
+from horae.models import ConcurrencyPolicy, JobSpec, RetryPolicy
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
@@ -41,10 +45,10 @@ class _Camel(BaseModel):
     )
 
 
-class RetrySpec(_Camel):
-    max_attempts: int = Field(default=5, ge=1, le=100)
-    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
-    max_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
+class RetrySpec(RetryPolicy):
+    """`spec.retryPolicy`: the job's RetryPolicy (its bounds and defaults), in camelCase."""
+
+    model_config = _Camel.model_config
 
 
 class ScheduledJobSpec(_Camel):
@@ -160,7 +164,7 @@ def _int(minimum: int, maximum: int, description: str) -> dict[str, Any]:
 
 def _instant_rule(field: str) -> dict[str, str]:
     """CEL: the instant within the bounds every entry point applies (`check_instant`)."""
-    earliest, latest = (f"{t:%Y-%m-%dT%H:%M:%SZ}" for t in (EARLIEST_INSTANT, LATEST_INSTANT))
+    earliest, latest = rfc3339(EARLIEST_INSTANT), rfc3339(LATEST_INSTANT)
     return {
         "rule": f"timestamp(self) >= timestamp('{earliest}') && "
         f"timestamp(self) < timestamp('{latest}')",
@@ -195,7 +199,7 @@ def scheduledjob_schema() -> dict[str, Any]:
             "task": {
                 "type": "string",
                 "minLength": 1,
-                "maxLength": 253,
+                "maxLength": TASK_NAME_MAX_CHARS,
                 "pattern": TASK_NAME_PATTERN,
                 "description": "Name of the registered task handler to run.",
             },
@@ -216,19 +220,21 @@ def scheduledjob_schema() -> dict[str, Any]:
             "schedule": {
                 "type": "string",
                 "minLength": 1,
-                "maxLength": 200,
+                "maxLength": CRON_MAX_CHARS,
                 "pattern": CRON_SHAPE,
                 "x-kubernetes-validations": _cron_rules(),
                 "description": "Cron expression: 5 fields, 6 with seconds first, or a macro.",
             },
             "timeZone": {
                 "type": "string",
-                "maxLength": 64,
+                "maxLength": TIME_ZONE_MAX_CHARS,
                 "pattern": TIME_ZONE_SHAPE,
                 "default": "UTC",
                 "description": "IANA time zone the schedule is evaluated in.",
             },
-            "jitterSeconds": _int(0, 3600, "Stable per-job offset spread in [0, jitter)."),
+            "jitterSeconds": _int(
+                0, MAX_JITTER_SECONDS, "Stable per-job offset spread in [0, jitter)."
+            ),
             "suspend": {"type": "boolean", "default": False, "description": "Pause the job."},
             "concurrencyPolicy": {
                 "type": "string",
@@ -236,14 +242,27 @@ def scheduledjob_schema() -> dict[str, Any]:
                 "default": "Allow",
             },
             "startingDeadlineSeconds": _int(
-                1, 7 * 86400, "An occurrence not started this long after its due time is skipped."
+                1,
+                A_WEEK_SECONDS,
+                "An occurrence not started this long after its due time is skipped.",
             ),
             "retryPolicy": {
                 "type": "object",
                 "properties": {
-                    "maxAttempts": _int(1, 100, "Attempts before the execution is dead."),
-                    "initialIntervalSeconds": {"type": "number", "minimum": 0.001, "maximum": 3600},
-                    "maxIntervalSeconds": {"type": "number", "minimum": 0.001, "maximum": 86400},
+                    "maxAttempts": _int(
+                        1, RETRY_LIMITS.max_attempts, "Attempts before the execution is dead."
+                    ),
+                    # Above 0, which an inclusive minimum writes as a millisecond.
+                    "initialIntervalSeconds": {
+                        "type": "number",
+                        "minimum": 0.001,
+                        "maximum": RETRY_LIMITS.initial_interval_seconds,
+                    },
+                    "maxIntervalSeconds": {
+                        "type": "number",
+                        "minimum": 0.001,
+                        "maximum": RETRY_LIMITS.max_interval_seconds,
+                    },
                 },
                 "x-kubernetes-validations": [
                     {
@@ -255,7 +274,7 @@ def scheduledjob_schema() -> dict[str, Any]:
                     }
                 ],
             },
-            "timeoutSeconds": _int(1, 7 * 86400, "Handler timeout."),
+            "timeoutSeconds": _int(1, A_WEEK_SECONDS, "Handler timeout."),
             "historyLimit": _int(0, 1000, "Execution resources kept for this job."),
         },
         "x-kubernetes-validations": [

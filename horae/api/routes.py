@@ -8,7 +8,7 @@ No `from __future__ import annotations` here: FastAPI must evaluate the
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import asyncpg
@@ -36,16 +36,15 @@ from horae.api.schemas import (
     encode_cursor,
 )
 from horae.batching import GroupCommit
-from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, payload_size_error
+from horae.domain.fields import first_error
+from horae.domain.limits import lateness_error, payload_size_error
+from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
 from horae.store import jobs as store
 
 if TYPE_CHECKING:
     pass
-
-DEFAULT_MAX_LATENESS = timedelta(hours=1)
-"""A `run_at` this far in the past is refused when the job sets no starting deadline."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {PROBLEM: {}}}
@@ -73,18 +72,11 @@ def _check_payload(spec: JobSpec, field: str = "payload") -> None:
 
 
 def _check_run_at(spec: JobSpec, now: datetime, field: str = "run_at") -> None:
-    if spec.run_at is None:
-        return
-    allowed = (
-        timedelta(seconds=spec.starting_deadline_seconds)
-        if spec.starting_deadline_seconds
-        else DEFAULT_MAX_LATENESS
+    error = lateness_error(
+        spec.run_at, starting_deadline_seconds=spec.starting_deadline_seconds, now=now
     )
-    if spec.run_at < now - allowed:
-        raise invalid(
-            field, f"run_at is more than {int(allowed.total_seconds())}s in the past "
-            "(past its starting deadline)",
-        )  # fmt: skip
+    if error is not None:
+        raise invalid(field, f"run_at {error}")
 
 
 def _validate_new(job: JobCreate, now: datetime, prefix: str = "") -> JobSpec:
@@ -285,9 +277,8 @@ def build_router(
             try:
                 spec = JobSpec.model_validate(spec_fields)
             except pydantic.ValidationError as exc:
-                first = exc.errors()[0]
-                field = ".".join(str(p) for p in first["loc"]) or "body"
-                raise invalid(field, str(first["msg"])) from None
+                error = first_error(exc)
+                raise invalid(error.path(), error.message) from None
             _check_payload(spec)
             if "run_at" in body.model_fields_set:
                 _check_run_at(spec, now)
@@ -336,10 +327,8 @@ def build_router(
             spec = JobSpec(task="preview", cron=body.cron, run_at=body.run_at,
                            time_zone=body.time_zone)  # fmt: skip
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            raise invalid(
-                ".".join(str(p) for p in first["loc"]) or "cron", str(first["msg"])
-            ) from None
+            error = first_error(exc)
+            raise invalid(error.path(default="cron"), error.message) from None
         if spec.cron is not None:
             validate_cron(spec.cron)
         after = body.after or _now()  # bounded by PreviewRequest

@@ -17,6 +17,7 @@ import kopf
 import pydantic
 from pydantic.alias_generators import to_camel
 
+from horae.domain.fields import first_error
 from horae.errors import QuotaExceeded
 from horae.models import JobSource
 from horae.operator.conditions import condition, refuse
@@ -143,9 +144,8 @@ def register(registry: kopf.OperatorRegistry) -> None:
             parsed = ScheduledJobSpec.model_validate(dict(spec))
             parsed.job_spec()
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            field = "spec." + ".".join(_crd_field(p) for p in first["loc"])
-            message = f"{field}: {first['msg']}"
+            error = first_error(exc)
+            message = f"{error.path(spell=_crd_field, under='spec')}: {error.message}"
             patch.status["observedGeneration"] = generation
             await refuse(
                 memo.events, patch, meta, kind="ScheduledJob", reason="InvalidSpec", message=message
