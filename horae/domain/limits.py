@@ -1,7 +1,7 @@
 """The limits of a job: the bounds of its fields, and the checks no field bound can state.
 
 The numbers are read by `horae.models` (JobSpec, RetryPolicy, the API's bodies) and by
-`horae.resources` (the ScheduledJob CRD schema), so pydantic and the API server refuse the
+`horae.crd_schemas` (the ScheduledJob CRD schema), so pydantic and the API server refuse the
 same values. The checks are called by the API, the CLI and the operator alike.
 """
 

@@ -10,6 +10,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from horae.crd_schemas import scheduledjob_schema
 from horae.domain.limits import (
     DEFAULT_MAX_LATENESS,
     MAX_PAYLOAD_BYTES,
@@ -18,7 +19,7 @@ from horae.domain.limits import (
     payload_size_error,
 )
 from horae.models import RetryPolicy
-from horae.resources import ScheduledJobSpec, scheduledjob_schema
+from horae.resources import ScheduledJobSpec
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 
