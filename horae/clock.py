@@ -46,3 +46,9 @@ class DatabaseClock:
             log.warning("this host's clock is %+.3f s off PostgreSQL's; using PostgreSQL's",
                         -offset.total_seconds())  # fmt: skip
         self.offset = offset
+
+
+def utc_now() -> datetime:
+    """This host's clock, in UTC: the time of everything but leases (which take
+    PostgreSQL's, `DatabaseClock`)."""
+    return datetime.now(UTC)

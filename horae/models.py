@@ -7,33 +7,40 @@ the store all speak these types.
 from __future__ import annotations
 
 import enum
-import json
 import random
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, NewType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from horae.schedule import EARLIEST_INSTANT, LATEST_INSTANT
+from horae.domain.instants import check_instant
+from horae.domain.limits import (
+    A_WEEK_SECONDS,
+    CRON_MAX_CHARS,
+    MAX_JITTER_SECONDS,
+    RETRY_LIMITS,
+    TASK_NAME_MAX_CHARS,
+    TASK_NAME_PATTERN,
+    TIME_ZONE_MAX_CHARS,
+    contains_nul,
+)
 
 JobId = NewType("JobId", uuid.UUID)
 ExecutionId = NewType("ExecutionId", uuid.UUID)
 Shard = NewType("Shard", int)
 
-TASK_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$"
-MAX_PAYLOAD_BYTES = 256 * 1024
-
-
-# The bounds of a spec's fields, shared with the API's edit body so that its document
-# states them too.
-TaskName = Annotated[str, Field(min_length=1, max_length=253, pattern=TASK_NAME_PATTERN)]
-CronText = Annotated[str, Field(min_length=1, max_length=200)]
-TimeZoneName = Annotated[str, Field(min_length=1, max_length=64)]
-JitterSeconds = Annotated[int, Field(ge=0, le=3600)]
-UpToAWeek = Annotated[int, Field(ge=1, le=7 * 86400)]
+# The bounds of a spec's fields (horae.domain.limits), shared with the API's edit body so
+# that its document states them too.
+TaskName = Annotated[
+    str, Field(min_length=1, max_length=TASK_NAME_MAX_CHARS, pattern=TASK_NAME_PATTERN)
+]
+CronText = Annotated[str, Field(min_length=1, max_length=CRON_MAX_CHARS)]
+TimeZoneName = Annotated[str, Field(min_length=1, max_length=TIME_ZONE_MAX_CHARS)]
+JitterSeconds = Annotated[int, Field(ge=0, le=MAX_JITTER_SECONDS)]
+UpToAWeek = Annotated[int, Field(ge=1, le=A_WEEK_SECONDS)]
 
 
 class ExecutionStatus(enum.StrEnum):
@@ -96,9 +103,11 @@ class RetryPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_attempts: int = Field(default=5, ge=1, le=100)
-    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
-    max_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
+    max_attempts: int = Field(default=5, ge=1, le=RETRY_LIMITS.max_attempts)
+    initial_interval_seconds: float = Field(
+        default=1.0, gt=0, le=RETRY_LIMITS.initial_interval_seconds
+    )
+    max_interval_seconds: float = Field(default=300.0, gt=0, le=RETRY_LIMITS.max_interval_seconds)
 
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> RetryPolicy:
@@ -119,33 +128,6 @@ class RetryPolicy(BaseModel):
         return timedelta(seconds=rand(0.0, self.backoff_cap(attempt).total_seconds()))
 
 
-def payload_size_error(payload: Any) -> str | None:
-    """Why `payload` is too large to store (over MAX_PAYLOAD_BYTES serialized, or nested
-    too deeply to serialize at all), or None. The one rule of the API, the CLI and the
-    operator."""
-    try:
-        size = len(json.dumps(payload, separators=(",", ":")).encode())
-    except RecursionError:
-        return "payload is nested too deeply to store"
-    if size > MAX_PAYLOAD_BYTES:
-        return f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"
-    return None
-
-
-def check_instant(value: datetime) -> datetime:
-    """`value` in UTC, when it has a UTC offset and lies within [EARLIEST_INSTANT,
-    LATEST_INSTANT); ValueError otherwise. Compared before any conversion, which could
-    overflow."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError("needs a UTC offset, e.g. 2030-01-01T09:00:00Z")
-    if not EARLIEST_INSTANT <= value < LATEST_INSTANT:
-        raise ValueError(
-            f"must be from {EARLIEST_INSTANT:%Y-%m-%dT%H:%M:%SZ} to before "
-            f"{LATEST_INSTANT:%Y-%m-%dT%H:%M:%SZ}"
-        )
-    return value.astimezone(UTC)
-
-
 def _check_time_zone(value: str) -> str:
     try:
         ZoneInfo(value)
@@ -154,23 +136,6 @@ def _check_time_zone(value: str) -> str:
             f"unknown time zone {value!r}: use an IANA name such as Europe/Paris"
         ) from None
     return value
-
-
-def contains_nul(value: Any) -> bool:
-    """Whether a JSON value holds the NUL character in a string or a key: Postgres text and
-    jsonb cannot store it, so it is refused at validation rather than failing at INSERT."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 class JobSpec(BaseModel):

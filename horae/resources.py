@@ -2,53 +2,44 @@
 
 `crds()` is the single source of the manifests in `crds/` and in the chart;
 `python -m horae.resources` (`make crds`) writes them and a test fails when the
-checked-in YAML differs. The schema mirrors `JobSpec`'s rules so the API
-server itself refuses what the store would refuse, naming the field.
+checked-in YAML differs. Their schemas (`horae.crd_schemas`) state `JobSpec`'s bounds
+(`horae.domain.limits`) so the API server itself refuses what the store would refuse,
+naming the field.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from horae.models import (
-    TASK_NAME_PATTERN,
-    ConcurrencyPolicy,
-    JobSpec,
-    RetryPolicy,
-    payload_size_error,
-)
-from horae.schedule import EARLIEST_INSTANT, LATEST_INSTANT
+# Facts about the resources the operator reads from here (re-exported).
+from horae.crd_schemas import MIRRORED_ERROR_CHARS as MIRRORED_ERROR_CHARS
+from horae.crd_schemas import RESERVED_POOL_ENV as RESERVED_POOL_ENV
+from horae.crd_schemas import execution_schema, scheduledjob_schema, workerpool_schema
+from horae.domain.limits import payload_size_error
+from horae.models import ConcurrencyPolicy, JobSpec, RetryPolicy
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
 CATEGORY = "horae"
 
-MIRRORED_ERROR_CHARS = 1024
-"""An Execution resource's `status.error` (`kind: message` of the handler's exception) is
-cut to this many characters, ending in `…` when cut: an exception's text is the handler's
-to choose, and every mirror is stored in etcd and listed by `kubectl get executions`. The
-full text (up to 2,000 characters) stays in Postgres (`horae executions`, the API)."""
+_CAMEL = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+"""A manifest's fields, camelCase (`retryPolicy`), also accepted by their Python names."""
 
 
-class _Camel(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
-    )
+class RetrySpec(RetryPolicy):
+    """`spec.retryPolicy`: the job's RetryPolicy (its bounds and defaults), in camelCase."""
+
+    model_config = _CAMEL
 
 
-class RetrySpec(_Camel):
-    max_attempts: int = Field(default=5, ge=1, le=100)
-    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
-    max_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
-
-
-class ScheduledJobSpec(_Camel):
+class ScheduledJobSpec(BaseModel):
     """`spec` of a ScheduledJob, as users write it."""
+
+    model_config = _CAMEL
 
     task: str
     payload: dict[str, Any] = Field(default_factory=dict)
@@ -86,320 +77,6 @@ class ScheduledJobSpec(_Camel):
             concurrency_policy=self.concurrency_policy,
             starting_deadline_seconds=self.starting_deadline_seconds,
         )
-
-
-# -- CRD generation ------------------------------------------------------------
-
-_CRON_FIELD = r"[0-9A-Za-z*/,#?-]+"
-# The shape: 5 or 6 fields, or a macro (each field's values: CRON_FIELDS).
-CRON_SHAPE = (
-    r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
-    + rf"{_CRON_FIELD}( +{_CRON_FIELD}){{4,5}})$"
-)
-
-
-def _cron_field(number: str, stepped: str = "", plain: str = "") -> str:
-    """An RE2 pattern (case-insensitive, as cron is) for a comma list of one field's
-    items: `*`, a number or a range (or a `stepped` form), with an optional step; or a
-    `plain` form. Never stricter than cronsim, which the operator and the API use."""
-    base = rf"\*|{number}(?:-{number})?" + (f"|{stepped}" if stepped else "")
-    item = rf"(?:(?:{base})(?:/0*[1-9][0-9]*)?" + (f"|{plain}" if plain else "") + ")"
-    return rf"(?i)^{item}(?:,{item})*$"
-
-
-_MONTHS = "|".join(SYMBOLIC_MONTHS)
-_DAYS = "|".join(SYMBOLIC_DAYS)
-
-
-class CronField(NamedTuple):
-    pattern: str
-    """The field's allowed values, as an RE2 pattern."""
-    allowed: str
-    """The same, as the message of a value out of range says it."""
-
-
-CRON_FIELDS = {
-    "second": CronField(_cron_field(r"0*[1-5]?[0-9]"), "0-59"),
-    "minute": CronField(_cron_field(r"0*[1-5]?[0-9]"), "0-59"),
-    "hour": CronField(_cron_field(r"0*(?:2[0-3]|1?[0-9])"), "0-23"),
-    "day-of-month": CronField(
-        _cron_field(r"0*(?:3[01]|[12][0-9]|[1-9])", stepped="LW|L"), "1-31, L or LW"
-    ),
-    "month": CronField(_cron_field(rf"(?:0*(?:1[0-2]|[1-9])|{_MONTHS})"), "1-12 or JAN-DEC"),
-    "day-of-week": CronField(
-        _cron_field(rf"(?:0*[0-7]|{_DAYS})", plain=rf"0*[0-7]L|(?:0*[0-7]|{_DAYS})#0*[1-5]"),
-        "0-7 or SUN-SAT, nL or n#1-5",
-    ),
-}
-"""Each cron field's allowed values, checked by CEL at `kubectl apply` (field by field,
-so the message names the one that is out of range)."""
-
-
-def _cron_rules() -> list[dict[str, str]]:
-    """One CEL rule per cron field: fields counted from the end (a sixth, first, field is
-    seconds); a macro is left to the shape pattern."""
-    fields = "self.split(' ').filter(f, f != '')"
-    rules = []
-    for back, (name, cron_field) in enumerate(reversed(CRON_FIELDS.items())):
-        pattern = cron_field.pattern.replace("\\", "\\\\")
-        field = f"{fields}[size({fields}) - {back + 1}]"
-        guard = f"self.startsWith('@') || size({fields}) < {back + 1}"
-        rules.append({
-            "rule": f"{guard} || {field}.matches('{pattern}')",
-            "message": f"the {name} field must be {cron_field.allowed}",
-        })  # fmt: skip
-    return rules
-
-
-TIME_ZONE_SHAPE = r"^(UTC|[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2})$"
-
-
-def _int(minimum: int, maximum: int, description: str) -> dict[str, Any]:
-    return {"type": "integer", "minimum": minimum, "maximum": maximum, "description": description}
-
-
-def _instant_rule(field: str) -> dict[str, str]:
-    """CEL: the instant within the bounds every entry point applies (`check_instant`)."""
-    earliest, latest = (f"{t:%Y-%m-%dT%H:%M:%SZ}" for t in (EARLIEST_INSTANT, LATEST_INSTANT))
-    return {
-        "rule": f"timestamp(self) >= timestamp('{earliest}') && "
-        f"timestamp(self) < timestamp('{latest}')",
-        "message": f"{field} must be from {earliest} to before {latest}",
-    }
-
-
-def _condition_schema() -> dict[str, Any]:
-    return {
-        "type": "array",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "required": ["type", "status"],
-            "properties": {
-                "type": {"type": "string"},
-                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "reason": {"type": "string"},
-                "message": {"type": "string"},
-                "lastTransitionTime": {"type": "string", "format": "date-time"},
-            },
-        },
-    }
-
-
-def scheduledjob_schema() -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "type": "object",
-        "required": ["task"],
-        "properties": {
-            "task": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 253,
-                "pattern": TASK_NAME_PATTERN,
-                "description": "Name of the registered task handler to run.",
-            },
-            "payload": {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": True,
-                "maxProperties": 1000,
-                "description": "JSON object passed to the handler.",
-            },
-            "runAt": {
-                "type": "string",
-                "format": "date-time",
-                "maxLength": 64,
-                "x-kubernetes-validations": [_instant_rule("spec.runAt")],
-                "description": "Fire once at this instant (RFC 3339 with offset). "
-                "Exactly one of runAt and schedule.",
-            },
-            "schedule": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 200,
-                "pattern": CRON_SHAPE,
-                "x-kubernetes-validations": _cron_rules(),
-                "description": "Cron expression: 5 fields, 6 with seconds first, or a macro.",
-            },
-            "timeZone": {
-                "type": "string",
-                "maxLength": 64,
-                "pattern": TIME_ZONE_SHAPE,
-                "default": "UTC",
-                "description": "IANA time zone the schedule is evaluated in.",
-            },
-            "jitterSeconds": _int(0, 3600, "Stable per-job offset spread in [0, jitter)."),
-            "suspend": {"type": "boolean", "default": False, "description": "Pause the job."},
-            "concurrencyPolicy": {
-                "type": "string",
-                "enum": [p.value for p in ConcurrencyPolicy],
-                "default": "Allow",
-            },
-            "startingDeadlineSeconds": _int(
-                1, 7 * 86400, "An occurrence not started this long after its due time is skipped."
-            ),
-            "retryPolicy": {
-                "type": "object",
-                "properties": {
-                    "maxAttempts": _int(1, 100, "Attempts before the execution is dead."),
-                    "initialIntervalSeconds": {"type": "number", "minimum": 0.001, "maximum": 3600},
-                    "maxIntervalSeconds": {"type": "number", "minimum": 0.001, "maximum": 86400},
-                },
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "!has(self.initialIntervalSeconds) || !has(self.maxIntervalSeconds)"
-                        " || self.maxIntervalSeconds >= self.initialIntervalSeconds",
-                        "message": "retryPolicy.maxIntervalSeconds must be >= "
-                        "retryPolicy.initialIntervalSeconds",
-                        "fieldPath": ".maxIntervalSeconds",
-                    }
-                ],
-            },
-            "timeoutSeconds": _int(1, 7 * 86400, "Handler timeout."),
-            "historyLimit": _int(0, 1000, "Execution resources kept for this job."),
-        },
-        "x-kubernetes-validations": [
-            {
-                "rule": "has(self.runAt) != has(self.schedule)",
-                "message": "exactly one of spec.runAt and spec.schedule is required",
-            },
-        ],
-    }
-    status = {
-        "type": "object",
-        "properties": {
-            "jobId": {"type": "string"},
-            "nextRunAt": {"type": "string", "format": "date-time", "nullable": True},
-            "lastRunAt": {"type": "string", "format": "date-time", "nullable": True},
-            "lastStatus": {"type": "string", "nullable": True},
-            "observedGeneration": {"type": "integer", "format": "int64"},
-            "conditions": _condition_schema(),
-        },
-        "x-kubernetes-preserve-unknown-fields": True,
-    }
-    return {
-        "type": "object",
-        "required": ["spec"],
-        "properties": {"spec": spec, "status": status},
-        "x-kubernetes-validations": [
-            {
-                "rule": "size(self.metadata.name) <= 63",
-                "message": "metadata.name: at most 63 characters (it labels the job's "
-                "Executions: horae.dev/job=NAME)",
-            },
-        ],
-    }
-
-
-def execution_schema() -> dict[str, Any]:
-    status = {
-        "type": "object",
-        "properties": {
-            name: {"type": "string", "format": "date-time", "nullable": True}
-            for name in ("dueAt", "occurrenceAt", "startedAt", "finishedAt")
-        }
-        | {
-            "executionId": {"type": "string"},
-            "jobId": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "status": {"type": "string"},
-            "duration": {"type": "string", "nullable": True},
-            "error": {"type": "string", "nullable": True, "maxLength": MIRRORED_ERROR_CHARS},
-        },
-    }
-    return {"type": "object", "properties": {"status": status}}
-
-
-RESERVED_POOL_ENV = ("HORAE_POOL", "HORAE_POOL_NAMESPACE", "HORAE_TENANTS")
-"""Which pool and tenants a WorkerPool's workers serve: the operator sets them, never the
-pool's `env` (horae/operator/workerpool.py)."""
-
-DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-
-
-def workerpool_schema() -> dict[str, Any]:
-    spec = {
-        "type": "object",
-        "required": ["image", "tasks"],
-        "properties": {
-            "image": {"type": "string", "minLength": 1, "maxLength": 512},
-            "tasks": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 253,
-                "description": "Python module with the @task handlers (--tasks).",
-            },
-            "minReplicas": _int(0, 1000, "Replicas when the queue is empty.") | {"default": 1},
-            "maxReplicas": _int(1, 1000, "Upper bound of replicas.") | {"default": 10},
-            "targetBacklogPerReplica": _int(1, 1_000_000, "Ready messages per replica.")
-            | {"default": 100},
-            "concurrency": _int(1, 10_000, "Handlers per worker."),
-            "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-            "env": {
-                "type": "array",
-                "maxItems": 500,
-                "items": {
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                    "properties": {"name": {"type": "string", "maxLength": 256}},
-                },
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self.all(e, !has(e.name) || !(e.name in "
-                        f"{list(RESERVED_POOL_ENV)}))",
-                        "message": "spec.env may not set "
-                        f"{', '.join(RESERVED_POOL_ENV)}: the operator sets which pool "
-                        "and tenants a worker serves",
-                    },
-                ],
-            },
-            "serviceAccountName": {
-                "type": "string",
-                "maxLength": 253,
-                "description": "ServiceAccount the workers run as; it must carry the label"
-                " horae.dev/worker=true (set by whoever manages ServiceAccounts in the"
-                " namespace), or the operator refuses the pool. Default: the namespace's"
-                " default ServiceAccount.",
-            },
-            "automountServiceAccountToken": {
-                "type": "boolean",
-                "default": False,
-                "description": "Mount the ServiceAccount's token in the workers' pods (off:"
-                " workers need no Kubernetes API).",
-            },
-            "tenants": {
-                "type": "array",
-                "maxItems": 1000,
-                "x-kubernetes-list-type": "set",
-                "items": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
-                "description": "Namespaces whose executions this pool's workers run. Honoured "
-                "only for a pool in Horae's own namespace (a cluster administrator's shared "
-                "pool); a pool elsewhere that sets it is refused (Ready=False, "
-                "TenantsNotAllowed). Unset: the pool's own namespace.",
-            },
-        },
-        "x-kubernetes-validations": [
-            {
-                "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || "
-                "self.minReplicas <= self.maxReplicas",
-                "message": "spec.minReplicas must be <= spec.maxReplicas",
-                "fieldPath": ".minReplicas",
-            },
-        ],
-    }
-    status = {
-        "type": "object",
-        "properties": {
-            "queueDepth": {"type": "integer", "description": "Ready messages on the pool's queue."},
-            "desiredReplicas": {"type": "integer", "description": "What the queue depth asks for."},
-            "replicas": {"type": "integer", "description": "The Deployment's spec.replicas."},
-            "readyReplicas": {"type": "integer", "description": "Worker pods ready."},
-            "lastScaleTime": {"type": "string", "format": "date-time", "nullable": True},
-            "conditions": _condition_schema(),
-        },
-        "x-kubernetes-preserve-unknown-fields": True,
-    }
-    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
 
 
 def _crd(

@@ -22,6 +22,8 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
+from horae.domain.instants import LATEST_INSTANT
+
 MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -31,14 +33,6 @@ MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-
-EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
-"""Every instant a caller gives (a job's `run_at`, a preview's `after`) lies in
-[EARLIEST_INSTANT, LATEST_INSTANT): a fixed bound, because the CRD's CEL rules have no
-clock, and far enough from `datetime.max` (9999-12-31) that everything added to an
-instant (jitter, retry delays, starting deadlines, time-zone offsets, the cron walk of a
-preview) stays representable instead of raising OverflowError."""
 
 
 def _expand(expression: str) -> str:

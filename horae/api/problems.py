@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from horae.domain import fields
 from horae.errors import Conflict, NotFound, QuotaExceeded
 
 PROBLEM = "application/problem+json"
@@ -56,9 +57,12 @@ def problem_response(p: Problem) -> JSONResponse:
     return JSONResponse(body, status_code=p.status, media_type=PROBLEM, headers=p.headers)
 
 
+REQUEST_PARTS = ("body", "query", "path", "header")
+"""Where FastAPI locates a request's errors before the field: left out of the path."""
+
+
 def field_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
-    parts = [str(x) for x in loc if x not in ("body", "query", "path", "header")]
-    return ".".join(parts) or "body"
+    return fields.field_path(part for part in loc if part not in REQUEST_PARTS)
 
 
 def install(app: FastAPI) -> None:

@@ -8,7 +8,7 @@ No `from __future__ import annotations` here: FastAPI must evaluate the
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import asyncpg
@@ -36,16 +36,16 @@ from horae.api.schemas import (
     encode_cursor,
 )
 from horae.batching import GroupCommit
-from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, payload_size_error
+from horae.clock import utc_now
+from horae.domain.fields import first_error
+from horae.domain.limits import lateness_error, payload_size_error
+from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
 from horae.store import jobs as store
 
 if TYPE_CHECKING:
     pass
-
-DEFAULT_MAX_LATENESS = timedelta(hours=1)
-"""A `run_at` this far in the past is refused when the job sets no starting deadline."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {PROBLEM: {}}}
@@ -62,10 +62,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _check_payload(spec: JobSpec, field: str = "payload") -> None:
     error = payload_size_error(spec.payload)
     if error is not None:
@@ -73,18 +69,11 @@ def _check_payload(spec: JobSpec, field: str = "payload") -> None:
 
 
 def _check_run_at(spec: JobSpec, now: datetime, field: str = "run_at") -> None:
-    if spec.run_at is None:
-        return
-    allowed = (
-        timedelta(seconds=spec.starting_deadline_seconds)
-        if spec.starting_deadline_seconds
-        else DEFAULT_MAX_LATENESS
+    error = lateness_error(
+        spec.run_at, starting_deadline_seconds=spec.starting_deadline_seconds, now=now
     )
-    if spec.run_at < now - allowed:
-        raise invalid(
-            field, f"run_at is more than {int(allowed.total_seconds())}s in the past "
-            "(past its starting deadline)",
-        )  # fmt: skip
+    if error is not None:
+        raise invalid(field, f"run_at {error}")
 
 
 def _validate_new(job: JobCreate, now: datetime, prefix: str = "") -> JobSpec:
@@ -109,7 +98,7 @@ def build_router(
         after the COMMIT that holds its job. A flush that fails, for any reason, is tried
         again job by job (`isolate`), so one tenant's bad job cannot fail another's."""
         async with pool().acquire() as conn:
-            await store.create_jobs(conn, new, shards=shards(), now=_now())
+            await store.create_jobs(conn, new, shards=shards(), now=utc_now())
         return [job.job_id for job in new]
 
     creates = GroupCommit(create_many, max_batch=500, isolate=True)
@@ -152,7 +141,7 @@ def build_router(
         body: BatchCreate, tenant: Annotated[str, Depends(access("create"))]
     ) -> BatchCreated:
         """Create up to 1,000 jobs in one transaction: all or none."""
-        now = _now()
+        now = utc_now()
         new = [
             store.NewJob(spec=_validate_new(job, now, f"jobs.{i}."), tenant=tenant,
                          source=JobSource.API, name=job.name)
@@ -175,7 +164,7 @@ def build_router(
         ] = None,
     ) -> Created:
         """Create a job and its first execution; answered after COMMIT."""
-        now = _now()
+        now = utc_now()
         spec = _validate_new(body, now)
         if not idempotency_key:
             created = await creates.submit(
@@ -223,13 +212,13 @@ def build_router(
     async def pause(job_id: uuid.UUID, tenant: Annotated[str, Depends(access("update"))]) -> None:
         """Pause: pending executions are cancelled; nothing fires until resumed."""
         async with pool().acquire() as conn:
-            await store.pause_job(conn, job_id, now=_now(), tenant=tenant)
+            await store.pause_job(conn, job_id, now=utc_now(), tenant=tenant)
 
     @router.post("/jobs/{job_id}:resume", status_code=204, responses=ERRORS)
     async def resume(job_id: uuid.UUID, tenant: Annotated[str, Depends(access("update"))]) -> None:
         """Resume from now; the job's catch-up policy decides about missed occurrences."""
         async with pool().acquire() as conn:
-            await store.resume_job(conn, job_id, now=_now(), tenant=tenant)
+            await store.resume_job(conn, job_id, now=utc_now(), tenant=tenant)
 
     @router.post("/jobs/{job_id}:trigger", status_code=201, response_model=Created,
                  responses=ERRORS)  # fmt: skip
@@ -238,7 +227,7 @@ def build_router(
     ) -> Created:
         """Run one extra occurrence now, outside the schedule; returns the execution id."""
         async with pool().acquire() as conn:
-            return Created(id=await store.trigger_job(conn, job_id, now=_now(), tenant=tenant))
+            return Created(id=await store.trigger_job(conn, job_id, now=utc_now(), tenant=tenant))
 
     @router.get("/jobs/{job_id}/executions", response_model=ExecutionPage, responses=ERRORS)
     async def job_executions(
@@ -266,7 +255,7 @@ def build_router(
         if row["state"] == JobState.ACTIVE:
             upcoming = next_fire_times(
                 run_at=row["run_at"], cron=row["cron"], time_zone=row["time_zone"],
-                after=_now(), count=5,
+                after=utc_now(), count=5,
             )  # fmt: skip
         return JobOut.from_row(row, upcoming)
 
@@ -275,7 +264,7 @@ def build_router(
         job_id: uuid.UUID, body: JobPatch, tenant: Annotated[str, Depends(access("update"))]
     ) -> JobOut:
         """Edit: spec version + 1; pending executions of the old version are cancelled."""
-        now = _now()
+        now = utc_now()
         async with pool().acquire() as conn:
             row = await store.get_job(conn, job_id, tenant)
             changes = body.model_dump(exclude_unset=True)
@@ -285,9 +274,8 @@ def build_router(
             try:
                 spec = JobSpec.model_validate(spec_fields)
             except pydantic.ValidationError as exc:
-                first = exc.errors()[0]
-                field = ".".join(str(p) for p in first["loc"]) or "body"
-                raise invalid(field, str(first["msg"])) from None
+                error = first_error(exc)
+                raise invalid(error.path(), error.message) from None
             _check_payload(spec)
             if "run_at" in body.model_fields_set:
                 _check_run_at(spec, now)
@@ -301,7 +289,7 @@ def build_router(
         """Cancel: pending executions are cancelled; history is kept."""
         async with pool().acquire() as conn:
             await store.get_job(conn, job_id, tenant)  # 404 for a job not there
-            await store.cancel_job(conn, job_id, now=_now(), tenant=tenant)
+            await store.cancel_job(conn, job_id, now=utc_now(), tenant=tenant)
 
     @router.get("/executions/{execution_id}", response_model=ExecutionOut, responses=ERRORS)
     async def get_execution(
@@ -324,7 +312,7 @@ def build_router(
         Returns the new execution's id."""
         async with pool().acquire() as conn:
             return Created(
-                id=await store.rerun_execution(conn, execution_id, now=_now(), tenant=tenant)
+                id=await store.rerun_execution(conn, execution_id, now=utc_now(), tenant=tenant)
             )
 
     @router.post("/schedules:preview", response_model=PreviewOut, responses=ERRORS)
@@ -336,13 +324,11 @@ def build_router(
             spec = JobSpec(task="preview", cron=body.cron, run_at=body.run_at,
                            time_zone=body.time_zone)  # fmt: skip
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            raise invalid(
-                ".".join(str(p) for p in first["loc"]) or "cron", str(first["msg"])
-            ) from None
+            error = first_error(exc)
+            raise invalid(error.path(default="cron"), error.message) from None
         if spec.cron is not None:
             validate_cron(spec.cron)
-        after = body.after or _now()  # bounded by PreviewRequest
+        after = body.after or utc_now()  # bounded by PreviewRequest
         times = next_fire_times(
             run_at=spec.run_at, cron=spec.cron, time_zone=spec.time_zone, after=after,
             count=body.count,

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from horae.api.problems import invalid
+from horae.domain.instants import check_instant
+from horae.domain.limits import contains_nul
 from horae.models import (
     CatchUpPolicy,
     ConcurrencyPolicy,
@@ -25,8 +27,6 @@ from horae.models import (
     TaskName,
     TimeZoneName,
     UpToAWeek,
-    check_instant,
-    contains_nul,
 )
 from horae.store.quotas import DEFAULT_MAX_FIRES_PER_MINUTE, DEFAULT_MAX_JOBS
 

@@ -180,8 +180,9 @@ def _spec(
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
 
-    from horae.api.routes import DEFAULT_MAX_LATENESS
-    from horae.models import JobSpec, payload_size_error
+    from horae.domain.fields import first_error
+    from horae.domain.limits import lateness_error, payload_size_error
+    from horae.models import JobSpec
 
     if (cron is None) == (run_at is None):
         raise fail("exactly one of --cron and --run-at is required")
@@ -195,9 +196,9 @@ def _spec(
             raise fail(f"--run-at: not an ISO 8601 instant: {run_at!r}") from None
         if when.tzinfo is None:
             raise fail("--run-at: needs a UTC offset, e.g. 2030-01-01T09:00:00Z")
-        if when < datetime.now(UTC) - DEFAULT_MAX_LATENESS:
-            late = int(DEFAULT_MAX_LATENESS.total_seconds())
-            raise fail(f"--run-at: is more than {late}s in the past")
+        late = lateness_error(when, starting_deadline_seconds=None, now=datetime.now(UTC))
+        if late is not None:
+            raise fail(f"--run-at: {late}")
     data: Any = {}
     if payload is not None:
         try:
@@ -216,9 +217,8 @@ def _spec(
     try:
         return JobSpec(**fields)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        option = _OPTION_OF_FIELD.get(str(first["loc"][0]) if first["loc"] else "", "--cron")
-        raise fail(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
+        first = first_error(exc)
+        raise fail(f"{_OPTION_OF_FIELD.get(first.top, '--cron')}: {first.reason}") from None
 
 
 @jobs_app.command("create")

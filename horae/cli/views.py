@@ -49,7 +49,9 @@ def schedule_preview(
 
     import pydantic
 
-    from horae.models import JobSpec, check_instant
+    from horae.domain.fields import first_error
+    from horae.domain.instants import check_instant, rfc3339
+    from horae.models import JobSpec
     from horae.schedule import next_fire_times
 
     if not 1 <= count <= 100:
@@ -58,9 +60,9 @@ def schedule_preview(
     try:
         JobSpec(task="preview", cron=cron, time_zone=tz)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        field = {"cron": "CRON", "time_zone": "--tz"}.get(str(first["loc"][0]), "CRON")
-        raise fail(f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
+        error = first_error(exc)
+        field = {"cron": "CRON", "time_zone": "--tz"}.get(error.top, "CRON")
+        raise fail(f"{field}: {error.reason}") from None
     start = datetime.now(UTC)
     if after is not None:
         try:
@@ -73,7 +75,7 @@ def schedule_preview(
             raise fail(f"--after: {exc}") from None
     zone = ZoneInfo(tz)
     fires = next_fire_times(run_at=None, cron=cron, time_zone=tz, after=start, count=count)
-    times = [(f.strftime("%Y-%m-%dT%H:%M:%SZ"), f.astimezone(zone).isoformat()) for f in fires]
+    times = [(rfc3339(f), f.astimezone(zone).isoformat()) for f in fires]
     if fmt != "table":
         print_data([{"utc": utc, "local": local} for utc, local in times], fmt)
         return

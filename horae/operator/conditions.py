@@ -4,10 +4,10 @@ that reason (what `kubectl describe` shows)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import kopf
 
+from horae.clock import utc_now
+from horae.domain.instants import rfc3339
 from horae.kube import Events
 
 
@@ -18,7 +18,7 @@ def condition(kind: str, ok: bool, reason: str, message: str = "") -> dict[str, 
         "status": "True" if ok else "False",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastTransitionTime": rfc3339(utc_now()),
     }
 
 

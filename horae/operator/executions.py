@@ -15,11 +15,11 @@ import json
 import logging
 import time
 import uuid
-from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects
 from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION
 from horae.store import executions as store
@@ -51,10 +51,6 @@ class RateLimiter:
                 await asyncio.sleep((1 - self._tokens) / self._rate)
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
-
-
 def _display(status: str) -> str:
     return "".join(part.capitalize() for part in status.split("_"))
 
@@ -78,10 +74,10 @@ def mirror_status(row: asyncpg.Record) -> dict[str, Any]:
         "jobId": str(row["job_id"]),
         "attempt": row["attempt"],
         "status": _display(row["status"]),
-        "occurrenceAt": _iso(row["occurrence_at"]),
-        "dueAt": _iso(row["due_at"]),
-        "startedAt": _iso(row["started_at"]),
-        "finishedAt": _iso(row["finished_at"]),
+        "occurrenceAt": rfc3339(row["occurrence_at"]),
+        "dueAt": rfc3339(row["due_at"]),
+        "startedAt": rfc3339(row["started_at"]),
+        "finishedAt": rfc3339(row["finished_at"]),
         "duration": duration,
         "error": error,
     }

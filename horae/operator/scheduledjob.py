@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -17,6 +16,9 @@ import kopf
 import pydantic
 from pydantic.alias_generators import to_camel
 
+from horae.clock import utc_now
+from horae.domain.fields import first_error
+from horae.domain.instants import rfc3339
 from horae.errors import QuotaExceeded
 from horae.models import JobSource
 from horae.operator.conditions import condition, refuse
@@ -27,14 +29,6 @@ if TYPE_CHECKING:
     from horae.store.db import Conn
 
 log = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
 QUOTA_RETRY_SECONDS = 15
@@ -59,8 +53,8 @@ def status_of(row: asyncpg.Record) -> dict[str, Any]:
     """The status fields that come from the store's job row."""
     return {
         "jobId": str(row["id"]),
-        "nextRunAt": _iso(row["next_run_at"]),
-        "lastRunAt": _iso(row["last_run_at"]),
+        "nextRunAt": rfc3339(row["next_run_at"]),
+        "lastRunAt": rfc3339(row["last_run_at"]),
         "lastStatus": display_status(row["last_status"]),
     }
 
@@ -98,7 +92,7 @@ async def sync_job(
 ) -> asyncpg.Record:
     """Make the store's job match the resource; returns the job row."""
     job_spec = spec.job_spec()
-    now = _now()
+    now = utc_now()
     row = await store.find_job(conn, uid)
     if row is None:
         await store.cancel_crd_namesake(conn, namespace, name, keep=uid, now=now)
@@ -143,9 +137,8 @@ def register(registry: kopf.OperatorRegistry) -> None:
             parsed = ScheduledJobSpec.model_validate(dict(spec))
             parsed.job_spec()
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            field = "spec." + ".".join(_crd_field(p) for p in first["loc"])
-            message = f"{field}: {first['msg']}"
+            error = first_error(exc)
+            message = f"{error.path(spell=_crd_field, under='spec')}: {error.message}"
             patch.status["observedGeneration"] = generation
             await refuse(
                 memo.events, patch, meta, kind="ScheduledJob", reason="InvalidSpec", message=message
@@ -176,5 +169,5 @@ def register(registry: kopf.OperatorRegistry) -> None:
     async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         assert namespace is not None, "ScheduledJob is namespaced"
         async with memo.pool.acquire() as conn:
-            await store.cancel_job(conn, uuid.UUID(uid), now=_now(), by=JobSource.CRD)
+            await store.cancel_job(conn, uuid.UUID(uid), now=utc_now(), by=JobSource.CRD)
         await memo.mirrors.forget(uuid.UUID(uid), namespace, name)

@@ -10,7 +10,7 @@ from cronsim.cronsim import Field
 from hypothesis import given
 from hypothesis import strategies as st
 
-from horae.resources import CRON_FIELDS
+from horae.cel import CRON_FIELDS
 
 FIELDS = dict(zip(CRON_FIELDS, Field, strict=True))
 

@@ -1,0 +1,89 @@
+"""The limits of a job: the bounds of its fields, and the checks no field bound can state.
+
+The numbers are read by `horae.models` (JobSpec, RetryPolicy, the API's bodies) and by
+`horae.crd_schemas` (the ScheduledJob CRD schema), so pydantic and the API server refuse the
+same values. The checks are called by the API, the CLI and the operator alike.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+TASK_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$"
+TASK_NAME_MAX_CHARS = 253
+CRON_MAX_CHARS = 200
+TIME_ZONE_MAX_CHARS = 64
+MAX_JITTER_SECONDS = 3600
+"""`jitter_seconds` is 0 to this."""
+A_WEEK_SECONDS = 7 * 86400
+"""The longest `timeout_seconds` and `starting_deadline_seconds` (both at least 1)."""
+
+
+@dataclass(frozen=True)
+class RetryLimits:
+    """The largest value of each `RetryPolicy` field. The smallest: one attempt, and an
+    interval above 0 (which the CRD schema, whose bounds are inclusive, writes as 0.001)."""
+
+    max_attempts: int = 100
+    initial_interval_seconds: int = 3600
+    max_interval_seconds: int = 86400
+
+
+RETRY_LIMITS = RetryLimits()
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+"""A payload's size, serialized as compact JSON. CEL cannot measure it, so the CRD schema
+does not state it: the operator refuses an oversized ScheduledJob itself."""
+
+DEFAULT_MAX_LATENESS = timedelta(hours=1)
+"""A `run_at` this far in the past is refused when the job sets no starting deadline."""
+
+
+def payload_size_error(payload: Any) -> str | None:
+    """Why `payload` is too large to store (over MAX_PAYLOAD_BYTES serialized, or nested
+    too deeply to serialize at all), or None."""
+    try:
+        size = len(json.dumps(payload, separators=(",", ":")).encode())
+    except RecursionError:
+        return "payload is nested too deeply to store"
+    if size > MAX_PAYLOAD_BYTES:
+        return f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"
+    return None
+
+
+def lateness_error(
+    run_at: datetime | None, *, starting_deadline_seconds: int | None, now: datetime
+) -> str | None:
+    """Why a new (or newly timed) job's `run_at` is too far in the past to run, or None:
+    further back than its starting deadline, or DEFAULT_MAX_LATENESS without one. A little
+    late is fine: it fires at once."""
+    if run_at is None:
+        return None
+    allowed = (
+        timedelta(seconds=starting_deadline_seconds)
+        if starting_deadline_seconds
+        else DEFAULT_MAX_LATENESS
+    )
+    if run_at >= now - allowed:
+        return None
+    return f"is more than {int(allowed.total_seconds())}s in the past (past its starting deadline)"
+
+
+def contains_nul(value: Any) -> bool:
+    """Whether a JSON value holds the NUL character in a string or a key: Postgres text and
+    jsonb cannot store it, so it is refused at validation rather than failing at INSERT."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
