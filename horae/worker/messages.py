@@ -24,6 +24,7 @@ from horae import broker, metrics
 from horae.batching import GroupCommit
 from horae.clock import DatabaseClock
 from horae.config import WorkerSettings
+from horae.domain.fields import first_error
 from horae.errors import HoraeError
 from horae.models import ExecutionBatch, ExecutionMessage
 from horae.probes import Probes
@@ -165,9 +166,8 @@ class Messages:
         try:
             batch = ExecutionBatch.model_validate_json(message.body).executions
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
-            await self._refuse(message, "malformed", f"{where}: {first['msg']}")
+            first = first_error(exc)
+            await self._refuse(message, "malformed", f"{first.path()}: {first.message}")
             return None
         foreign = sorted({m.tenant for m in batch} - set(self._cfg.tenants))
         if foreign:  # nothing of it runs, not even executions of tenants it does serve
