@@ -312,7 +312,7 @@ def execution_schema() -> dict[str, Any]:
 
 RESERVED_POOL_ENV = ("HORAE_POOL", "HORAE_POOL_NAMESPACE", "HORAE_TENANTS")
 """Which pool and tenants a WorkerPool's workers serve: the operator sets them, never the
-pool's `env` (horae/operator/workerpool.py)."""
+pool's `env` (horae/operator/workerpool/deployment.py)."""
 
 DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
