@@ -135,21 +135,24 @@ async def _lead(lease: SingletonLease, renew: float, duration: float) -> None:
     log.error("leader Lease %s not renewed within %.1fs: stopping", lease.name, deadline)
 
 
-async def run(settings: Settings) -> None:
+def _leader_lease(settings: Settings, api: client.ApiClient) -> SingletonLease:
     cfg = settings.operator
-    probes = Probes()
-    probes.serve(settings.metrics_port)  # in standby too
-    beat = asyncio.create_task(probes.beat())
-    api = load_api_client(settings.kube.kubeconfig)
-    leases = Leases(api, settings.kube.namespace)
-    lease = SingletonLease(leases, LEADER_LEASE, identity=cfg.identity,
-                           duration=cfg.lease_duration.total_seconds(),
-                           label="horae.dev/operator-leader")  # fmt: skip
-    renew = cfg.lease_duration.total_seconds() / 3
-    # Standby until this replica leads: two replicas never both act.
-    await _standby(lease, api, settings.kube.namespace, poll=renew, probes=probes)
-    probes.ready("leading")
-    log.info("operator %s leads (Lease %s)", cfg.identity, LEADER_LEASE)
+    return SingletonLease(
+        Leases(api, settings.kube.namespace),
+        LEADER_LEASE,
+        identity=cfg.identity,
+        duration=cfg.lease_duration.total_seconds(),
+        label="horae.dev/operator-leader",
+    )
+
+
+async def _start_leading(
+    settings: Settings, api: client.ApiClient
+) -> tuple[kopf.Memo, list[asyncio.Task[None]]]:
+    """The leader's collaborators, as kopf's memo (`memo.pool` the store's connection
+    pool), and its background tasks, started: the status mirror, the resync pass and the
+    WorkerPool autoscaler."""
+    cfg = settings.operator
     pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
     async with pool.acquire() as conn:
         shards = (await read_installation(conn)).shards
@@ -157,8 +160,7 @@ async def run(settings: Settings) -> None:
     mirrors = ExecutionMirrors(pool, objects)
     events = Events(api)
     mirror = StatusMirror(settings.database.url, pool, objects, events, mirrors)
-    resync = Resync(pool, objects, mirrors, shards=shards,
-                    period=cfg.resync_period.total_seconds())  # fmt: skip
+    resync = Resync(pool, objects, mirrors, shards=shards, period=cfg.resync_period.total_seconds())
     deployments = Deployments(api)
     accounts = ServiceAccounts(api)
     autoscaler = workerpool.Autoscaler(
@@ -185,6 +187,31 @@ async def run(settings: Settings) -> None:
         asyncio.create_task(resync.run(), name="resync"),
         asyncio.create_task(autoscaler.run(), name="autoscaler"),
     ]
+    return memo, background
+
+
+def _exit_deposed() -> None:
+    """As client-go's leader election: a leader that lost its Lease exits at once, before
+    a standby can take over, not after its tasks (and calls hanging on an unreachable API
+    server) have wound down."""
+    log.critical("lost the leader Lease; exiting so that only the new leader acts")
+    logging.shutdown()
+    os._exit(1)
+
+
+async def run(settings: Settings) -> None:
+    cfg = settings.operator
+    probes = Probes()
+    probes.serve(settings.metrics_port)  # in standby too
+    beat = asyncio.create_task(probes.beat())
+    api = load_api_client(settings.kube.kubeconfig)
+    lease = _leader_lease(settings, api)
+    renew = cfg.lease_duration.total_seconds() / 3
+    # Standby until this replica leads: two replicas never both act.
+    await _standby(lease, api, settings.kube.namespace, poll=renew, probes=probes)
+    probes.ready("leading")
+    log.info("operator %s leads (Lease %s)", cfg.identity, LEADER_LEASE)
+    memo, background = await _start_leading(settings, api)
     operator = asyncio.create_task(
         kopf.operator(registry=build_registry(), clusterwide=True, standalone=True, memo=memo)
     )
@@ -192,17 +219,12 @@ async def run(settings: Settings) -> None:
     try:
         await asyncio.wait([operator, leading], return_when=asyncio.FIRST_COMPLETED)
         if leading.done():
-            # As client-go's leader election: a leader that lost its Lease exits at once,
-            # before a standby can take over, not after its tasks (and calls hanging on an
-            # unreachable API server) have wound down.
-            log.critical("lost the leader Lease; exiting so that only the new leader acts")
-            logging.shutdown()
-            os._exit(1)
+            _exit_deposed()
     finally:
         for task in [leading, operator, *background]:
             task.cancel()
         await asyncio.gather(leading, operator, *background, return_exceptions=True)
-        await pool.close()
+        await memo.pool.close()
     probes.unready("stopping")
     await lease.release()  # a clean stop: hand leadership over at once
     beat.cancel()

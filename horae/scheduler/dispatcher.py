@@ -54,6 +54,11 @@ DEEP_REFRESH_EVERY = 600.0
 for executions overdue since longer ago (e.g. after a long outage)."""
 
 
+_Plan = tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]
+"""A shard's part of a batch, as `Dispatcher._decide` splits it: publish, skip, and the
+predecessors to cancel."""
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -362,35 +367,11 @@ class Dispatcher:
         return keep, skips, cancel
 
     async def _dispatch(self, batch: list[Due]) -> None:
-        ours: list[Due] = []
-        lapsed: set[int] = set()
-        for due in batch:
-            if due.shard in self.epochs and self._lease_valid(due.shard):
-                ours.append(due)
-            else:
-                self._known.discard((due.id, due.due_at))  # not ours (any more): forget it
-                if due.shard in self.epochs:
-                    lapsed.add(due.shard)
-        if lapsed:  # held, but not renewed within the lease duration by our clock
-            log.warning("not dispatching for shards %s: their Leases were not renewed in time",
-                        sorted(lapsed))  # fmt: skip
-            for shard in lapsed:  # re-read at the next refresh, not the next full one
-                self._notified[shard] = None
+        ours = self._ours(batch)
         if not ours:
             return
         now = _now()
-        plans = {}
-        async with self._pool.acquire() as conn:
-            go, wait = await self._gate.admit(conn, ours, now)
-            if wait:
-                self._hold_back(wait)
-                waiting = {d for d, _ in wait}
-                batch = [d for d in batch if d not in waiting]
-            by_shard: dict[int, list[Due]] = defaultdict(list)
-            for d in go:
-                by_shard[d.shard].append(d)
-            for shard, dues in by_shard.items():
-                plans[shard] = await self._decide(conn, dues, now)
+        plans, batch = await self._plan(batch, ours, now)
         to_publish = [d for keep, _, _ in plans.values() for d in keep]
         started = time.monotonic()
         if to_publish:
@@ -414,7 +395,60 @@ class Dispatcher:
         async with self._pool.acquire() as conn:
             queued, fenced = await store.record_dispatch(conn, rounds, published)
         self._forget(batch)
-        for shard in sorted(fenced | (set(plans) - set(rounds))):
+        await self._settle(fenced | (set(plans) - set(rounds)), rounds)
+        log.debug(
+            "dispatched %d (%d queued): publish %.3fs, record %.3fs",
+            len(to_publish),
+            queued,
+            publish_took,
+            time.monotonic() - started - publish_took,
+        )
+
+    def _ours(self, batch: list[Due]) -> list[Due]:
+        """What of `batch` this replica may dispatch: executions of shards it holds and
+        renewed within the lease duration by its own clock. The others are forgotten; a
+        held shard whose Lease lapsed is re-read at the next refresh."""
+        ours: list[Due] = []
+        lapsed: set[int] = set()
+        for due in batch:
+            if due.shard in self.epochs and self._lease_valid(due.shard):
+                ours.append(due)
+            else:
+                self._known.discard((due.id, due.due_at))  # not ours (any more): forget it
+                if due.shard in self.epochs:
+                    lapsed.add(due.shard)
+        if lapsed:  # held, but not renewed within the lease duration by our clock
+            log.warning(
+                "not dispatching for shards %s: their Leases were not renewed in time",
+                sorted(lapsed),
+            )
+            for shard in lapsed:  # re-read at the next refresh, not the next full one
+                self._notified[shard] = None
+        return ours
+
+    async def _plan(
+        self, batch: list[Due], ours: list[Due], now: datetime
+    ) -> tuple[dict[int, _Plan], list[Due]]:
+        """Each shard's plan for `ours` (`_decide`), once the tenant gate admitted them;
+        those it holds back go back to the heap and leave `batch` (returned)."""
+        plans: dict[int, _Plan] = {}
+        async with self._pool.acquire() as conn:
+            go, wait = await self._gate.admit(conn, ours, now)
+            if wait:
+                self._hold_back(wait)
+                waiting = {d for d, _ in wait}
+                batch = [d for d in batch if d not in waiting]
+            by_shard: dict[int, list[Due]] = defaultdict(list)
+            for d in go:
+                by_shard[d.shard].append(d)
+            for shard, dues in by_shard.items():
+                plans[shard] = await self._decide(conn, dues, now)
+        return plans, batch
+
+    async def _settle(self, fenced: set[int], rounds: dict[int, ShardDispatch]) -> None:
+        """After the record: drop the shards fenced out (another replica took them) or lost
+        while the batch was planned; count what the others dispatched and skipped."""
+        for shard in sorted(fenced):
             log.warning("fenced out of shard %d; dropping it", shard, extra={"shard": shard})
             metrics.fenced_writes.inc()
             self.epochs.pop(shard, None)
@@ -424,7 +458,3 @@ class Dispatcher:
                 metrics.dispatched.inc(len(plan.queued))
                 for s in plan.skipped:
                     metrics.skipped.labels(s.kind).inc()
-        log.debug(
-            "dispatched %d (%d queued): publish %.3fs, record %.3fs",
-            len(to_publish), queued, publish_took, time.monotonic() - started - publish_took,
-        )  # fmt: skip

@@ -7,9 +7,11 @@ import logging
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 
 import asyncpg
+from kubernetes import client
 
 from horae import broker, metrics
 from horae.config import Settings
@@ -51,28 +53,42 @@ async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int
         raise NotYet("a dispatch of its previous owner still holds its epoch") from None
 
 
-async def run(settings: Settings) -> None:
+@dataclass(frozen=True)
+class _Parts:
+    """The scheduler's long-running parts, wired to each other."""
+
+    dispatcher: Dispatcher
+    listener: ShardListener
+    shard_leases: ShardLeases
+    reaper: Reaper
+    maintenance: Maintenance
+
+    def start(self, stop: asyncio.Event, probes: Probes) -> list[asyncio.Task[None]]:
+        """Run every part as a task until `stop` is set (the probes' beat until cancelled)."""
+        return [
+            asyncio.create_task(probes.beat(), name="beat"),
+            asyncio.create_task(self.listener.run(stop), name="listener"),
+            asyncio.create_task(self.shard_leases.run(stop), name="leases"),
+            asyncio.create_task(self.dispatcher.run_refresh(stop), name="refresh"),
+            asyncio.create_task(self.dispatcher.run_dispatch(stop), name="dispatch"),
+            asyncio.create_task(self.reaper.run(stop), name="reaper"),
+            asyncio.create_task(self.maintenance.run(stop, period=10.0), name="maintenance"),
+        ]
+
+
+def _shard_parts(
+    settings: Settings,
+    pool: asyncpg.Pool[asyncpg.Record],
+    publisher: broker.Publisher,
+    api: client.ApiClient,
+    *,
+    shards: int,
+    probes: Probes,
+) -> tuple[Dispatcher, ShardListener, ShardLeases]:
+    """The dispatcher, the listener and the shard Leases, wired: a shard Lease gained or
+    lost starts or stops the shard's dispatch and LISTEN; a dispatch fenced out releases
+    the shard's Lease."""
     cfg = settings.scheduler
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
-    async with pool.acquire() as conn:
-        shards = (await read_installation(conn)).shards
-    connection = await broker.connect(settings.broker.url)
-    publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
-    await publisher.start()
-    # One HTTP connection for each thread that may call Kubernetes at once, and for each
-    # Lease watch: a smaller pool discards connections (a warning each) at every round of
-    # renewals, and opens them again.
-    api = load_api_client(settings.kube.kubeconfig, connections=KUBE_THREADS + len(WATCHED))
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    # Kubernetes calls run in threads; Lease renewals and takes go out concurrently.
-    loop.set_default_executor(
-        ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
-    )
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
     shard_leases: ShardLeases
 
     async def lost(shard: int) -> None:
@@ -86,8 +102,6 @@ async def run(settings: Settings) -> None:
 
     async def fenced(shard: int) -> None:
         await shard_leases.release(shard)
-
-    probes = Probes()
 
     def took_part() -> None:
         """Ready once this replica has taken part in a round of shard Leases."""
@@ -115,6 +129,18 @@ async def run(settings: Settings) -> None:
         on_lost=lost,
         on_tick=took_part,
     )
+    return dispatcher, listener, shard_leases
+
+
+def _housekeeping(
+    settings: Settings,
+    pool: asyncpg.Pool[asyncpg.Record],
+    publisher: broker.Publisher,
+    api: client.ApiClient,
+    dispatcher: Dispatcher,
+) -> tuple[Reaper, Maintenance]:
+    """The reaper (on the shards the dispatcher holds) and partition maintenance."""
+    cfg = settings.scheduler
     reaper = Reaper(
         pool,
         publisher,
@@ -129,7 +155,26 @@ async def run(settings: Settings) -> None:
         lease_duration=timedelta(seconds=30),
         ahead_days=settings.database.partitions_ahead_days,
     )
-    probes.serve(settings.metrics_port)
+    return reaper, maintenance
+
+
+def _take_over_the_loop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """Kubernetes calls run in the loop's default executor: size it for Lease renewals
+    and takes going out concurrently. SIGTERM and SIGINT set `stop`."""
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def _watch(
+    api: client.ApiClient,
+    namespace: str,
+    shard_leases: ShardLeases,
+    loop: asyncio.AbstractEventLoop,
+) -> threading.Event:
+    """Start the Lease watches (a thread each); the event returned stops them."""
     watch_stop = threading.Event()
 
     def on_lease_change(event: str, lease: Lease) -> None:
@@ -141,30 +186,50 @@ async def run(settings: Settings) -> None:
     for selector in WATCHED:
         threading.Thread(
             target=watch_leases,
-            args=(api, settings.kube.namespace, selector, on_lease_change, watch_stop),
+            args=(api, namespace, selector, on_lease_change, watch_stop),
             daemon=True,
             name=f"watch-{selector}",
         ).start()
+    return watch_stop
+
+
+async def run(settings: Settings) -> None:
+    cfg = settings.scheduler
+    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    async with pool.acquire() as conn:
+        shards = (await read_installation(conn)).shards
+    connection = await broker.connect(settings.broker.url)
+    publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
+    await publisher.start()
+    # One HTTP connection for each thread that may call Kubernetes at once, and for each
+    # Lease watch: a smaller pool discards connections (a warning each) at every round of
+    # renewals, and opens them again.
+    api = load_api_client(settings.kube.kubeconfig, connections=KUBE_THREADS + len(WATCHED))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    _take_over_the_loop(loop, stop)
+    probes = Probes()
+    dispatcher, listener, shard_leases = _shard_parts(
+        settings, pool, publisher, api, shards=shards, probes=probes
+    )
+    reaper, maintenance = _housekeeping(settings, pool, publisher, api, dispatcher)
+    parts = _Parts(dispatcher, listener, shard_leases, reaper, maintenance)
+    probes.serve(settings.metrics_port)
+    watch_stop = _watch(api, settings.kube.namespace, parts.shard_leases, loop)
     log.info("scheduler %s starting with %d shards", cfg.identity, shards)
 
-    tasks = [
-        asyncio.create_task(probes.beat(), name="beat"),
-        asyncio.create_task(listener.run(stop), name="listener"),
-        asyncio.create_task(shard_leases.run(stop), name="leases"),
-        asyncio.create_task(dispatcher.run_refresh(stop), name="refresh"),
-        asyncio.create_task(dispatcher.run_dispatch(stop), name="dispatch"),
-        asyncio.create_task(reaper.run(stop), name="reaper"),
-        asyncio.create_task(maintenance.run(stop, period=10.0), name="maintenance"),
-    ]
+    tasks = parts.start(stop, probes)
     await stop.wait()
     probes.unready("stopping")
-    log.info("scheduler %s stopping: releasing %d shards", cfg.identity, len(shard_leases.held))
+    held = len(parts.shard_leases.held)
+    log.info("scheduler %s stopping: releasing %d shards", cfg.identity, held)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     watch_stop.set()
-    await shard_leases.release_all()
-    await maintenance.release()
+    await parts.shard_leases.release_all()
+    await parts.maintenance.release()
     await connection.close()
     await pool.close()
     api.close()

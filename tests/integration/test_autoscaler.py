@@ -54,7 +54,7 @@ async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_o
         Pool(namespace=namespace, name="web", uid=uid, spec=WorkerPoolSpec.model_validate(spec))
     )
     try:
-        with caplog.at_level(logging.INFO, logger="horae.operator.workerpool"):
+        with caplog.at_level(logging.INFO, logger="horae.operator.workerpool.autoscaler"):
             for _ in range(3):
                 await autoscaler.tick()
     finally:
@@ -66,7 +66,7 @@ async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_o
     logged = [
         (r.levelno, r.getMessage(), r.exc_info)
         for r in caplog.records
-        if r.name == "horae.operator.workerpool"
+        if r.name == "horae.operator.workerpool.autoscaler"
     ]
     assert logged == [
         (

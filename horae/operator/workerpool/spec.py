@@ -1,0 +1,39 @@
+"""The WorkerPool as the operator reads it: its spec, and the pool it describes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class WorkerPoolSpec(BaseModel):
+    """`spec` of a WorkerPool; the defaults are the CRD schema's."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
+    )
+
+    image: str
+    tasks: str
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=10, ge=1)
+    target_backlog_per_replica: int = Field(default=100, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    resources: dict[str, Any] | None = None
+    env: list[dict[str, Any]] = Field(default_factory=list)
+    service_account_name: str | None = None
+    automount_service_account_token: bool = False
+    tenants: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Pool:
+    namespace: str
+    name: str
+    uid: str
+    spec: WorkerPoolSpec
+    tenants: tuple[str, ...] = ()
+    """The tenants its workers serve (`tenancy.served_tenants`); empty: its own namespace."""
