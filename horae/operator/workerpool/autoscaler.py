@@ -7,11 +7,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from horae import metrics
 from horae.broker import Names, QueueDepths
+from horae.clock import utc_now
+from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects, Deployments, ServiceAccounts
 from horae.operator.workerpool.deployment import PoolRefused, check_owned, ensure_deployment
 from horae.operator.workerpool.scaling import ScaleDown, decide, desired_replicas
@@ -28,10 +30,6 @@ class _Tracked:
     shown: dict[str, Any] = field(default_factory=dict)
     refused: str | None = None
     """The reason of the refusal last logged, until the pool is scaled again."""
-
-
-def _iso_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Autoscaler:
@@ -156,7 +154,7 @@ class Autoscaler:
         if decision.replicas != deployment.replicas:
             if not await self._deployments.scale(pool.namespace, pool.name, decision.replicas):
                 return
-            tracked.last_scale_time = _iso_now()
+            tracked.last_scale_time = rfc3339(utc_now())
             log.info(
                 "scaled WorkerPool %s/%s from %d to %d replicas (%d ready messages)",
                 pool.namespace,
