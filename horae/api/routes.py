@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
-import asyncpg
 import pydantic
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
@@ -36,10 +35,12 @@ from horae.api.schemas import (
     encode_cursor,
 )
 from horae.batching import GroupCommit
+from horae.errors import Conflict
 from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, payload_size_error
 from horae.schedule import next_fire_times, validate_cron
 from horae.store import executions as executions_store
 from horae.store import jobs as store
+from horae.store.db import Database
 
 if TYPE_CHECKING:
     pass
@@ -99,7 +100,7 @@ def _request_hash(job: JobCreate) -> str:
 
 
 def build_router(
-    *, pool: "Callable[[], asyncpg.Pool[asyncpg.Record]]", auth: Authenticator,
+    *, pool: Callable[[], Database], auth: Authenticator,
     shards: Callable[[], int],
 ) -> APIRouter:  # fmt: skip
     router = APIRouter()
@@ -199,7 +200,7 @@ def build_router(
                         name=body.name, idempotency_key=idempotency_key, request_hash=digest,
                     )  # fmt: skip
                     return Created(id=job_id)
-                except asyncpg.UniqueViolationError:
+                except Conflict:  # the key taken by a concurrent create: read it again
                     if not idempotency_key:
                         raise
         raise Problem(409, "Conflict", "Idempotency-Key is being used concurrently")
@@ -216,7 +217,7 @@ def build_router(
             rows = await store.list_jobs(
                 conn, tenant, after=decode_cursor(cursor), limit=limit, state=state
             )
-        nxt = encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if len(rows) == limit else None
+        nxt = encode_cursor(rows[-1].created_at, rows[-1].id) if len(rows) == limit else None
         return JobPage(items=[JobOut.from_row(r) for r in rows], next_cursor=nxt)
 
     @router.post("/jobs/{job_id}:pause", status_code=204, responses=ERRORS)
@@ -254,7 +255,7 @@ def build_router(
             rows = await executions_store.for_job(
                 conn, job_id, status=status, before=decode_cursor(cursor), limit=limit
             )
-        nxt = encode_cursor(rows[-1]["due_at"], rows[-1]["id"]) if len(rows) == limit else None
+        nxt = encode_cursor(rows[-1].due_at, rows[-1].id) if len(rows) == limit else None
         return ExecutionPage(items=[ExecutionOut.from_row(r) for r in rows], next_cursor=nxt)
 
     @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
@@ -263,9 +264,9 @@ def build_router(
         async with pool().acquire() as conn:
             row = await store.get_job(conn, job_id, tenant)
         upcoming: list[datetime] = []
-        if row["state"] == JobState.ACTIVE:
+        if row.state == JobState.ACTIVE:
             upcoming = next_fire_times(
-                run_at=row["run_at"], cron=row["cron"], time_zone=row["time_zone"],
+                run_at=row.run_at, cron=row.cron, time_zone=row.time_zone,
                 after=_now(), count=5,
             )  # fmt: skip
         return JobOut.from_row(row, upcoming)
@@ -280,7 +281,7 @@ def build_router(
             row = await store.get_job(conn, job_id, tenant)
             changes = body.model_dump(exclude_unset=True)
             # A null leaves the field out, so that it takes its default.
-            spec_fields = store.spec_from_row(row).model_dump() | changes
+            spec_fields = row.spec.model_dump() | changes
             spec_fields = {k: v for k, v in spec_fields.items() if v is not None}
             try:
                 spec = JobSpec.model_validate(spec_fields)
@@ -364,6 +365,6 @@ def build_router(
                 max_jobs=body.max_jobs,
                 max_fires_per_minute=body.max_fires_per_minute,
             )
-        return TenantOut.model_validate(row)
+        return TenantOut.model_validate(row, from_attributes=True)
 
     return router

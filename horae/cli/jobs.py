@@ -31,10 +31,10 @@ from horae.cli.support import (
 from horae.models import JobState
 
 if TYPE_CHECKING:
-    import asyncpg
-
     from horae.api.schemas import JobOut
     from horae.models import JobSpec
+    from horae.store.db import Conn
+    from horae.store.rows import JobRow
 
 jobs_app = typer.Typer(
     no_args_is_help=True, help="List, show, create, pause, resume and cancel jobs."
@@ -64,16 +64,16 @@ def _schedule(job: JobOut) -> str:
     return job.cron if job.time_zone == "UTC" else f"{job.cron} ({job.time_zone})"
 
 
-def _job_out(row: asyncpg.Record, *, with_next_runs: bool) -> JobOut:
+def _job_out(row: JobRow, *, with_next_runs: bool) -> JobOut:
     from horae.api.schemas import JobOut
     from horae.schedule import next_fire_times
 
     upcoming: list[datetime] | None = None
     if with_next_runs:
         upcoming = []
-        if row["state"] == JobState.ACTIVE:
+        if row.state == JobState.ACTIVE:
             upcoming = next_fire_times(
-                run_at=row["run_at"], cron=row["cron"], time_zone=row["time_zone"],
+                run_at=row.run_at, cron=row.cron, time_zone=row.time_zone,
                 after=datetime.now(UTC), count=NEXT_RUNS,
             )  # fmt: skip
     return JobOut.from_row(row, upcoming)
@@ -287,9 +287,7 @@ def jobs_cancel(job: JobArgument) -> None:
     """Cancel a job for good: pending executions are cancelled, history is kept."""
     from horae.store import jobs as jobs_store
 
-    async def cancel(
-        conn: asyncpg.Connection[asyncpg.Record], job_id: uuid.UUID, *, now: datetime
-    ) -> str:
+    async def cancel(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> str:
         if await jobs_store.cancel_job(conn, job_id, now=now):
             return "cancelled"
         if await jobs_store.find_job(conn, job_id) is None:

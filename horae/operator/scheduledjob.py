@@ -12,7 +12,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import kopf
 import pydantic
 from pydantic.alias_generators import to_camel
@@ -25,6 +24,7 @@ from horae.store import jobs as store
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
+    from horae.store.rows import JobRow
 
 log = logging.getLogger(__name__)
 
@@ -55,34 +55,34 @@ def display_status(status: str | None) -> str | None:
     return "".join(p.capitalize() for p in status.split("_")) if status else None
 
 
-def status_of(row: asyncpg.Record) -> dict[str, Any]:
+def status_of(row: JobRow) -> dict[str, Any]:
     """The status fields that come from the store's job row."""
     return {
-        "jobId": str(row["id"]),
-        "nextRunAt": _iso(row["next_run_at"]),
-        "lastRunAt": _iso(row["last_run_at"]),
-        "lastStatus": display_status(row["last_status"]),
+        "jobId": str(row.id),
+        "nextRunAt": _iso(row.next_run_at),
+        "lastRunAt": _iso(row.last_run_at),
+        "lastStatus": display_status(row.last_status),
     }
 
 
 FAILING = frozenset({"failed", "dead", "timed_out"})
 
 
-def conditions_of(row: asyncpg.Record) -> list[dict[str, str]]:
+def conditions_of(row: JobRow) -> list[dict[str, str]]:
     """Ready, Suspended and Failing, from the stored job."""
-    paused = row["state"] == "paused"
-    failing = row["last_status"] in FAILING
+    paused = row.state == "paused"
+    failing = row.last_status in FAILING
     return [
         condition("Ready", True, "Stored", "job stored"),
         condition("Suspended", paused, "Suspend" if paused else "Active"),
         condition(
-            "Failing", failing, display_status(row["last_status"]) or "NoRuns",
-            f"the last attempt ended {row['last_status']}" if failing else "",
+            "Failing", failing, display_status(row.last_status) or "NoRuns",
+            f"the last attempt ended {row.last_status}" if failing else "",
         ),
     ]  # fmt: skip
 
 
-def ready_status(row: asyncpg.Record, generation: Any) -> dict[str, Any]:
+def ready_status(row: JobRow, generation: Any) -> dict[str, Any]:
     """The whole status of a ScheduledJob whose job is stored."""
     return status_of(row) | {"observedGeneration": generation, "conditions": conditions_of(row)}
 
@@ -95,7 +95,7 @@ async def sync_job(
     spec: ScheduledJobSpec,
     *,
     shards: int,
-) -> asyncpg.Record:
+) -> JobRow:
     """Make the store's job match the resource; returns the job row."""
     job_spec = spec.job_spec()
     now = _now()
@@ -114,9 +114,9 @@ async def sync_job(
             paused=spec.suspend,
         )
     else:
-        if store.spec_from_row(row) != job_spec:
+        if row.spec != job_spec:
             await store.edit_job(conn, uid, job_spec, now=now, by=JobSource.CRD)
-        if spec.suspend != (row["state"] == "paused"):
+        if spec.suspend != (row.state == "paused"):
             await store.set_paused(conn, uid, spec.suspend, now=now)
     return await store.get_job(conn, uid)
 

@@ -9,10 +9,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-import asyncpg
-
 from horae import broker, metrics
 from horae.config import Settings
+from horae.errors import ShardBusy
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.probes import Probes
 from horae.scheduler.dispatcher import Dispatcher
@@ -26,7 +25,7 @@ from horae.scheduler.leases import (
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
-from horae.store.db import connect_pool
+from horae.store.db import Database
 from horae.store.installation import read_installation
 
 log = logging.getLogger(__name__)
@@ -47,13 +46,13 @@ async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int
     await listener.add(shard)
     try:
         await dispatcher.gain(shard)
-    except asyncpg.LockNotAvailableError:
+    except ShardBusy:
         raise NotYet("a dispatch of its previous owner still holds its epoch") from None
 
 
 async def run(settings: Settings) -> None:
     cfg = settings.scheduler
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
     async with pool.acquire() as conn:
         shards = (await read_installation(conn)).shards
     connection = await broker.connect(settings.broker.url)

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from horae.errors import ShardBusy
 from horae.models import ExecutionStatus
+from horae.store.boundary import translated
 from horae.store.jobs import (
     NOTIFY_WITHIN,
     NewExecution,
@@ -20,9 +22,10 @@ from horae.store.jobs import (
     insert_executions,
     new_execution_id,
     next_occurrence,
-    spec_from_row,
+    spec_of_record,
 )
 from horae.store.queries import Q
+from horae.store.rows import ExecutionRow, ExpiredRun, LiveExecution, execution_of, job_of
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
@@ -66,6 +69,7 @@ def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
         return None
 
 
+@translated
 async def preload(
     conn: Conn,
     shards: Sequence[int],
@@ -78,12 +82,14 @@ async def preload(
     return [Due(**dict(r)) for r in rows]
 
 
+@translated
 async def tenant_limits(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
     """The `max_running` of those of `tenants` that have one."""
     rows = await conn.fetch(Q["tenant_limits"], sorted(tenants))
     return {row["name"]: row["max_running"] for row in rows}
 
 
+@translated
 async def tenants_running(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
     """How many executions of each of `tenants` run right now."""
     rows = await conn.fetch(Q["tenants_running"], sorted(tenants))
@@ -93,22 +99,28 @@ async def tenants_running(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
 TAKE_LOCK_TIMEOUT_MS = 500
 
 
+@translated
 async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
     """Bump the shard's fencing epoch; the caller now owns the shard under the result.
 
     A dispatch of the previous owner holds the epoch (`lock_epochs`) for its transaction:
     a live one for milliseconds, one whose client was cut off until Postgres ends it
     (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT_MS` raises
-    `asyncpg.LockNotAvailableError` instead, so that the caller's lease loop goes on
-    renewing its other shards, and this one is taken at a later round."""
-    async with conn.transaction():
-        await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
-        return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
+    `ShardBusy` instead, so that the caller's lease loop goes on renewing its other shards,
+    and this one is taken at a later round."""
+    try:
+        async with conn.transaction():
+            await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
+            return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
+    except asyncpg.LockNotAvailableError as exc:
+        raise ShardBusy(f"shard {shard}: a dispatch of its previous owner holds its epoch") from exc
 
 
-async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
+@translated
+async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[LiveExecution]:
     """Queued or running executions of these jobs."""
-    return list(await conn.fetch(Q["live_executions_of_jobs"], list(job_ids)))
+    rows = await conn.fetch(Q["live_executions_of_jobs"], list(job_ids))
+    return [LiveExecution(r["id"], r["job_id"], r["due_at"], r["status"]) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,7 @@ class ShardDispatch:
     cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
 
 
+@translated
 async def record_dispatch(
     conn: Conn, shards: dict[int, ShardDispatch], now: datetime
 ) -> tuple[int, set[int]]:
@@ -143,21 +156,29 @@ async def record_dispatch(
     """
     async with conn.transaction():
         order = sorted(shards)
-        held = {r["shard"] for r in await conn.fetch(
-            Q["lock_epochs"], order, [shards[s].epoch for s in order]
-        )}  # fmt: skip
+        held = {
+            r["shard"]
+            for r in await conn.fetch(Q["lock_epochs"], order, [shards[s].epoch for s in order])
+        }
         ours = [shards[s] for s in order if s in held]
         queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
         status = await conn.execute(
-            Q["mark_queued"], [d.id for d, _ in queued], [d.due_at for d, _ in queued],
-            [epoch for _, epoch in queued], now,
-        )  # fmt: skip
+            Q["mark_queued"],
+            [d.id for d, _ in queued],
+            [d.due_at for d, _ in queued],
+            [epoch for _, epoch in queued],
+            now,
+        )
         skipped = [s for plan in ours for s in plan.skipped]
         if skipped:
             await conn.execute(
-                Q["skip_executions"], [s.due.id for s in skipped], [s.due.due_at for s in skipped],
-                [s.kind for s in skipped], [s.message for s in skipped], now,
-            )  # fmt: skip
+                Q["skip_executions"],
+                [s.due.id for s in skipped],
+                [s.due.due_at for s in skipped],
+                [s.kind for s in skipped],
+                [s.message for s in skipped],
+                now,
+            )
         cancel = [c for plan in ours for c in plan.cancel]
         if cancel:
             await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
@@ -165,6 +186,7 @@ async def record_dispatch(
         return int(status.split()[-1]), set(shards) - held
 
 
+@translated
 async def mark_queued(
     conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
 ) -> int | None:
@@ -173,6 +195,7 @@ async def mark_queued(
     return None if fenced else queued
 
 
+@translated
 async def stale_queued(
     conn: Conn, shards: Sequence[int], before: datetime, limit: int
 ) -> list[Due]:
@@ -180,6 +203,7 @@ async def stale_queued(
     return [Due(**dict(r)) for r in rows]
 
 
+@translated
 async def touch_queued(
     conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
 ) -> None:
@@ -188,32 +212,43 @@ async def touch_queued(
     )
 
 
+@translated
 async def expired_running(
     conn: Conn, shards: Sequence[int], now: datetime, limit: int
-) -> list[asyncpg.Record]:
-    return list(await conn.fetch(Q["expired_running"], list(shards), now, limit))
+) -> list[ExpiredRun]:
+    """Running executions of `shards` whose lease ran out before `now`, oldest lease first."""
+    rows = await conn.fetch(Q["expired_running"], list(shards), now, limit)
+    return [ExpiredRun(**dict(r)) for r in rows]
 
 
+@translated
 async def lose_lease(
-    conn: Conn, row: asyncpg.Record, *, epoch: int, now: datetime, retry_at: datetime | None
+    conn: Conn, row: ExpiredRun, *, epoch: int, now: datetime, retry_at: datetime | None
 ) -> bool:
     """Fenced: the expired running execution `row` becomes failed (with a retry at
     `retry_at`) or dead (retry_at None). False when it is no longer expired or not ours."""
     status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
     async with conn.transaction():
         job_id = await conn.fetchval(
-            Q["lose_lease"], row["id"], row["due_at"], row["shard"], epoch, now, status.value
+            Q["lose_lease"], row.id, row.due_at, row.shard, epoch, now, status.value
         )
         if job_id is None:
             return False
         if retry_at is not None:
             await insert_execution(
-                conn, job_id=row["job_id"], tenant=row["tenant"], task=row["task"],
-                shard=row["shard"], due_at=retry_at, occurrence_at=row["occurrence_at"],
-                attempt=row["attempt"] + 1, job_version=row["job_version"], now=now,
-            )  # fmt: skip
+                conn,
+                job_id=row.job_id,
+                tenant=row.tenant,
+                task=row.task,
+                shard=row.shard,
+                due_at=retry_at,
+                occurrence_at=row.occurrence_at,
+                attempt=row.attempt + 1,
+                job_version=row.job_version,
+                now=now,
+            )
         await conn.execute(
-            Q["record_job_runs"], [row["job_id"]], [now], [status.value], [retry_at is None]
+            Q["record_job_runs"], [row.job_id], [now], [status.value], [retry_at is None]
         )
         return True
 
@@ -231,13 +266,21 @@ async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None
     if not firsts:
         return
     new: list[NewExecution] = []
-    for job in await conn.fetch(Q["recurring_jobs"], sorted(firsts)):
-        nxt = next_occurrence(job["id"], spec_from_row(job), firsts[job["id"]].occurrence_at)
+    for job in map(job_of, await conn.fetch(Q["recurring_jobs"], sorted(firsts))):
+        nxt = next_occurrence(job.id, job.spec, firsts[job.id].occurrence_at)
         if nxt is not None:
-            new.append(NewExecution(
-                job["id"], job["tenant"], job["task"], job["shard"], nxt.due_at,
-                nxt.occurrence_at, 1, job["spec_version"],
-            ))  # fmt: skip
+            new.append(
+                NewExecution(
+                    job.id,
+                    job.tenant,
+                    job.task,
+                    job.shard,
+                    nxt.due_at,
+                    nxt.occurrence_at,
+                    1,
+                    job.spec_version,
+                )
+            )
     if new:
         await insert_executions(conn, new, now)
         await conn.execute(
@@ -245,7 +288,7 @@ async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """A claimed execution with what its handler needs."""
 
@@ -307,6 +350,7 @@ def _refusal(request: ClaimRequest, tenant: str, serves: Collection[str]) -> Ref
     return Refused(tenant, why)
 
 
+@translated
 async def claim_many(
     conn: Conn,
     requests: Sequence[ClaimRequest],
@@ -355,9 +399,11 @@ async def claim_many(
         # crashed, or its transaction failed): the next occurrence is scheduled here, or a
         # cron job whose record is lost would never fire again. Idempotent.
         await _schedule_claimed_next(
-            conn, [r for r in rows if r["unrecorded"] and r["cron"] is not None],
-            owner=owner, now=now,
-        )  # fmt: skip
+            conn,
+            [r for r in rows if r["unrecorded"] and r["cron"] is not None],
+            owner=owner,
+            now=now,
+        )
     # The same execution twice in one batch (a redelivered duplicate): only the first runs.
     given: set[uuid.UUID] = set()
     results: list[Answer] = []
@@ -381,18 +427,24 @@ async def _schedule_claimed_next(
         latest[row["job_id"]] = row  # per job, its latest occurrence
     planned = []
     for row in latest.values():
-        nxt = next_occurrence(row["job_id"], spec_from_row(row), row["occurrence_at"])
+        nxt = next_occurrence(row["job_id"], spec_of_record(row), row["occurrence_at"])
         if nxt is not None:
             planned.append((row, nxt))
     if planned:
         await conn.execute(
-            Q["schedule_claimed_next"], owner, [r["id"] for r, _ in planned],
-            [r["due_at"] for r, _ in planned], [new_execution_id() for _ in planned],
-            [n.due_at for _, n in planned], [n.occurrence_at for _, n in planned], now,
+            Q["schedule_claimed_next"],
+            owner,
+            [r["id"] for r, _ in planned],
+            [r["due_at"] for r, _ in planned],
+            [new_execution_id() for _ in planned],
+            [n.due_at for _, n in planned],
+            [n.occurrence_at for _, n in planned],
+            now,
             now + NOTIFY_WITHIN,
-        )  # fmt: skip
+        )
 
 
+@translated
 async def claim(
     conn: Conn,
     execution_id: uuid.UUID,
@@ -427,6 +479,7 @@ class Finish:
     retry_at: datetime | None = None
 
 
+@translated
 async def finish_many(
     conn: Conn, outcomes: Sequence[Finish], *, owner: str, now: datetime
 ) -> list[bool]:
@@ -434,17 +487,24 @@ async def finish_many(
     statement (`horae_finish`, migration 004). An answer is False when `owner` no longer
     held that execution (its lease was lost): nothing is recorded for it."""
     rows = await conn.fetch(
-        Q["finish"], [f.claimed.id for f in outcomes], [f.claimed.due_at for f in outcomes],
-        [f.status.value for f in outcomes], [f.error_kind for f in outcomes],
-        [f.error_message for f in outcomes], [f.result for f in outcomes],
+        Q["finish"],
+        [f.claimed.id for f in outcomes],
+        [f.claimed.due_at for f in outcomes],
+        [f.status.value for f in outcomes],
+        [f.error_kind for f in outcomes],
+        [f.error_message for f in outcomes],
+        [f.result for f in outcomes],
         [f.retry_at for f in outcomes],
         [new_execution_id() if f.retry_at is not None else None for f in outcomes],
-        owner, now, now + NOTIFY_WITHIN,
-    )  # fmt: skip
+        owner,
+        now,
+        now + NOTIFY_WITHIN,
+    )
     recorded = {row["id"] for row in rows}
     return [f.claimed.id in recorded for f in outcomes]
 
 
+@translated
 async def finish(
     conn: Conn,
     claimed: Claimed,
@@ -463,6 +523,7 @@ async def finish(
     return recorded
 
 
+@translated
 async def for_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -470,28 +531,33 @@ async def for_job(
     status: ExecutionStatus | None = None,
     before: tuple[datetime, uuid.UUID] | None = None,
     limit: int = 50,
-) -> list[asyncpg.Record]:
+) -> list[ExecutionRow]:
     """A job's executions, newest first, before the cursor `before` (due_at, id); of one
     `status` through an index on it, never a read of the job's whole history."""
     due, last_id = before if before else (None, None)
     if status is None:
-        return list(await conn.fetch(Q["job_executions"], job_id, due, last_id, limit))
-    if status in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):
-        return list(await conn.fetch(Q["job_executions_live"], job_id, status, due, last_id, limit))
-    return list(
-        await conn.fetch(Q["job_executions_of_status"], job_id, status, due, last_id, limit)
-    )
+        rows = await conn.fetch(Q["job_executions"], job_id, due, last_id, limit)
+    elif status in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):
+        rows = await conn.fetch(Q["job_executions_live"], job_id, status, due, last_id, limit)
+    else:
+        rows = await conn.fetch(Q["job_executions_of_status"], job_id, status, due, last_id, limit)
+    return [execution_of(r) for r in rows]
 
 
-async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[asyncpg.Record]:
+@translated
+async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[ExecutionRow]:
     """A job's `limit` newest executions past `scheduled`, newest first."""
-    return list(await conn.fetch(Q["recent_of_job"], job_id, limit))
+    return [execution_of(r) for r in await conn.fetch(Q["recent_of_job"], job_id, limit)]
 
 
-async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> asyncpg.Record | None:
-    return await conn.fetchrow(Q["get_execution"], execution_id, tenant)
+@translated
+async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> ExecutionRow | None:
+    """One execution (of `tenant`; None: of any tenant)."""
+    row = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
+    return execution_of(row) if row is not None else None
 
 
+@translated
 async def heartbeat(
     conn: Conn, *, owner: str, now: datetime, lease: timedelta, ids: Sequence[uuid.UUID]
 ) -> list[uuid.UUID]:
@@ -502,6 +568,7 @@ async def heartbeat(
     return [r["id"] for r in rows if r["cancel_requested"]]
 
 
+@translated
 async def release_running(
     conn: Conn, *, owner: str, ids: Sequence[uuid.UUID], now: datetime
 ) -> int:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -17,7 +17,9 @@ from horae.errors import Conflict, NotFound
 from horae.models import CatchUpPolicy, ExecutionStatus, JobSource, JobSpec, JobState, shard_of
 from horae.schedule import fires_per_minute, jitter_offset, latest_fire_times, next_fire_times
 from horae.store import quotas
+from horae.store.boundary import translated
 from horae.store.queries import Q
+from horae.store.rows import CrdJob, JobRow, TenantRow, execution_of, job_of
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
@@ -45,7 +47,8 @@ def next_occurrence(job_id: uuid.UUID, spec: JobSpec, after: datetime) -> Occurr
     return Occurrence(times[0], times[0] + jitter_offset(job_id, spec.jitter_seconds))
 
 
-def spec_from_row(row: asyncpg.Record) -> JobSpec:
+def spec_of_record(row: asyncpg.Record) -> JobSpec:
+    """The spec of a record that has a job's spec columns (a claim's answer, say)."""
     return JobSpec(
         task=row["task"],
         payload=row["payload"],
@@ -87,6 +90,7 @@ def new_execution_id() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+@translated
 async def insert_executions(
     conn: Conn, new: Sequence[NewExecution], now: datetime
 ) -> list[uuid.UUID]:
@@ -95,14 +99,23 @@ async def insert_executions(
     if not new:
         return []
     rows = await conn.fetch(
-        Q["insert_executions"], [new_execution_id() for _ in new], [n.job_id for n in new],
-        [n.tenant for n in new], [n.task for n in new], [n.shard for n in new],
-        [n.due_at for n in new], [n.occurrence_at for n in new], [n.attempt for n in new],
-        [n.job_version for n in new], now, now + NOTIFY_WITHIN,
-    )  # fmt: skip
+        Q["insert_executions"],
+        [new_execution_id() for _ in new],
+        [n.job_id for n in new],
+        [n.tenant for n in new],
+        [n.task for n in new],
+        [n.shard for n in new],
+        [n.due_at for n in new],
+        [n.occurrence_at for n in new],
+        [n.attempt for n in new],
+        [n.job_version for n in new],
+        now,
+        now + NOTIFY_WITHIN,
+    )
     return [r["id"] for r in rows]
 
 
+@translated
 async def insert_execution(
     conn: Conn,
     *,
@@ -122,6 +135,7 @@ async def insert_execution(
     return inserted[0] if inserted else None
 
 
+@translated
 async def schedule_occurrence(
     conn: Conn,
     job_id: uuid.UUID,
@@ -143,10 +157,17 @@ async def schedule_occurrence(
         if current is None:
             return None
         inserted = await insert_execution(
-            conn, job_id=job_id, tenant=tenant, task=spec.task, shard=shard,
-            due_at=current.due_at, occurrence_at=current.occurrence_at, attempt=1,
-            job_version=job_version, now=now,
-        )  # fmt: skip
+            conn,
+            job_id=job_id,
+            tenant=tenant,
+            task=spec.task,
+            shard=shard,
+            due_at=current.due_at,
+            occurrence_at=current.occurrence_at,
+            attempt=1,
+            job_version=job_version,
+            now=now,
+        )
         if inserted is not None:
             return current
         current = next_occurrence(job_id, spec, current.occurrence_at)
@@ -180,12 +201,18 @@ def rate(spec: JobSpec) -> float:
     return fires_per_minute(spec.cron, spec.time_zone)
 
 
+@translated
 async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
     """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
-    otherwise, and nothing is written): the quota check, then one statement."""
-    async with conn.transaction():
-        await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
-        await _insert_jobs(conn, jobs, shards=shards, now=now)
+    otherwise, and nothing is written): the quota check, then one statement. Conflict when a
+    job's id or Idempotency-Key is taken."""
+    try:
+        async with conn.transaction():
+            await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
+            await _insert_jobs(conn, jobs, shards=shards, now=now)
+    except asyncpg.UniqueViolationError as exc:
+        # A concurrent create took one of these ids or Idempotency-Keys first.
+        raise Conflict(f"a job with this id or Idempotency-Key exists: {exc}") from exc
 
 
 async def _insert_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
@@ -232,6 +259,7 @@ async def _insert_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: 
     )
 
 
+@translated
 async def create_job(
     conn: Conn,
     spec: JobSpec,
@@ -261,27 +289,29 @@ async def create_job(
     return job.job_id
 
 
+@translated
 async def job_for_idempotency_key(
     conn: Conn, tenant: str, key: str
 ) -> tuple[uuid.UUID, str] | None:
     """(job id, request hash) of the job created earlier with this Idempotency-Key."""
-    row = await conn.fetchrow(Q["job_by_idempotency_key"], tenant, key)
-    return (row["id"], row["request_hash"]) if row else None
+    found = await conn.fetchrow(Q["job_by_idempotency_key"], tenant, key)
+    return (found["id"], found["request_hash"]) if found else None
 
 
 async def _locked(
     conn: Conn, job_id: uuid.UUID, tenant: str | None, *, by: JobSource | None = None
-) -> asyncpg.Record:
+) -> JobRow:
     """The job's row, locked for the transaction. `by`: who changes it, refused (Conflict)
     unless the job is theirs: a ScheduledJob's job is its manifest's (the operator would
     bring back whatever the API or CLI changed, and a cancel would leave the resource
     retrying forever), and the operator never changes a job made through the API."""
-    row: asyncpg.Record | None = await conn.fetchrow(Q["get_job_for_update"], job_id)
-    if row is None or (tenant is not None and row["tenant"] != tenant):
+    record = await conn.fetchrow(Q["get_job_for_update"], job_id)
+    if record is None or (tenant is not None and record["tenant"] != tenant):
         raise NotFound(f"job {job_id} not found")
-    if by is not None and row["source"] != by:
-        if row["source"] == JobSource.CRD:
-            name, namespace = row["name"], row["tenant"]
+    row = job_of(record)
+    if by is not None and row.source != by:
+        if row.source == JobSource.CRD:
+            name, namespace = row.name, row.tenant
             raise Conflict(
                 f"job {job_id} is managed by ScheduledJob {namespace}/{name}: change it there"
                 f" (kubectl edit scheduledjob/{name} -n {namespace}; kubectl delete to cancel it)"
@@ -290,6 +320,7 @@ async def _locked(
     return row
 
 
+@translated
 async def edit_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -303,11 +334,11 @@ async def edit_job(
     `by`: the API (and CLI) or the operator, each changing only its own jobs."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
-        if row["state"] == JobState.CANCELLED:
+        if row.state == JobState.CANCELLED:
             raise Conflict(f"job {job_id} is cancelled")
-        revived = row["state"] == JobState.COMPLETED  # an edit makes a completed job active
-        added = rate(spec) - (0.0 if revived else row["fires_per_minute"])
-        await quotas.check(conn, [(row["tenant"], int(revived), max(0.0, added))])
+        revived = row.state == JobState.COMPLETED  # an edit makes a completed job active
+        added = rate(spec) - (0.0 if revived else row.fires_per_minute)
+        await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))])
         await conn.execute(
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
@@ -334,12 +365,19 @@ async def edit_job(
         version, state = updated["spec_version"], updated["state"]
         if nxt is not None and state == JobState.ACTIVE:
             await schedule_occurrence(
-                conn, job_id, spec, nxt, tenant=row["tenant"], shard=row["shard"],
-                job_version=version, now=now,
-            )  # fmt: skip
+                conn,
+                job_id,
+                spec,
+                nxt,
+                tenant=row.tenant,
+                shard=row.shard,
+                job_version=version,
+                now=now,
+            )
         return int(version)
 
 
+@translated
 async def pause_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -351,7 +389,7 @@ async def pause_job(
     """Pause: pending executions are cancelled (reason: paused). Pausing twice is a no-op."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
-        state = JobState(row["state"])
+        state = JobState(row.state)
         if state == JobState.PAUSED:
             return
         if state != JobState.ACTIVE:
@@ -360,6 +398,55 @@ async def pause_job(
         await conn.execute(Q["set_job_state"], job_id, JobState.PAUSED.value, None, now)
 
 
+def missed_on_resume(
+    spec: JobSpec, since: datetime, now: datetime
+) -> tuple[list[datetime], datetime | None]:
+    """A cron job paused since `since` and resumed at `now`: the missed occurrences to
+    record `skipped` (the most recent `MAX_SKIPPED_ON_RESUME`), and the one to run now
+    (catch-up `Latest`: the most recent), if any."""
+    assert spec.cron is not None
+    # The latest missed occurrences only, found from `now` backwards: the cost does not
+    # grow with the pause (a year of a every-second job is 31.5 M occurrences).
+    missed = latest_fire_times(
+        spec.cron, spec.time_zone, after=since, until=now, count=MAX_SKIPPED_ON_RESUME + 1
+    )
+    run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
+    return missed[-MAX_SKIPPED_ON_RESUME:], run_now
+
+
+async def _catch_up(conn: Conn, job: JobRow, now: datetime) -> None:
+    """Record a resumed cron job's missed occurrences, and run the one catch-up runs now."""
+    skipped, run_now = missed_on_resume(job.spec, job.paused_at or job.updated_at, now)
+    for fire in skipped:
+        await conn.execute(
+            Q["insert_skipped"],
+            new_execution_id(),
+            job.id,
+            job.tenant,
+            job.task,
+            job.shard,
+            fire,
+            job.spec_version,
+            now,
+            "paused",
+            "job was paused at this time",
+        )
+    if run_now is not None:
+        await insert_execution(
+            conn,
+            job_id=job.id,
+            tenant=job.tenant,
+            task=job.task,
+            shard=job.shard,
+            due_at=now,
+            occurrence_at=run_now,
+            attempt=1,
+            job_version=job.spec_version,
+            now=now,
+        )
+
+
+@translated
 async def resume_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -374,34 +461,18 @@ async def resume_job(
     """
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
-        state = JobState(row["state"])
+        state = JobState(row.state)
         if state == JobState.ACTIVE:
             return
         if state != JobState.PAUSED:
             raise Conflict(f"job {job_id} is {state.value}: only a paused job can be resumed")
-        spec = spec_from_row(row)
-        version = row["spec_version"]
-        common = {"job_id": job_id, "tenant": row["tenant"], "task": spec.task,
-                  "shard": row["shard"], "job_version": version, "now": now}  # fmt: skip
+        spec = row.spec
+        version = row.spec_version
         nxt: Occurrence | None
         if spec.run_at is not None:
             nxt = Occurrence(spec.run_at, max(spec.run_at, now))
         else:
-            assert spec.cron is not None
-            since = row["paused_at"] or row["updated_at"]
-            # The latest missed occurrences only, found from `now` backwards: the cost does
-            # not grow with the pause (a year of a every-second job is 31.5 M occurrences).
-            missed = latest_fire_times(
-                spec.cron, spec.time_zone, after=since, until=now, count=MAX_SKIPPED_ON_RESUME + 1
-            )
-            run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
-            for fire in missed[-MAX_SKIPPED_ON_RESUME:]:
-                await conn.execute(
-                    Q["insert_skipped"], new_execution_id(), job_id, row["tenant"], spec.task,
-                    row["shard"], fire, version, now, "paused", "job was paused at this time",
-                )  # fmt: skip
-            if run_now is not None:
-                await insert_execution(conn, due_at=now, occurrence_at=run_now, attempt=1, **common)
+            await _catch_up(conn, row, now)
             nxt = next_occurrence(job_id, spec, now)
         await conn.execute(
             Q["set_job_state"],
@@ -412,11 +483,18 @@ async def resume_job(
         )
         if nxt is not None:
             await schedule_occurrence(
-                conn, job_id, spec, nxt, tenant=row["tenant"], shard=row["shard"],
-                job_version=version, now=now,
-            )  # fmt: skip
+                conn,
+                job_id,
+                spec,
+                nxt,
+                tenant=row.tenant,
+                shard=row.shard,
+                job_version=version,
+                now=now,
+            )
 
 
+@translated
 async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime) -> None:
     """Pause or resume a ScheduledJob's job (the operator, for `spec.suspend`)."""
     if paused:
@@ -425,24 +503,25 @@ async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: dateti
         await resume_job(conn, job_id, now=now, by=JobSource.CRD)
 
 
+@translated
 async def trigger_job(
     conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> uuid.UUID:
     """One extra occurrence now, outside the schedule. Returns the execution id."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant)
-        if row["state"] != JobState.ACTIVE:
-            raise Conflict(f"job {job_id} is {row['state']}: only an active job can be triggered")
+        if row.state != JobState.ACTIVE:
+            raise Conflict(f"job {job_id} is {row.state}: only an active job can be triggered")
         execution_id = await insert_execution(
             conn,
             job_id=job_id,
-            tenant=row["tenant"],
-            task=row["task"],
-            shard=row["shard"],
+            tenant=row.tenant,
+            task=row.task,
+            shard=row.shard,
             due_at=now,
             occurrence_at=now,
             attempt=1,
-            job_version=row["spec_version"],
+            job_version=row.spec_version,
             now=now,
         )
         if execution_id is None:
@@ -454,6 +533,7 @@ RERUNNABLE = frozenset({ExecutionStatus.DEAD, ExecutionStatus.FAILED, ExecutionS
 """Final failures a user may run again by hand."""
 
 
+@translated
 async def rerun_execution(
     conn: Conn, execution_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> uuid.UUID:
@@ -463,49 +543,51 @@ async def rerun_execution(
     occurrence's latest attempt, and only once it ended dead, failed or timed out; not for a
     paused or cancelled job. Returns the new execution's id."""
     async with conn.transaction():
-        found = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
-        if found is None:
+        record = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
+        if record is None:
             raise NotFound(f"execution {execution_id} not found")
-        job = await _locked(conn, found["job_id"], tenant)
-        if job["state"] in (JobState.PAUSED, JobState.CANCELLED):
+        found = execution_of(record)
+        job = await _locked(conn, found.job_id, tenant)
+        if job.state in (JobState.PAUSED, JobState.CANCELLED):
             raise Conflict(
-                f"job {job['id']} is {job['state']}: resume it (or create a new job) to run"
+                f"job {job.id} is {job.state}: resume it (or create a new job) to run"
                 " an occurrence again"
             )
         # Read again under the job's lock: two re-runs at once find each other's attempt.
-        row = await conn.fetchrow(Q["latest_attempt"], found["job_id"], found["occurrence_at"])
-        assert row is not None
-        if row["attempt"] != found["attempt"]:
+        latest = await conn.fetchrow(Q["latest_attempt"], found.job_id, found.occurrence_at)
+        assert latest is not None
+        if latest["attempt"] != found.attempt:
             raise Conflict(
-                f"execution {execution_id} is attempt {found['attempt']} of its occurrence;"
-                f" attempt {row['attempt']} ({row['id']}) is the latest: re-run that one"
+                f"execution {execution_id} is attempt {found.attempt} of its occurrence;"
+                f" attempt {latest['attempt']} ({latest['id']}) is the latest: re-run that one"
             )
-        if ExecutionStatus(row["status"]) not in RERUNNABLE:
+        if ExecutionStatus(latest["status"]) not in RERUNNABLE:
             raise Conflict(
-                f"execution {execution_id} is {row['status']}: only a dead, failed or"
+                f"execution {execution_id} is {latest['status']}: only a dead, failed or"
                 " timed-out execution can be run again"
             )
-        if job["state"] == JobState.COMPLETED:
+        if job.state == JobState.COMPLETED:
             # Claims run only active jobs' executions; the re-run's outcome completes the
             # one-off again. Live until then, it counts against its tenant's quotas.
-            await quotas.check(conn, [(job["tenant"], 1, job["fires_per_minute"])])
-            await conn.execute(Q["set_job_state"], job["id"], JobState.ACTIVE.value, now, now)
+            await quotas.check(conn, [(job.tenant, 1, job.fires_per_minute)])
+            await conn.execute(Q["set_job_state"], job.id, JobState.ACTIVE.value, now, now)
         new_id = await insert_execution(
             conn,
-            job_id=job["id"],
-            tenant=job["tenant"],
-            task=job["task"],
-            shard=job["shard"],
+            job_id=job.id,
+            tenant=job.tenant,
+            task=job.task,
+            shard=job.shard,
             due_at=now,
-            occurrence_at=found["occurrence_at"],
-            attempt=found["attempt"] + 1,
-            job_version=job["spec_version"],
+            occurrence_at=found.occurrence_at,
+            attempt=found.attempt + 1,
+            job_version=job.spec_version,
             now=now,
         )
         assert new_id is not None  # attempt > 1 is never deduplicated
         return new_id
 
 
+@translated
 async def cancel_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -520,7 +602,7 @@ async def cancel_job(
             row = await _locked(conn, job_id, tenant, by=by)
         except NotFound:
             return False
-        if row["state"] == JobState.CANCELLED:
+        if row.state == JobState.CANCELLED:
             return False
         await conn.execute(Q["cancel_pending"], job_id, now, "cancelled", "job cancelled")
         await conn.execute(Q["cancel_running"], job_id)
@@ -529,27 +611,38 @@ async def cancel_job(
         return True
 
 
-async def get_job(conn: Conn, job_id: uuid.UUID, tenant: str | None = None) -> asyncpg.Record:
-    row: asyncpg.Record | None = await conn.fetchrow(Q["get_job"], job_id, tenant)
+@translated
+async def get_job(conn: Conn, job_id: uuid.UUID, tenant: str | None = None) -> JobRow:
+    """The job (of `tenant`; None: of any tenant); NotFound when there is none."""
+    row = await conn.fetchrow(Q["get_job"], job_id, tenant)
     if row is None:
         raise NotFound(f"job {job_id} not found")
-    return row
+    return job_of(row)
 
 
-async def find_job(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(Q["get_job"], job_id, None)
+@translated
+async def find_job(conn: Conn, job_id: uuid.UUID) -> JobRow | None:
+    """The job, of any tenant, or None."""
+    row = await conn.fetchrow(Q["get_job"], job_id, None)
+    return job_of(row) if row is not None else None
 
 
+@translated
 async def existing_ids(conn: Conn, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Those of `ids` that are jobs (in any state)."""
-    return {row["id"] for row in await conn.fetch(Q["existing_job_ids"], list(ids))}
+    return {r["id"] for r in await conn.fetch(Q["existing_job_ids"], list(ids))}
 
 
-async def live_crd_jobs(conn: Conn) -> list[asyncpg.Record]:
-    """Jobs of ScheduledJobs that are not cancelled: id, tenant, name, state, created_at."""
-    return list(await conn.fetch(Q["live_crd_jobs"]))
+@translated
+async def live_crd_jobs(conn: Conn) -> list[CrdJob]:
+    """Jobs of ScheduledJobs that are not cancelled."""
+    rows = await conn.fetch(Q["live_crd_jobs"])
+    return [
+        CrdJob(r["id"], r["tenant"], r["name"], JobState(r["state"]), r["created_at"]) for r in rows
+    ]
 
 
+@translated
 async def list_jobs(
     conn: Conn,
     tenant: str,
@@ -557,18 +650,22 @@ async def list_jobs(
     after: tuple[datetime, uuid.UUID] | None,
     limit: int,
     state: JobState | None = None,
-) -> list[asyncpg.Record]:
+) -> list[JobRow]:
     """A tenant's jobs in creation order, after the cursor `after` (created_at, id)."""
     created, last_id = after if after else (None, None)
-    return list(await conn.fetch(Q["list_jobs"], tenant, state, created, last_id, limit))
+    return [
+        job_of(r) for r in await conn.fetch(Q["list_jobs"], tenant, state, created, last_id, limit)
+    ]
 
 
+@translated
 async def find_live_crd_job(conn: Conn, tenant: str, name: str) -> uuid.UUID | None:
     """The live job of the ScheduledJob NAMESPACE/NAME, if any."""
     job_id: uuid.UUID | None = await conn.fetchval(Q["live_crd_job"], tenant, name)
     return job_id
 
 
+@translated
 async def cancel_crd_namesake(
     conn: Conn, tenant: str, name: str, *, keep: uuid.UUID, now: datetime
 ) -> None:
@@ -578,6 +675,7 @@ async def cancel_crd_namesake(
         await cancel_job(conn, old, now=now, by=JobSource.CRD)
 
 
+@translated
 async def set_tenant_limit(
     conn: Conn,
     tenant: str,
@@ -585,7 +683,7 @@ async def set_tenant_limit(
     *,
     max_jobs: int | None = None,
     max_fires_per_minute: int | None = None,
-) -> dict[str, Any]:
+) -> TenantRow:
     """Replace a tenant's settings (None: no running limit; the default quota); returns
     the tenant as `list_tenants` shows it."""
     await conn.execute(Q["upsert_tenant"], tenant, max_running, max_jobs, max_fires_per_minute)
@@ -593,10 +691,21 @@ async def set_tenant_limit(
     return row
 
 
-async def list_tenants(conn: Conn, name: str | None = None) -> list[dict[str, Any]]:
+@translated
+async def list_tenants(conn: Conn, name: str | None = None) -> list[TenantRow]:
     """Tenants with their settings, the quotas in force (defaults filled in) and their use."""
     tenants = []
     for r in await conn.fetch(Q["list_tenants"], name):
         max_jobs, max_rate = quotas.in_force(r["max_jobs"], r["max_fires_per_minute"])
-        tenants.append(dict(r, max_jobs=max_jobs, max_fires_per_minute=max_rate))
+        tenants.append(
+            TenantRow(
+                name=r["name"],
+                max_running=r["max_running"],
+                max_jobs=max_jobs,
+                max_fires_per_minute=max_rate,
+                running=r["running"],
+                jobs=r["jobs"],
+                fires_per_minute=r["fires_per_minute"],
+            )
+        )
     return tenants

@@ -27,18 +27,23 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncpg
 import pydantic
 
 from horae import alerts, broker, metrics
 from horae.batching import GroupCommit
 from horae.clock import DatabaseClock
 from horae.config import Settings
-from horae.errors import HoraeError, PermanentError
+from horae.errors import (
+    HoraeError,
+    PermanentError,
+    StoreError,
+    StoreUnavailable,
+    TransactionAborted,
+)
 from horae.models import ExecutionBatch, ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.probes import Probes
 from horae.store import executions as store
-from horae.store.db import connect_pool
+from horae.store.db import Database
 from horae.store.executions import Claimed
 from horae.worker.outcome import Outcome, classify
 from horae.worker.sdk import REGISTRY, TaskContext, _current
@@ -61,16 +66,12 @@ def load_tasks(spec: str) -> None:
         importlib.import_module(spec)
 
 
-TRANSIENT = (
-    OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError, asyncpg.InternalClientError,
-)  # fmt: skip
+TRANSIENT = (OSError, TimeoutError, StoreUnavailable)
 """Errors of the database connection, not of a message: the execution stays `queued` and the
 reaper publishes it again. Any other error before an execution's ack point means the message
-itself cannot be processed (a poison message): it is dead-lettered. `InternalClientError`
-("cannot switch to state ...") is what asyncpg raises on a connection cut mid-operation."""
+itself cannot be processed (a poison message): it is dead-lettered."""
 
-OUTCOME_RETRIED = (*TRANSIENT, asyncpg.PostgresError)
+OUTCOME_RETRIED = (*TRANSIENT, StoreError)
 """Errors an outcome's write is tried again after while the lease lasts: the connection's,
 and any the server raised (a restart's, a deadlock): the outcome itself is never at fault."""
 
@@ -82,7 +83,7 @@ async def _retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
     for attempt in range(1, attempts + 1):
         try:
             return await write()
-        except asyncpg.DeadlockDetectedError:
+        except TransactionAborted:
             if attempt == attempts:
                 raise
             log.warning("deadlock on a batched write; retrying (%d/%d)", attempt, attempts)
@@ -134,9 +135,7 @@ class AckPoints:
 
 
 class Worker:
-    def __init__(
-        self, settings: Settings, pool: asyncpg.Pool[asyncpg.Record], publisher: broker.Publisher
-    ):
+    def __init__(self, settings: Settings, pool: Database, publisher: broker.Publisher):
         self._cfg = settings.worker
         self._pool = pool
         self._publisher = publisher
@@ -489,7 +488,7 @@ class Worker:
 async def run(settings: Settings, tasks_module: str) -> None:
     load_tasks(tasks_module)
     cfg = settings.worker
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
     connection = await broker.connect(settings.broker.url)
     names = broker.Names(settings.broker.prefix)
     publisher = broker.Publisher(connection, names)

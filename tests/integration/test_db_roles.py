@@ -260,10 +260,11 @@ async def test_the_api_role_runs_the_job_lifecycle(
     await executions.finish(as_role["worker"], claimed, owner="w1",
                             status=ExecutionStatus.FAILED, now=NOW)  # fmt: skip
     assert await jobs.rerun_execution(api, triggered, now=NOW, tenant="acme")
-    assert [r["id"] for r in await jobs.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
+    assert [r.id for r in await jobs.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
     assert len(await executions.for_job(api, job_id)) >= 3
-    assert (await executions.get(api, triggered, "acme"))["status"] == "failed"
-    assert (await jobs.set_tenant_limit(api, "acme", 5))["max_running"] == 5
+    execution = await executions.get(api, triggered, "acme")
+    assert execution is not None and execution.status == "failed"
+    assert (await jobs.set_tenant_limit(api, "acme", 5)).max_running == 5
     assert await jobs.cancel_job(api, job_id, now=NOW, tenant="acme")
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
     with pytest.raises(asyncpg.InsufficientPrivilegeError):  # a job stays in its tenant
@@ -285,7 +286,7 @@ async def test_the_operator_role_keeps_scheduled_jobs(
     await jobs.set_paused(operator, job_id, True, now=NOW)
     await jobs.set_paused(operator, job_id, False, now=NOW)
     assert await jobs.find_live_crd_job(operator, "ns", "nightly") == job_id
-    assert [r["id"] for r in await jobs.live_crd_jobs(operator)] == [job_id]
+    assert [r.id for r in await jobs.live_crd_jobs(operator)] == [job_id]
     assert await jobs.existing_ids(operator, [job_id, uuid.uuid4()]) == {job_id}
     assert await executions.recent_of_job(operator, job_id, 10) is not None
     await jobs.cancel_crd_namesake(operator, "ns", "nightly", keep=uuid.uuid4(), now=NOW)

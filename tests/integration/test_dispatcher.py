@@ -22,7 +22,7 @@ from horae.scheduler.listener import ShardListener
 from horae.scheduler.main import take_shard
 from horae.scheduler.reaper import Reaper
 from horae.store import executions, jobs
-from horae.store.db import connect
+from horae.store.db import Database, connect
 from tests.support.wait import until
 
 
@@ -35,7 +35,7 @@ def dispatcher(
     async def never_fenced(shard: int) -> None:
         raise AssertionError(f"fenced out of {shard}")
 
-    return Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
+    return Dispatcher(Database(pool), publisher, identity="d", window=timedelta(seconds=60),
                       refresh_period=timedelta(seconds=2), lease_valid=lease_valid,
                       on_fenced=never_fenced, lead=lead)  # fmt: skip
 
@@ -214,7 +214,7 @@ async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_du
             job_id, published, due_ago,
         )  # fmt: skip
     await d.gain(1)
-    reaper = Reaper(pool, publisher, epochs=lambda: d.epochs,
+    reaper = Reaper(Database(pool), publisher, epochs=lambda: d.epochs,
                     redelivery_timeout=timedelta(seconds=10))  # fmt: skip
     assert await reaper.sweep() == (2, 0)
 

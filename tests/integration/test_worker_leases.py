@@ -17,7 +17,7 @@ from horae.config import Settings
 from horae.models import ExecutionMessage, JobSource, JobSpec
 from horae.store import executions as store
 from horae.store import jobs
-from horae.store.db import connect_pool
+from horae.store.db import Database, connect_pool
 from horae.worker.runtime import Worker
 from horae.worker.sdk import REGISTRY, TaskContext, task
 from tests.support.wait import until
@@ -45,7 +45,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
         await publisher.start()
-        worker = Worker(settings, worker_pool, publisher)
+        worker = Worker(settings, Database(worker_pool), publisher)
         heartbeats = asyncio.create_task(worker.heartbeat(stop))
         now = datetime.now(UTC)
         async with pool.acquire() as conn:
@@ -157,7 +157,7 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
     stop = asyncio.Event()
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
-        worker = Worker(settings, pool, publisher)
+        worker = Worker(settings, Database(pool), publisher)
         worker._held.add(execution_id)
         beats = asyncio.create_task(worker.heartbeat(stop))
 
