@@ -126,7 +126,7 @@ def jobs_ls(
 ) -> None:
     """List a tenant's jobs in creation order."""
     from horae.api.schemas import JobOut
-    from horae.store import jobs as jobs_store
+    from horae.store import reads
 
     one_of("--state", state, (s.value for s in JobState))
     fmt = output_format(output)
@@ -134,7 +134,7 @@ def jobs_ls(
 
     async def go() -> None:
         async with database(cfg.database.url) as conn:
-            rows = await jobs_store.list_jobs(
+            rows = await reads.list_jobs(
                 conn, tenant, after=None, limit=limit, state=JobState(state) if state else None
             )
         jobs = [JobOut.from_row(r) for r in rows]
@@ -243,6 +243,7 @@ def jobs_create(
     """Create a job (and its first execution) in one transaction."""
     from horae.models import JobSource
     from horae.store import jobs as jobs_store
+    from horae.store import reads
     from horae.store.installation import read_installation
 
     spec = _spec(task=task, cron=cron, tz=tz, run_at=run_at, payload=payload,
@@ -260,7 +261,7 @@ def jobs_create(
                 conn, spec, tenant=tenant, source=JobSource.API, shards=installation.shards,
                 now=datetime.now(UTC), name=name,
             )  # fmt: skip
-            row = await jobs_store.get_job(conn, job_id)
+            row = await reads.get_job(conn, job_id)
         _print_job(_job_out(row, with_next_runs=True), fmt)
 
     run(go())
@@ -286,11 +287,12 @@ def jobs_resume(job: JobArgument) -> None:
 def jobs_cancel(job: JobArgument) -> None:
     """Cancel a job for good: pending executions are cancelled, history is kept."""
     from horae.store import jobs as jobs_store
+    from horae.store import reads
 
     async def cancel(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> str:
         if await jobs_store.cancel_job(conn, job_id, now=now):
             return "cancelled"
-        if await jobs_store.find_job(conn, job_id) is None:
+        if await reads.find_job(conn, job_id) is None:
             raise fail(f"job {job} not found", 1)
         return "was already cancelled"
 

@@ -128,22 +128,22 @@ class JobRef:
 
     async def resolve(self, conn: Conn) -> uuid.UUID | None:
         """The job id; for NAMESPACE/NAME the ScheduledJob's live (not cancelled) job."""
-        from horae.store import jobs as jobs_store
+        from horae.store import reads
 
         if self.job_id is not None:
             return self.job_id
-        return await jobs_store.find_live_crd_job(conn, self.namespace, self.name)
+        return await reads.find_live_crd_job(conn, self.namespace, self.name)
 
 
 async def find_job(conn: Conn, ref: JobRef) -> JobRow:
     """The job `ref` names; an unknown job is a one-line error and exit code 1."""
     from horae.errors import NotFound
-    from horae.store import jobs as jobs_store
+    from horae.store import reads
 
     job_id = await ref.resolve(conn)
     try:
         if job_id is None:
             raise NotFound(ref.text)
-        return await jobs_store.get_job(conn, job_id)
+        return await reads.get_job(conn, job_id)
     except NotFound:
         raise fail(f"job {ref.text} not found", 1) from None

@@ -127,7 +127,7 @@ def tenants_set(
 ) -> None:
     """Replace a tenant's settings: its running limit and its quotas (an option left out
     takes its default)."""
-    from horae.store import jobs as jobs_store
+    from horae.store import tenants
 
     limits = {
         "--max-running": max_running,
@@ -141,7 +141,7 @@ def tenants_set(
 
     async def go() -> None:
         async with database(settings.database.url) as conn:
-            row = await jobs_store.set_tenant_limit(
+            row = await tenants.set_tenant_limit(
                 conn,
                 tenant,
                 max_running,
@@ -156,14 +156,14 @@ def tenants_set(
 @tenants_app.command("ls")
 def tenants_ls(output: OutputOption = "table") -> None:
     """List tenants with their limits and quotas (defaults filled in) and what they use."""
-    from horae.store import jobs as jobs_store
+    from horae.store import tenants
 
     fmt = output_format(output)
     settings = _settings()
 
     async def go() -> None:
         async with database(settings.database.url) as conn:
-            rows = await jobs_store.list_tenants(conn)
+            rows = await tenants.list_tenants(conn)
         if fmt != "table":
             print_data([{k: getattr(row, k) for k in TENANT_KEYS} for row in rows], fmt)
             return
@@ -209,7 +209,7 @@ def executions(
 
     from horae.api.schemas import ExecutionOut
     from horae.models import ExecutionStatus
-    from horae.store import executions as executions_store
+    from horae.store import reads
 
     refs = [JobRef.parse(ref) for ref in jobs]
     one_of("--status", status, (s.value for s in ExecutionStatus))
@@ -227,7 +227,7 @@ def executions(
             async def fetch() -> list[tuple[str, ExecutionRow]]:
                 rows: list[tuple[str, ExecutionRow]] = []
                 for text, job_id in found_jobs:
-                    found = await executions_store.for_job(conn, job_id, status=wanted, limit=limit)
+                    found = await reads.for_job(conn, job_id, status=wanted, limit=limit)
                     rows.extend((text, r) for r in found)
                 rows.sort(key=lambda x: x[1].due_at, reverse=True)
                 return rows

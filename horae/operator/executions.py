@@ -20,7 +20,7 @@ from typing import Any
 
 from horae.kube import CustomObjects
 from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION
-from horae.store import executions as store
+from horae.store import reads
 from horae.store.db import Database
 from horae.store.rows import ExecutionRow, JobRow
 
@@ -118,7 +118,7 @@ class ExecutionMirrors:
         assert job_name is not None, "a ScheduledJob's job is named (jobs_crd_named)"
         limit = self.history_limits.get(job_id, DEFAULT_HISTORY_LIMIT)
         async with self._pool.acquire() as conn:
-            rows = await store.recent_of_job(conn, job_id, limit) if limit else []
+            rows = await reads.recent_of_job(conn, job_id, limit) if limit else []
         known = self._known.get(job_id)
         if known is None:
             known = self._known[job_id] = await self._existing(namespace, job_name)

@@ -26,6 +26,7 @@ from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import ready_status, sync_job
 from horae.resources import ScheduledJobSpec
 from horae.store import jobs as store
+from horae.store import reads
 from horae.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ class Resync:
             if not r["metadata"].get("deletionTimestamp")
         }
         async with self._pool.acquire() as conn:
-            jobs = {row.id: row for row in await store.live_crd_jobs(conn)}
-            known = await store.existing_ids(conn, list(live))
+            jobs = {row.id: row for row in await reads.live_crd_jobs(conn)}
+            known = await reads.existing_ids(conn, list(live))
         stored = 0
         for uid in sorted(set(live) - known):
             meta = live[uid]["metadata"]

@@ -21,6 +21,7 @@ from horae.models import JobSource
 from horae.operator.conditions import condition, refuse
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
 from horae.store import jobs as store
+from horae.store import reads
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
@@ -99,7 +100,7 @@ async def sync_job(
     """Make the store's job match the resource; returns the job row."""
     job_spec = spec.job_spec()
     now = _now()
-    row = await store.find_job(conn, uid)
+    row = await reads.find_job(conn, uid)
     if row is None:
         await store.cancel_crd_namesake(conn, namespace, name, keep=uid, now=now)
         await store.create_job(
@@ -118,7 +119,7 @@ async def sync_job(
             await store.edit_job(conn, uid, job_spec, now=now, by=JobSource.CRD)
         if spec.suspend != (row.state == "paused"):
             await store.set_paused(conn, uid, spec.suspend, now=now)
-    return await store.get_job(conn, uid)
+    return await reads.get_job(conn, uid)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

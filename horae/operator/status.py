@@ -16,7 +16,7 @@ from typing import Any
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import conditions_of, status_of
-from horae.store import jobs as store
+from horae.store import reads
 from horae.store.db import Database, Listener
 from horae.store.rows import JobRow
 
@@ -78,7 +78,7 @@ class StatusMirror:
         ids, self._pending = self._pending, set()
         for job_id in ids:
             async with self._pool.acquire() as conn:
-                row = await store.find_job(conn, job_id)
+                row = await reads.find_job(conn, job_id)
             if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
                 continue  # (a ScheduledJob's job is always named: jobs_crd_named)
             present = await self._objects.patch_status(

@@ -15,17 +15,21 @@ import asyncpg
 from horae.errors import ShardBusy
 from horae.models import ExecutionStatus
 from horae.store.boundary import translated
-from horae.store.jobs import (
+from horae.store.occurrences import next_occurrence
+from horae.store.queries import Q
+from horae.store.rows import (
+    ExpiredRun,
+    LiveExecution,
+    job_of,
+    spec_of_record,
+)
+from horae.store.scheduling import (
     NOTIFY_WITHIN,
     NewExecution,
     insert_execution,
     insert_executions,
     new_execution_id,
-    next_occurrence,
-    spec_of_record,
 )
-from horae.store.queries import Q
-from horae.store.rows import ExecutionRow, ExpiredRun, LiveExecution, execution_of, job_of
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
@@ -521,40 +525,6 @@ async def finish(
     outcome = Finish(claimed, status, error_kind, error_message, result, retry_at)
     [recorded] = await finish_many(conn, [outcome], owner=owner, now=now)
     return recorded
-
-
-@translated
-async def for_job(
-    conn: Conn,
-    job_id: uuid.UUID,
-    *,
-    status: ExecutionStatus | None = None,
-    before: tuple[datetime, uuid.UUID] | None = None,
-    limit: int = 50,
-) -> list[ExecutionRow]:
-    """A job's executions, newest first, before the cursor `before` (due_at, id); of one
-    `status` through an index on it, never a read of the job's whole history."""
-    due, last_id = before if before else (None, None)
-    if status is None:
-        rows = await conn.fetch(Q["job_executions"], job_id, due, last_id, limit)
-    elif status in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):
-        rows = await conn.fetch(Q["job_executions_live"], job_id, status, due, last_id, limit)
-    else:
-        rows = await conn.fetch(Q["job_executions_of_status"], job_id, status, due, last_id, limit)
-    return [execution_of(r) for r in rows]
-
-
-@translated
-async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[ExecutionRow]:
-    """A job's `limit` newest executions past `scheduled`, newest first."""
-    return [execution_of(r) for r in await conn.fetch(Q["recent_of_job"], job_id, limit)]
-
-
-@translated
-async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> ExecutionRow | None:
-    """One execution (of `tenant`; None: of any tenant)."""
-    row = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
-    return execution_of(row) if row is not None else None
 
 
 @translated

@@ -176,3 +176,20 @@ class TenantRow:
     running: int
     jobs: int
     fires_per_minute: float
+
+
+def spec_of_record(row: asyncpg.Record) -> JobSpec:
+    """The spec of a record that has a job's spec columns (a claim's answer, say)."""
+    return JobSpec(
+        task=row["task"],
+        payload=row["payload"],
+        run_at=row["run_at"],
+        cron=row["cron"],
+        time_zone=row["time_zone"],
+        jitter_seconds=row["jitter_seconds"],
+        retry=row["retry_policy"],
+        timeout_seconds=row["timeout_seconds"],
+        concurrency_policy=row["concurrency_policy"],
+        starting_deadline_seconds=row["starting_deadline_seconds"],
+        catch_up=row["catch_up"],
+    )

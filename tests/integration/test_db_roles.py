@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from horae.models import ExecutionStatus, JobSource, JobSpec
-from horae.store import executions, jobs
+from horae.store import executions, jobs, reads, tenants
 from horae.store.db import connect
 from horae.store.executions import Answer, Claimed, ClaimRequest, Finish, ShardDispatch, Throttled
 from horae.store.installation import read_installation
@@ -188,7 +188,7 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
 async def test_the_worker_role_is_held_to_the_rows_tenant_limit(
     as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
 ) -> None:
-    await jobs.set_tenant_limit(as_role["api"], "acme", 1)
+    await tenants.set_tenant_limit(as_role["api"], "acme", 1)
     ids = [await api_job(as_role["api"], JobSpec(task="t", run_at=NOW)) for _ in range(2)]
     rows = [await first_execution(pool, i) for i in ids]
     # Messages that name another tenant are refused, the rows untouched (horae_claim).
@@ -260,11 +260,11 @@ async def test_the_api_role_runs_the_job_lifecycle(
     await executions.finish(as_role["worker"], claimed, owner="w1",
                             status=ExecutionStatus.FAILED, now=NOW)  # fmt: skip
     assert await jobs.rerun_execution(api, triggered, now=NOW, tenant="acme")
-    assert [r.id for r in await jobs.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
-    assert len(await executions.for_job(api, job_id)) >= 3
-    execution = await executions.get(api, triggered, "acme")
+    assert [r.id for r in await reads.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
+    assert len(await reads.for_job(api, job_id)) >= 3
+    execution = await reads.get_execution(api, triggered, "acme")
     assert execution is not None and execution.status == "failed"
-    assert (await jobs.set_tenant_limit(api, "acme", 5)).max_running == 5
+    assert (await tenants.set_tenant_limit(api, "acme", 5)).max_running == 5
     assert await jobs.cancel_job(api, job_id, now=NOW, tenant="acme")
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
     with pytest.raises(asyncpg.InsufficientPrivilegeError):  # a job stays in its tenant
@@ -285,10 +285,10 @@ async def test_the_operator_role_keeps_scheduled_jobs(
                         by=JobSource.CRD)  # fmt: skip
     await jobs.set_paused(operator, job_id, True, now=NOW)
     await jobs.set_paused(operator, job_id, False, now=NOW)
-    assert await jobs.find_live_crd_job(operator, "ns", "nightly") == job_id
-    assert [r.id for r in await jobs.live_crd_jobs(operator)] == [job_id]
-    assert await jobs.existing_ids(operator, [job_id, uuid.uuid4()]) == {job_id}
-    assert await executions.recent_of_job(operator, job_id, 10) is not None
+    assert await reads.find_live_crd_job(operator, "ns", "nightly") == job_id
+    assert [r.id for r in await reads.live_crd_jobs(operator)] == [job_id]
+    assert await reads.existing_ids(operator, [job_id, uuid.uuid4()]) == {job_id}
+    assert await reads.recent_of_job(operator, job_id, 10) is not None
     await jobs.cancel_crd_namesake(operator, "ns", "nightly", keep=uuid.uuid4(), now=NOW)
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
     with pytest.raises(asyncpg.InsufficientPrivilegeError):

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from horae.models import ExecutionStatus
-from horae.store import executions as store
+from horae.store import reads as store
 from horae.store.queries import Q
 from tests.support.plans import reads
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from horae.models import JobSource, JobSpec
-from horae.store import executions, jobs
+from horae.store import executions, jobs, tenants
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 LEASE = timedelta(seconds=30)
@@ -37,7 +37,7 @@ async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispa
     pool: asyncpg.Pool,
 ) -> None:
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", 1)
+        await tenants.set_tenant_limit(conn, "acme", 1)
         job_id, shard, first = await every_ten_seconds(conn)
         epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
         await executions.mark_queued(conn, shard, epoch, [first], NOW)  # schedules the next

@@ -12,7 +12,7 @@ import pytest
 
 from horae.errors import QuotaExceeded, ShardBusy
 from horae.models import ExecutionStatus, JobSource, JobSpec
-from horae.store import executions, jobs
+from horae.store import executions, jobs, tenants
 from horae.store.db import connect
 from horae.store.executions import parse_notify
 from tests.support.wait import until
@@ -245,7 +245,7 @@ async def test_a_batch_of_claims_answers_each_request(pool: asyncpg.Pool) -> Non
 
 async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", 2)
+        await tenants.set_tenant_limit(conn, "acme", 2)
         found = await one_offs(conn, 5)
         answers = await executions.claim_many(
             conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme") for r in found],
@@ -288,7 +288,7 @@ async def test_a_message_lying_about_its_tenant_cannot_exceed_the_row_tenants_li
     # acme may run one execution and runs one. A message that names an unlimited tenant
     # for acme's next execution, read by a worker serving both, must not start it.
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", 1)
+        await tenants.set_tenant_limit(conn, "acme", 1)
         running, waiting = await one_offs(conn, 2)
         lease = timedelta(seconds=30)
         first = await executions.claim(
@@ -441,7 +441,7 @@ async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_
 ) -> None:
     lease = timedelta(seconds=30)
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", None, max_jobs=1)
+        await tenants.set_tenant_limit(conn, "acme", None, max_jobs=1)
         [dead] = await one_offs(conn, 1)
         claimed = await executions.claim(
             conn, dead["id"], dead["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
