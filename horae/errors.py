@@ -75,7 +75,7 @@ class TransactionAborted(StoreError):
 
 class ShardBusy(StoreError):
     """A shard's fencing epoch is still held by a dispatch of its previous owner: taking the
-    shard waited as long as it may (`store.executions.TAKE_LOCK_TIMEOUT_MS`); try later."""
+    shard waited as long as it may (`store.dispatch.TAKE_LOCK_TIMEOUT_MS`); try later."""
 
 
 class TaskError(HoraeError):

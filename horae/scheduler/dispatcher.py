@@ -36,9 +36,9 @@ from horae import metrics
 from horae.broker import Publisher
 from horae.models import ExecutionMessage
 from horae.scheduler.limits import TenantGate, late
-from horae.store import executions as store
+from horae.store import dispatch as store
 from horae.store.db import Database
-from horae.store.executions import MIN_CURSOR, Due, ShardDispatch, Skip
+from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch, Skip
 from horae.store.rows import LiveExecution
 
 if TYPE_CHECKING:

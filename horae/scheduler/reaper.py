@@ -25,9 +25,9 @@ from horae.clock import DatabaseClock
 from horae.errors import StoreError
 from horae.models import RetryPolicy
 from horae.scheduler.dispatcher import message
-from horae.store import executions as store
+from horae.store import dispatch as store
 from horae.store.db import Database
-from horae.store.executions import Due
+from horae.store.dispatch import Due
 from horae.store.rows import ExpiredRun
 
 log = logging.getLogger(__name__)

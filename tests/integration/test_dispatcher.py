@@ -21,7 +21,7 @@ from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.main import take_shard
 from horae.scheduler.reaper import Reaper
-from horae.store import executions, jobs
+from horae.store import dispatch, jobs
 from horae.store.db import Database, connect
 from tests.support.wait import until
 
@@ -308,12 +308,12 @@ async def test_a_shard_whose_epoch_a_cut_off_dispatch_holds_is_not_taken_yet(
     # gives up at once (NotYet: the lease loop releases it quietly and tries again later)
     # instead of stalling the loop, and renewals of every other shard with it.
     async with pool.acquire() as conn:
-        epoch = await executions.take_shard(conn, 3, "cut-off", datetime.now(UTC))
+        epoch = await dispatch.take_shard(conn, 3, "cut-off", datetime.now(UTC))
     cut_off = await connect(db_url)
     listener = ShardListener(db_url, d.notified, d.reload)
     try:
         async with cut_off.transaction():
-            assert await cut_off.fetch(executions.Q["lock_epochs"], [3], [epoch]) != []
+            assert await cut_off.fetch(dispatch.Q["lock_epochs"], [3], [epoch]) != []
             started = time.monotonic()
             with pytest.raises(NotYet):
                 await take_shard(d, listener, 3)

@@ -6,7 +6,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from horae.store.executions import parse_notify
+from horae.store.dispatch import parse_notify
 from horae.store.scheduling import new_execution_id
 
 
