@@ -45,7 +45,7 @@ async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: d
             await insert_jobs(conn, jobs, shards=shards, now=now)
     except asyncpg.UniqueViolationError as exc:
         # A concurrent create took one of these ids or Idempotency-Keys first.
-        raise Conflict(f"a job with this id or Idempotency-Key exists: {exc}") from exc
+        raise Conflict("a job with this id or Idempotency-Key exists") from exc
 
 
 @translated
