@@ -15,8 +15,10 @@ MAX_SKIPPED_ON_RESUME = 100
 many (after the one catch-up `Latest` runs); older ones leave no row."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Occurrence:
+    """A nominal fire time, and when it is due (the job's jitter added)."""
+
     occurrence_at: datetime
     due_at: datetime
 

@@ -41,7 +41,7 @@ def new_execution_id() -> uuid.UUID:
     """A UUIDv7 (RFC 9562): milliseconds since the epoch, then random bits. Executions
     created later sort later among those due at the same instant, so the scheduler's
     preload cursor, which walks (due_at, id), finds new rows ahead of it instead of behind
-    it (see `executions.parse_notify`). Correctness never depends on this order, only the work."""
+    it (see `dispatch.parse_notify`). Correctness never depends on this order, only the work."""
     ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
