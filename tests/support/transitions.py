@@ -6,12 +6,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horae.models import ExecutionStatus
-from horae.store.db import Conn
 from horae.store.dispatch import Due, ShardDispatch, record_dispatch
 from horae.store.executions import Answer, Claimed, ClaimRequest, Finish, claim_many, finish_many
+
+if TYPE_CHECKING:
+    from horae.store.db import Conn
 
 
 async def mark_queued(
