@@ -44,14 +44,14 @@ def rss_mib() -> tuple[float, float]:
 async def child(url: str, cap: int) -> None:
     from horae.broker import Publisher
     from horae.scheduler.dispatcher import Dispatcher
-    from horae.store.db import connect_pool
+    from horae.store.db import Database, connect_pool
 
     async def fenced(shard: int) -> None:
         raise AssertionError(shard)
 
     pool = await connect_pool(url, size=2)
     d = Dispatcher(
-        pool,
+        Database(pool),
         cast(Publisher, None),  # nothing is due before the process ends: never published
         identity="bench",
         window=timedelta(minutes=10),

@@ -15,12 +15,10 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-import asyncpg
-
-from horae.store.queries import Q
+from horae.store.db import database_now
 
 if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
+    from horae.store.db import Conn
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +33,9 @@ class DatabaseClock:
     def now(self) -> datetime:
         return datetime.now(UTC) + self.offset
 
-    async def sync(
-        self, conn: asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
-    ) -> None:
+    async def sync(self, conn: Conn) -> None:
         before = datetime.now(UTC)
-        theirs: datetime = await conn.fetchval(Q["database_now"])
+        theirs = await database_now(conn)
         after = datetime.now(UTC)
         offset = theirs - (before + (after - before) / 2)
         if abs(offset - self.offset) > DRIFT_WARNING:

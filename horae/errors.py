@@ -5,13 +5,20 @@
     ├── NotFound                  a job or execution that does not exist (for this tenant)
     ├── Conflict                  a write that contradicts the current state
     ├── QuotaExceeded             a write that would take a tenant over one of its quotas
+    ├── StoreError                the job store failed (the driver's error is its __cause__)
+    │   ├── StoreUnavailable      no usable connection: refused, lost, cut mid-operation, too
+    │   │                         many connections, the server shutting down (retryable)
+    │   ├── TransactionAborted    rolled back to break a deadlock: safe to run again
+    │   └── ShardBusy             a shard's epoch is held by its previous owner's dispatch
     └── TaskError                 raised by task handlers to steer the outcome
         ├── RetryableError        try again later (optionally after `delay`)
         └── PermanentError        never try again
 
-Adapter errors (asyncpg, aio-pika, Kubernetes) are translated at the boundary
-with ``raise ... from`` where a caller can act on them; elsewhere they are
-left to propagate and are classified as retryable by the worker.
+Adapter errors are translated at the boundary with ``raise ... from``. The job store
+(`horae.store`) lets no asyncpg error out: each becomes a `StoreError` (a unique key taken
+by a concurrent write: `Conflict`), so no component knows the driver. aio-pika and
+Kubernetes errors are translated where a caller can act on them; elsewhere they are left
+to propagate and are classified as retryable by the worker.
 """
 
 from __future__ import annotations
@@ -48,6 +55,27 @@ class QuotaExceeded(HoraeError):
         self.tenant = tenant
         self.quota = quota
         self.limit = limit
+
+
+class StoreError(HoraeError):
+    """The job store failed; the driver's error is the `__cause__`. Not one of the kinds
+    below: the statement itself failed (a bug, or data the schema refuses)."""
+
+
+class StoreUnavailable(StoreError):
+    """No usable connection to Postgres: refused, lost or cut mid-operation, too many
+    connections, the server shutting down or starting. Whether a write in flight committed
+    is unknown; try again once it is back."""
+
+
+class TransactionAborted(StoreError):
+    """Postgres rolled the transaction back to break a deadlock (or a serialization
+    conflict): nothing of it was written, and running it again is safe."""
+
+
+class ShardBusy(StoreError):
+    """A shard's fencing epoch is still held by a dispatch of its previous owner: taking the
+    shard waited as long as it may (`store.dispatch.TAKE_LOCK_TIMEOUT_MS`); try later."""
 
 
 class TaskError(HoraeError):

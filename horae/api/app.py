@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import make_asgi_app
@@ -22,11 +21,10 @@ from horae.api.gate import BodyLimits, Gate
 from horae.api.problems import Problem, problem_response
 from horae.api.routes import build_router
 from horae.config import Settings
-from horae.errors import ConfigError
+from horae.errors import ConfigError, StoreUnavailable
 from horae.kube import Reviews, load_api_client
-from horae.store.db import connect_pool
+from horae.store.db import Database
 from horae.store.installation import read_installation
-from horae.store.queries import Q
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +60,7 @@ class AccessLog:
 
 @dataclass
 class State:
-    pool: asyncpg.Pool[asyncpg.Record] | None = None
+    pool: Database | None = None
     shards: int = 0
     """The installation's shard count, read from the database at start."""
 
@@ -78,7 +76,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state.pool = await connect_pool(dsn, size=pool_size)
+        state.pool = await Database.open(dsn, size=pool_size)
         async with state.pool.acquire() as conn:
             state.shards = (await read_installation(conn)).shards
         log.info("job API ready (pid %d)", os.getpid())
@@ -87,7 +85,7 @@ def create_app(
         finally:
             await state.pool.close()
 
-    def pool() -> asyncpg.Pool[asyncpg.Record]:
+    def pool() -> Database:
         if state.pool is None:
             raise Problem(503, "Unavailable", "not connected to the database yet")
         return state.pool
@@ -101,14 +99,12 @@ def create_app(
     )
     problems.install(app)
 
-    @app.exception_handler(asyncpg.InterfaceError)
-    @app.exception_handler(asyncpg.InternalClientError)  # a connection cut mid-operation
-    @app.exception_handler(asyncpg.ConnectionDoesNotExistError)
-    @app.exception_handler(asyncpg.AdminShutdownError)
+    @app.exception_handler(StoreUnavailable)
     @app.exception_handler(ConnectionError)
     @app.exception_handler(OSError)
     async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable: %s", type(exc).__name__)
+        cause = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+        log.warning("database unavailable: %s", type(cause).__name__)
         return problem_response(
             Problem(503, "Unavailable", "the job store is unavailable; nothing was written",
                     headers={"Retry-After": "1"})
@@ -123,7 +119,7 @@ def create_app(
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> Response:
         try:
-            await pool().fetchval(Q["ping"])
+            await pool().ping()
         except Exception:
             return JSONResponse({"status": "unready"}, status_code=503)
         return JSONResponse({"status": "ready"})

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
-import asyncpg
 import pydantic
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
@@ -39,10 +38,13 @@ from horae.batching import GroupCommit
 from horae.clock import utc_now
 from horae.domain.fields import first_error
 from horae.domain.limits import lateness_error, payload_size_error
+from horae.errors import Conflict
 from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
 from horae.schedule import next_fire_times, validate_cron
-from horae.store import executions as executions_store
 from horae.store import jobs as store
+from horae.store import reads, tenants
+from horae.store.db import Database
+from horae.store.new_jobs import NewJob
 
 if TYPE_CHECKING:
     pass
@@ -88,12 +90,12 @@ def _request_hash(job: JobCreate) -> str:
 
 
 def build_router(
-    *, pool: "Callable[[], asyncpg.Pool[asyncpg.Record]]", auth: Authenticator,
+    *, pool: Callable[[], Database], auth: Authenticator,
     shards: Callable[[], int],
 ) -> APIRouter:  # fmt: skip
     router = APIRouter()
 
-    async def create_many(new: Sequence[store.NewJob]) -> list[uuid.UUID]:
+    async def create_many(new: Sequence[NewJob]) -> list[uuid.UUID]:
         """Concurrent single creates, committed together; each caller is answered only
         after the COMMIT that holds its job. A flush that fails, for any reason, is tried
         again job by job (`isolate`), so one tenant's bad job cannot fail another's."""
@@ -143,7 +145,7 @@ def build_router(
         """Create up to 1,000 jobs in one transaction: all or none."""
         now = utc_now()
         new = [
-            store.NewJob(spec=_validate_new(job, now, f"jobs.{i}."), tenant=tenant,
+            NewJob(spec=_validate_new(job, now, f"jobs.{i}."), tenant=tenant,
                          source=JobSource.API, name=job.name)
             for i, job in enumerate(body.jobs)
         ]  # fmt: skip
@@ -168,7 +170,7 @@ def build_router(
         spec = _validate_new(body, now)
         if not idempotency_key:
             created = await creates.submit(
-                store.NewJob(spec=spec, tenant=tenant, source=JobSource.API, name=body.name)
+                NewJob(spec=spec, tenant=tenant, source=JobSource.API, name=body.name)
             )
             return Created(id=created)
         digest = _request_hash(body)
@@ -188,7 +190,7 @@ def build_router(
                         name=body.name, idempotency_key=idempotency_key, request_hash=digest,
                     )  # fmt: skip
                     return Created(id=job_id)
-                except asyncpg.UniqueViolationError:
+                except Conflict:  # the key taken by a concurrent create: read it again
                     if not idempotency_key:
                         raise
         raise Problem(409, "Conflict", "Idempotency-Key is being used concurrently")
@@ -202,10 +204,10 @@ def build_router(
     ) -> JobPage:
         """The tenant's jobs in creation order."""
         async with pool().acquire() as conn:
-            rows = await store.list_jobs(
+            rows = await reads.list_jobs(
                 conn, tenant, after=decode_cursor(cursor), limit=limit, state=state
             )
-        nxt = encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if len(rows) == limit else None
+        nxt = encode_cursor(rows[-1].created_at, rows[-1].id) if len(rows) == limit else None
         return JobPage(items=[JobOut.from_row(r) for r in rows], next_cursor=nxt)
 
     @router.post("/jobs/{job_id}:pause", status_code=204, responses=ERRORS)
@@ -239,22 +241,22 @@ def build_router(
     ) -> ExecutionPage:
         """A job's executions, newest first."""
         async with pool().acquire() as conn:
-            await store.get_job(conn, job_id, tenant)
-            rows = await executions_store.for_job(
+            await reads.get_job(conn, job_id, tenant)
+            rows = await reads.for_job(
                 conn, job_id, status=status, before=decode_cursor(cursor), limit=limit
             )
-        nxt = encode_cursor(rows[-1]["due_at"], rows[-1]["id"]) if len(rows) == limit else None
+        nxt = encode_cursor(rows[-1].due_at, rows[-1].id) if len(rows) == limit else None
         return ExecutionPage(items=[ExecutionOut.from_row(r) for r in rows], next_cursor=nxt)
 
     @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
     async def get_job(job_id: uuid.UUID, tenant: Annotated[str, Depends(access("get"))]) -> JobOut:
         """One job, with its next 5 fire times."""
         async with pool().acquire() as conn:
-            row = await store.get_job(conn, job_id, tenant)
+            row = await reads.get_job(conn, job_id, tenant)
         upcoming: list[datetime] = []
-        if row["state"] == JobState.ACTIVE:
+        if row.state == JobState.ACTIVE:
             upcoming = next_fire_times(
-                run_at=row["run_at"], cron=row["cron"], time_zone=row["time_zone"],
+                run_at=row.run_at, cron=row.cron, time_zone=row.time_zone,
                 after=utc_now(), count=5,
             )  # fmt: skip
         return JobOut.from_row(row, upcoming)
@@ -266,10 +268,10 @@ def build_router(
         """Edit: spec version + 1; pending executions of the old version are cancelled."""
         now = utc_now()
         async with pool().acquire() as conn:
-            row = await store.get_job(conn, job_id, tenant)
+            row = await reads.get_job(conn, job_id, tenant)
             changes = body.model_dump(exclude_unset=True)
             # A null leaves the field out, so that it takes its default.
-            spec_fields = store.spec_from_row(row).model_dump() | changes
+            spec_fields = row.spec.model_dump() | changes
             spec_fields = {k: v for k, v in spec_fields.items() if v is not None}
             try:
                 spec = JobSpec.model_validate(spec_fields)
@@ -280,7 +282,7 @@ def build_router(
             if "run_at" in body.model_fields_set:
                 _check_run_at(spec, now)
             await store.edit_job(conn, job_id, spec, now=now, tenant=tenant)
-            return JobOut.from_row(await store.get_job(conn, job_id, tenant))
+            return JobOut.from_row(await reads.get_job(conn, job_id, tenant))
 
     @router.delete("/jobs/{job_id}", status_code=204, responses=ERRORS)
     async def delete_job(
@@ -288,7 +290,7 @@ def build_router(
     ) -> None:
         """Cancel: pending executions are cancelled; history is kept."""
         async with pool().acquire() as conn:
-            await store.get_job(conn, job_id, tenant)  # 404 for a job not there
+            await reads.get_job(conn, job_id, tenant)  # 404 for a job not there
             await store.cancel_job(conn, job_id, now=utc_now(), tenant=tenant)
 
     @router.get("/executions/{execution_id}", response_model=ExecutionOut, responses=ERRORS)
@@ -296,7 +298,7 @@ def build_router(
         execution_id: uuid.UUID, tenant: Annotated[str, Depends(access("get"))]
     ) -> ExecutionOut:
         async with pool().acquire() as conn:
-            row = await executions_store.get(conn, execution_id, tenant)
+            row = await reads.get_execution(conn, execution_id, tenant)
         if row is None:
             raise Problem(404, "Not found", f"execution {execution_id} not found")
         return ExecutionOut.from_row(row)
@@ -343,13 +345,13 @@ def build_router(
         ClusterRoleBinding), never rights inside the tenant's namespace."""
         tenant = await access("update", "tenants", cluster=True)(request, horae_tenant=name)
         async with pool().acquire() as conn:
-            row = await store.set_tenant_limit(
+            row = await tenants.set_tenant_limit(
                 conn,
                 tenant,
                 body.max_running,
                 max_jobs=body.max_jobs,
                 max_fires_per_minute=body.max_fires_per_minute,
             )
-        return TenantOut.model_validate(row)
+        return TenantOut.model_validate(row, from_attributes=True)
 
     return router

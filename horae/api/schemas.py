@@ -29,6 +29,7 @@ from horae.models import (
     UpToAWeek,
 )
 from horae.store.quotas import DEFAULT_MAX_FIRES_PER_MINUTE, DEFAULT_MAX_JOBS
+from horae.store.rows import ExecutionRow, JobRow
 
 
 class JobCreate(JobSpec):
@@ -124,8 +125,8 @@ class JobOut(BaseModel):
     )
 
     @classmethod
-    def from_row(cls, row: Any, next_runs: list[datetime] | None = None) -> JobOut:
-        data = dict(row)
+    def from_row(cls, row: JobRow, next_runs: list[datetime] | None = None) -> JobOut:
+        data = {name: getattr(row, name) for name in row.__dataclass_fields__}
         data["retry"] = data.pop("retry_policy")
         return cls.model_validate({**data, "next_runs": next_runs})
 
@@ -151,8 +152,8 @@ class ExecutionOut(BaseModel):
     result: Any = None
 
     @classmethod
-    def from_row(cls, row: Any) -> ExecutionOut:
-        data = dict(row)
+    def from_row(cls, row: ExecutionRow) -> ExecutionOut:
+        data = {name: getattr(row, name) for name in row.__dataclass_fields__}
         kind, message = data.pop("error_kind"), data.pop("error_message")
         data["error"] = {"kind": kind, "message": message} if kind or message else None
         return cls.model_validate(data)

@@ -31,10 +31,10 @@ from horae.cli.support import (
 from horae.models import JobState
 
 if TYPE_CHECKING:
-    import asyncpg
-
     from horae.api.schemas import JobOut
     from horae.models import JobSpec
+    from horae.store.db import Conn
+    from horae.store.rows import JobRow
 
 jobs_app = typer.Typer(
     no_args_is_help=True, help="List, show, create, pause, resume and cancel jobs."
@@ -64,16 +64,16 @@ def _schedule(job: JobOut) -> str:
     return job.cron if job.time_zone == "UTC" else f"{job.cron} ({job.time_zone})"
 
 
-def _job_out(row: asyncpg.Record, *, with_next_runs: bool) -> JobOut:
+def _job_out(row: JobRow, *, with_next_runs: bool) -> JobOut:
     from horae.api.schemas import JobOut
     from horae.schedule import next_fire_times
 
     upcoming: list[datetime] | None = None
     if with_next_runs:
         upcoming = []
-        if row["state"] == JobState.ACTIVE:
+        if row.state == JobState.ACTIVE:
             upcoming = next_fire_times(
-                run_at=row["run_at"], cron=row["cron"], time_zone=row["time_zone"],
+                run_at=row.run_at, cron=row.cron, time_zone=row.time_zone,
                 after=datetime.now(UTC), count=NEXT_RUNS,
             )  # fmt: skip
     return JobOut.from_row(row, upcoming)
@@ -126,7 +126,7 @@ def jobs_ls(
 ) -> None:
     """List a tenant's jobs in creation order."""
     from horae.api.schemas import JobOut
-    from horae.store import jobs as jobs_store
+    from horae.store import reads
 
     one_of("--state", state, (s.value for s in JobState))
     fmt = output_format(output)
@@ -134,7 +134,7 @@ def jobs_ls(
 
     async def go() -> None:
         async with database(cfg.database.url) as conn:
-            rows = await jobs_store.list_jobs(
+            rows = await reads.list_jobs(
                 conn, tenant, after=None, limit=limit, state=JobState(state) if state else None
             )
         jobs = [JobOut.from_row(r) for r in rows]
@@ -243,6 +243,7 @@ def jobs_create(
     """Create a job (and its first execution) in one transaction."""
     from horae.models import JobSource
     from horae.store import jobs as jobs_store
+    from horae.store import reads
     from horae.store.installation import read_installation
 
     spec = _spec(task=task, cron=cron, tz=tz, run_at=run_at, payload=payload,
@@ -260,7 +261,7 @@ def jobs_create(
                 conn, spec, tenant=tenant, source=JobSource.API, shards=installation.shards,
                 now=datetime.now(UTC), name=name,
             )  # fmt: skip
-            row = await jobs_store.get_job(conn, job_id)
+            row = await reads.get_job(conn, job_id)
         _print_job(_job_out(row, with_next_runs=True), fmt)
 
     run(go())
@@ -286,13 +287,12 @@ def jobs_resume(job: JobArgument) -> None:
 def jobs_cancel(job: JobArgument) -> None:
     """Cancel a job for good: pending executions are cancelled, history is kept."""
     from horae.store import jobs as jobs_store
+    from horae.store import reads
 
-    async def cancel(
-        conn: asyncpg.Connection[asyncpg.Record], job_id: uuid.UUID, *, now: datetime
-    ) -> str:
+    async def cancel(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> str:
         if await jobs_store.cancel_job(conn, job_id, now=now):
             return "cancelled"
-        if await jobs_store.find_job(conn, job_id) is None:
+        if await reads.find_job(conn, job_id) is None:
             raise fail(f"job {job} not found", 1)
         return "was already cancelled"
 

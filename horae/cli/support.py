@@ -23,8 +23,10 @@ from horae.config import Settings
 from horae.errors import ConfigError, QuotaExceeded
 
 if TYPE_CHECKING:
-    import asyncpg
     from rich.console import Console
+
+    from horae.store.db import Conn
+    from horae.store.rows import JobRow
 
 FORMATS = ("table", "json", "yaml")
 OutputOption = Annotated[
@@ -87,20 +89,21 @@ def print_data(data: Any, fmt: str) -> None:
 
 
 @asynccontextmanager
-async def database(url: str) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+async def database(url: str) -> AsyncIterator[Conn]:
     """One connection for one command; an unreachable database is a one-line error."""
-    import asyncpg
+    from horae.errors import StoreError
+    from horae.store.db import session
 
-    from horae.store.db import connect
-
+    opened = False
     try:
-        conn = await connect(url)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise fail(f"cannot use the database at HORAE_DATABASE_URL: {exc}", 1) from None
-    try:
-        yield conn
-    finally:
-        await conn.close()
+        async with session(url) as conn:
+            opened = True
+            yield conn
+    except StoreError as exc:
+        if opened:
+            raise
+        cause = exc.__cause__ or exc
+        raise fail(f"cannot use the database at HORAE_DATABASE_URL: {cause}", 1) from None
 
 
 @dataclass(frozen=True)
@@ -123,24 +126,24 @@ class JobRef:
             return cls(text, namespace=namespace, name=name)
         raise fail(f"JOB must be a job id or NAMESPACE/NAME, got {text!r}")
 
-    async def resolve(self, conn: asyncpg.Connection[asyncpg.Record]) -> uuid.UUID | None:
+    async def resolve(self, conn: Conn) -> uuid.UUID | None:
         """The job id; for NAMESPACE/NAME the ScheduledJob's live (not cancelled) job."""
-        from horae.store import jobs as jobs_store
+        from horae.store import reads
 
         if self.job_id is not None:
             return self.job_id
-        return await jobs_store.find_live_crd_job(conn, self.namespace, self.name)
+        return await reads.find_live_crd_job(conn, self.namespace, self.name)
 
 
-async def find_job(conn: asyncpg.Connection[asyncpg.Record], ref: JobRef) -> asyncpg.Record:
+async def find_job(conn: Conn, ref: JobRef) -> JobRow:
     """The job `ref` names; an unknown job is a one-line error and exit code 1."""
     from horae.errors import NotFound
-    from horae.store import jobs as jobs_store
+    from horae.store import reads
 
     job_id = await ref.resolve(conn)
     try:
         if job_id is None:
             raise NotFound(ref.text)
-        return await jobs_store.get_job(conn, job_id)
+        return await reads.get_job(conn, job_id)
     except NotFound:
         raise fail(f"job {ref.text} not found", 1) from None

@@ -4,7 +4,7 @@ holds, read (and an occurrence re-run) straight from PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,11 @@ from horae.cli.support import (
 )
 from horae.cli.support import run as _run
 from horae.cli.support import settings as _settings
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from horae.store.rows import ExecutionRow, TenantRow
 
 
 def register(app: typer.Typer) -> None:
@@ -94,13 +99,13 @@ TENANT_KEYS = (
 )
 
 
-def _tenant_line(row: dict[str, Any]) -> str:
-    limit = row["max_running"] if row["max_running"] is not None else "-"
+def _tenant_line(row: TenantRow) -> str:
+    limit = row.max_running if row.max_running is not None else "-"
     return (
-        f"{row['name']}\tmax_running={limit}\trunning={row['running']}"
-        f"\tmax_jobs={row['max_jobs']}\tjobs={row['jobs']}"
-        f"\tmax_fires_per_minute={row['max_fires_per_minute']}"
-        f"\tfires_per_minute={row['fires_per_minute']:g}"
+        f"{row.name}\tmax_running={limit}\trunning={row.running}"
+        f"\tmax_jobs={row.max_jobs}\tjobs={row.jobs}"
+        f"\tmax_fires_per_minute={row.max_fires_per_minute}"
+        f"\tfires_per_minute={row.fires_per_minute:g}"
     )
 
 
@@ -124,7 +129,7 @@ def tenants_set(
 ) -> None:
     """Replace a tenant's settings: its running limit and its quotas (an option left out
     takes its default)."""
-    from horae.store import jobs as jobs_store
+    from horae.store import tenants
 
     limits = {
         "--max-running": max_running,
@@ -138,7 +143,7 @@ def tenants_set(
 
     async def go() -> None:
         async with database(settings.database.url) as conn:
-            row = await jobs_store.set_tenant_limit(
+            row = await tenants.set_tenant_limit(
                 conn,
                 tenant,
                 max_running,
@@ -153,21 +158,42 @@ def tenants_set(
 @tenants_app.command("ls")
 def tenants_ls(output: OutputOption = "table") -> None:
     """List tenants with their limits and quotas (defaults filled in) and what they use."""
-    from horae.store import jobs as jobs_store
+    from horae.store import tenants
 
     fmt = output_format(output)
     settings = _settings()
 
     async def go() -> None:
         async with database(settings.database.url) as conn:
-            rows = await jobs_store.list_tenants(conn)
+            rows = await tenants.list_tenants(conn)
         if fmt != "table":
-            print_data([{k: row[k] for k in TENANT_KEYS} for row in rows], fmt)
+            print_data([{k: getattr(row, k) for k in TENANT_KEYS} for row in rows], fmt)
             return
         for row in rows:
             typer.echo(_tenant_line(row))
 
     _run(go())
+
+
+def _executions_table(rows: list[tuple[str, ExecutionRow]]) -> Table:
+    """The executions of `horae executions` as a table: (job as named, execution) pairs."""
+    from rich.table import Table
+
+    t = Table(title="executions", title_justify="left")
+    for col in ("JOB", "EXECUTION", "ATTEMPT", "STATUS", "DUE", "START LAG", "ERROR"):
+        t.add_column(col, no_wrap=col != "ERROR")
+    for ref, r in rows:
+        lag = f"{(r.started_at - r.due_at).total_seconds() * 1000:.0f}ms" if r.started_at else ""
+        t.add_row(
+            ref,
+            str(r.id)[:8],
+            str(r.attempt),
+            r.status,
+            r.due_at.strftime("%H:%M:%S"),
+            lag,
+            (r.error_message or "")[:50],
+        )
+    return t
 
 
 def executions(
@@ -182,11 +208,10 @@ def executions(
 ) -> None:
     """Show jobs' executions, newest first."""
     from rich.live import Live
-    from rich.table import Table
 
     from horae.api.schemas import ExecutionOut
     from horae.models import ExecutionStatus
-    from horae.store import executions as executions_store
+    from horae.store import reads
 
     refs = [JobRef.parse(ref) for ref in jobs]
     one_of("--status", status, (s.value for s in ExecutionStatus))
@@ -196,34 +221,17 @@ def executions(
         raise fail(f"--watch: shows a table; it cannot be combined with -o {fmt}")
     settings = _settings()
 
-    def table(rows: list[tuple[str, Any]]) -> Table:
-        t = Table(title="executions", title_justify="left")
-        for col in ("JOB", "EXECUTION", "ATTEMPT", "STATUS", "DUE", "START LAG", "ERROR"):
-            t.add_column(col, no_wrap=col != "ERROR")
-        for ref, r in rows:
-            lag = (
-                f"{(r['started_at'] - r['due_at']).total_seconds() * 1000:.0f}ms"
-                if r["started_at"]
-                else ""
-            )
-            t.add_row(
-                ref, str(r["id"])[:8], str(r["attempt"]), r["status"],
-                r["due_at"].strftime("%H:%M:%S"),
-                lag, (r["error_message"] or "")[:50],
-            )  # fmt: skip
-        return t
-
     async def go() -> None:
         async with database(settings.database.url) as conn:
             # Every job named must exist: a typo is exit code 1, not an empty table.
-            found_jobs = [(ref.text, (await find_job(conn, ref))["id"]) for ref in refs]
+            found_jobs = [(ref.text, (await find_job(conn, ref)).id) for ref in refs]
 
-            async def fetch() -> list[tuple[str, Any]]:
-                rows: list[tuple[str, Any]] = []
+            async def fetch() -> list[tuple[str, ExecutionRow]]:
+                rows: list[tuple[str, ExecutionRow]] = []
                 for text, job_id in found_jobs:
-                    found = await executions_store.for_job(conn, job_id, status=wanted, limit=limit)
+                    found = await reads.for_job(conn, job_id, status=wanted, limit=limit)
                     rows.extend((text, r) for r in found)
-                rows.sort(key=lambda x: x[1]["due_at"], reverse=True)
+                rows.sort(key=lambda x: x[1].due_at, reverse=True)
                 return rows
 
             rows = await fetch()
@@ -232,14 +240,14 @@ def executions(
                 return
             out = console()
             if not watch:
-                out.print(table(rows))
+                out.print(_executions_table(rows))
                 return
             loop = asyncio.get_running_loop()
             deadline = loop.time() + for_seconds if for_seconds is not None else None
-            with Live(table(rows), console=out, refresh_per_second=4) as live:
+            with Live(_executions_table(rows), console=out, refresh_per_second=4) as live:
                 while deadline is None or loop.time() < deadline:
                     await asyncio.sleep(0.5)
-                    live.update(table(await fetch()))
+                    live.update(_executions_table(await fetch()))
 
     _run(go())
 

@@ -17,12 +17,12 @@ import time
 import uuid
 from typing import Any
 
-import asyncpg
-
 from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects
 from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION
-from horae.store import executions as store
+from horae.store import reads
+from horae.store.db import Database
+from horae.store.rows import ExecutionRow, JobRow
 
 log = logging.getLogger(__name__)
 
@@ -59,25 +59,25 @@ def mirror_name(job_name: str, execution_id: uuid.UUID) -> str:
     return f"{job_name}-{execution_id.hex[:12]}"
 
 
-def mirror_status(row: asyncpg.Record) -> dict[str, Any]:
+def mirror_status(row: ExecutionRow) -> dict[str, Any]:
     """What an Execution resource shows of one execution row."""
     duration = None
-    if row["started_at"] and row["finished_at"]:
-        duration = f"{(row['finished_at'] - row['started_at']).total_seconds():.3f}s"
+    if row.started_at and row.finished_at:
+        duration = f"{(row.finished_at - row.started_at).total_seconds():.3f}s"
     error = None
-    if row["error_kind"]:
-        error = f"{row['error_kind']}: {row['error_message'] or ''}".strip()
+    if row.error_kind:
+        error = f"{row.error_kind}: {row.error_message or ''}".strip()
         if len(error) > MIRRORED_ERROR_CHARS:
             error = error[: MIRRORED_ERROR_CHARS - 1] + "…"
     return {
-        "executionId": str(row["id"]),
-        "jobId": str(row["job_id"]),
-        "attempt": row["attempt"],
-        "status": _display(row["status"]),
-        "occurrenceAt": rfc3339(row["occurrence_at"]),
-        "dueAt": rfc3339(row["due_at"]),
-        "startedAt": rfc3339(row["started_at"]),
-        "finishedAt": rfc3339(row["finished_at"]),
+        "executionId": str(row.id),
+        "jobId": str(row.job_id),
+        "attempt": row.attempt,
+        "status": _display(row.status),
+        "occurrenceAt": rfc3339(row.occurrence_at),
+        "dueAt": rfc3339(row.due_at),
+        "startedAt": rfc3339(row.started_at),
+        "finishedAt": rfc3339(row.finished_at),
         "duration": duration,
         "error": error,
     }
@@ -90,7 +90,7 @@ def _signature(status: dict[str, Any]) -> str:
 class ExecutionMirrors:
     def __init__(
         self,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         objects: CustomObjects,
         *,
         writes_per_second: float = 20.0,
@@ -108,16 +108,17 @@ class ExecutionMirrors:
         )
         return {i["metadata"]["name"]: _signature(i.get("status") or {}) for i in items}
 
-    async def sync(self, job: asyncpg.Record) -> None:
+    async def sync(self, job: JobRow) -> None:
         """Make the job's Execution resources show its newest dispatched executions."""
-        job_id, namespace, job_name = job["id"], job["tenant"], job["name"]
+        job_id, namespace, job_name = job.id, job.tenant, job.name
+        assert job_name is not None, "a ScheduledJob's job is named (jobs_crd_named)"
         limit = self.history_limits.get(job_id, DEFAULT_HISTORY_LIMIT)
         async with self._pool.acquire() as conn:
-            rows = await store.recent_of_job(conn, job_id, limit) if limit else []
+            rows = await reads.recent_of_job(conn, job_id, limit) if limit else []
         known = self._known.get(job_id)
         if known is None:
             known = self._known[job_id] = await self._existing(namespace, job_name)
-        wanted = {mirror_name(job_name, r["id"]): mirror_status(r) for r in rows}
+        wanted = {mirror_name(job_name, r.id): mirror_status(r) for r in rows}
         for name, status in wanted.items():
             signature = _signature(status)
             if known.get(name) == signature:

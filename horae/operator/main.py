@@ -31,7 +31,7 @@ from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
 from horae.probes import Probes
-from horae.store.db import connect_pool
+from horae.store.db import Database
 from horae.store.installation import read_installation
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ async def _start_leading(
     pool), and its background tasks, started: the status mirror, the resync pass and the
     WorkerPool autoscaler."""
     cfg = settings.operator
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
     async with pool.acquire() as conn:
         shards = (await read_installation(conn)).shards
     objects = CustomObjects(api)

@@ -17,7 +17,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 import pydantic
 
 from horae.errors import QuotaExceeded
@@ -27,6 +26,8 @@ from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import ready_status, sync_job
 from horae.resources import ScheduledJobSpec
 from horae.store import jobs as store
+from horae.store import reads
+from horae.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 class Resync:
     def __init__(
         self,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         objects: CustomObjects,
         mirrors: ExecutionMirrors,
         *,
@@ -69,8 +70,8 @@ class Resync:
             if not r["metadata"].get("deletionTimestamp")
         }
         async with self._pool.acquire() as conn:
-            jobs = {row["id"]: row for row in await store.live_crd_jobs(conn)}
-            known = await store.existing_ids(conn, list(live))
+            jobs = {row.id: row for row in await reads.live_crd_jobs(conn)}
+            known = await reads.existing_ids(conn, list(live))
         stored = 0
         for uid in sorted(set(live) - known):
             meta = live[uid]["metadata"]
@@ -86,7 +87,7 @@ class Resync:
         for job_id in sorted(set(jobs) - set(live)):
             job = jobs[job_id]
             try:
-                cancelled += await self._cancel_orphan(job_id, job["tenant"], job["name"])
+                cancelled += await self._cancel_orphan(job_id, job.tenant, job.name)
             except Exception:
                 log.exception("resync: job %s not cancelled", job_id)
         return stored, cancelled

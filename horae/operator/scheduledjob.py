@@ -11,7 +11,6 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import kopf
 import pydantic
 from pydantic.alias_generators import to_camel
@@ -24,9 +23,11 @@ from horae.models import JobSource
 from horae.operator.conditions import condition, refuse
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
 from horae.store import jobs as store
+from horae.store import reads
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
+    from horae.store.rows import JobRow
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +50,34 @@ def display_status(status: str | None) -> str | None:
     return "".join(p.capitalize() for p in status.split("_")) if status else None
 
 
-def status_of(row: asyncpg.Record) -> dict[str, Any]:
+def status_of(row: JobRow) -> dict[str, Any]:
     """The status fields that come from the store's job row."""
     return {
-        "jobId": str(row["id"]),
-        "nextRunAt": rfc3339(row["next_run_at"]),
-        "lastRunAt": rfc3339(row["last_run_at"]),
-        "lastStatus": display_status(row["last_status"]),
+        "jobId": str(row.id),
+        "nextRunAt": rfc3339(row.next_run_at),
+        "lastRunAt": rfc3339(row.last_run_at),
+        "lastStatus": display_status(row.last_status),
     }
 
 
 FAILING = frozenset({"failed", "dead", "timed_out"})
 
 
-def conditions_of(row: asyncpg.Record) -> list[dict[str, str]]:
+def conditions_of(row: JobRow) -> list[dict[str, str]]:
     """Ready, Suspended and Failing, from the stored job."""
-    paused = row["state"] == "paused"
-    failing = row["last_status"] in FAILING
+    paused = row.state == "paused"
+    failing = row.last_status in FAILING
     return [
         condition("Ready", True, "Stored", "job stored"),
         condition("Suspended", paused, "Suspend" if paused else "Active"),
         condition(
-            "Failing", failing, display_status(row["last_status"]) or "NoRuns",
-            f"the last attempt ended {row['last_status']}" if failing else "",
+            "Failing", failing, display_status(row.last_status) or "NoRuns",
+            f"the last attempt ended {row.last_status}" if failing else "",
         ),
     ]  # fmt: skip
 
 
-def ready_status(row: asyncpg.Record, generation: Any) -> dict[str, Any]:
+def ready_status(row: JobRow, generation: Any) -> dict[str, Any]:
     """The whole status of a ScheduledJob whose job is stored."""
     return status_of(row) | {"observedGeneration": generation, "conditions": conditions_of(row)}
 
@@ -89,11 +90,11 @@ async def sync_job(
     spec: ScheduledJobSpec,
     *,
     shards: int,
-) -> asyncpg.Record:
+) -> JobRow:
     """Make the store's job match the resource; returns the job row."""
     job_spec = spec.job_spec()
     now = utc_now()
-    row = await store.find_job(conn, uid)
+    row = await reads.find_job(conn, uid)
     if row is None:
         await store.cancel_crd_namesake(conn, namespace, name, keep=uid, now=now)
         await store.create_job(
@@ -108,11 +109,11 @@ async def sync_job(
             paused=spec.suspend,
         )
     else:
-        if store.spec_from_row(row) != job_spec:
+        if row.spec != job_spec:
             await store.edit_job(conn, uid, job_spec, now=now, by=JobSource.CRD)
-        if spec.suspend != (row["state"] == "paused"):
+        if spec.suspend != (row.state == "paused"):
             await store.set_paused(conn, uid, spec.suspend, now=now)
-    return await store.get_job(conn, uid)
+    return await reads.get_job(conn, uid)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

@@ -13,13 +13,12 @@ import logging
 import uuid
 from typing import Any
 
-import asyncpg
-
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import conditions_of, status_of
-from horae.store import jobs as store
-from horae.store.db import connect
+from horae.store import reads
+from horae.store.db import Database, Listener
+from horae.store.rows import JobRow
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ class StatusMirror:
     def __init__(
         self,
         dsn: str,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         objects: CustomObjects,
         events: Events | None = None,
         mirrors: ExecutionMirrors | None = None,
@@ -54,10 +53,11 @@ class StatusMirror:
     async def run(self) -> None:
         while True:
             try:
-                conn = await connect(self._dsn)
+                listener = Listener(self._dsn)
+                await listener.open()
                 try:
-                    await conn.add_listener("horae_job_events", self._on_notify)
-                    while not conn.is_closed():
+                    await listener.listen("horae_job_events", self._on_notify)
+                    while not listener.closed():
                         try:  # (no wait_for: its task would hold kopf's shutdown up)
                             async with asyncio.timeout(5):
                                 await self._wake.wait()
@@ -67,7 +67,7 @@ class StatusMirror:
                         self._wake.clear()
                         await self.flush()
                 finally:
-                    await conn.close()
+                    await listener.close()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -78,11 +78,11 @@ class StatusMirror:
         ids, self._pending = self._pending, set()
         for job_id in ids:
             async with self._pool.acquire() as conn:
-                row = await store.find_job(conn, job_id)
-            if row is None or row["source"] != "crd" or row["state"] == "cancelled":
-                continue
+                row = await reads.find_job(conn, job_id)
+            if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
+                continue  # (a ScheduledJob's job is always named: jobs_crd_named)
             present = await self._objects.patch_status(
-                "scheduledjobs", row["tenant"], row["name"],
+                "scheduledjobs", row.tenant, row.name,
                 status_of(row) | {"conditions": conditions_of(row)},
             )  # fmt: skip
             if present and self._mirrors is not None:
@@ -90,21 +90,21 @@ class StatusMirror:
                     await self._mirrors.sync(row)
                 except Exception:
                     log.exception("could not mirror the executions of %s/%s",
-                                  row["tenant"], row["name"])  # fmt: skip
-            if row["last_status"] == "dead" and self._dead_seen.get(job_id) != row["last_run_at"]:
-                self._dead_seen[job_id] = row["last_run_at"]
+                                  row.tenant, row.name)  # fmt: skip
+            if row.last_status == "dead" and self._dead_seen.get(job_id) != row.last_run_at:
+                self._dead_seen[job_id] = row.last_run_at
                 await self._alert_dead(row)
 
-    async def _alert_dead(self, row: asyncpg.Record) -> None:
+    async def _alert_dead(self, row: JobRow) -> None:
         """A Warning Event on the ScheduledJob: its last attempt failed and was dead-lettered."""
         if self._events is None:
             return
         try:
             await self._events.emit(
-                kind="ScheduledJob", namespace=row["tenant"], name=row["name"],
-                uid=str(row["id"]), reason="ExecutionDead",
-                message=f"task {row['task']}: the last attempt failed; the execution was "
-                "dead-lettered (see `horae executions " + f"{row['tenant']}/{row['name']}`)",
+                kind="ScheduledJob", namespace=row.tenant, name=row.name or "",
+                uid=str(row.id), reason="ExecutionDead",
+                message=f"task {row.task}: the last attempt failed; the execution was "
+                "dead-lettered (see `horae executions " + f"{row.tenant}/{row.name}`)",
             )  # fmt: skip
         except Exception:
             log.exception("could not post the ExecutionDead event")

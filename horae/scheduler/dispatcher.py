@@ -30,15 +30,19 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-
-import asyncpg
+from typing import TYPE_CHECKING
 
 from horae import metrics
 from horae.broker import Publisher
 from horae.models import ExecutionMessage
 from horae.scheduler.limits import TenantGate, late
-from horae.store import executions as store
-from horae.store.executions import MIN_CURSOR, Due, ShardDispatch, Skip
+from horae.store import dispatch as store
+from horae.store.db import Database
+from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch, Skip
+from horae.store.rows import LiveExecution
+
+if TYPE_CHECKING:
+    from horae.store.db import Conn
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +90,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         publisher: Publisher,
         *,
         identity: str,
@@ -331,9 +335,8 @@ class Dispatcher:
             self._known.discard((d.id, d.due_at))
 
     async def _decide(
-        self, conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record], dues: list[Due],
-        now: datetime,
-    ) -> tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]:  # fmt: skip
+        self, conn: Conn, dues: list[Due], now: datetime
+    ) -> tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]:
         """Split a shard's batch into (publish, skip, cancel predecessors)."""
         skips: list[Skip] = []
         keep: list[Due] = []
@@ -351,11 +354,11 @@ class Dispatcher:
         cancel: list[tuple[uuid.UUID, datetime]] = []
         if judged:
             live = await store.live_of_jobs(conn, [d.job_id for d in judged])
-            by_job: dict[uuid.UUID, list[asyncpg.Record]] = defaultdict(list)
+            by_job: dict[uuid.UUID, list[LiveExecution]] = defaultdict(list)
             for row in live:
-                by_job[row["job_id"]].append(row)
+                by_job[row.job_id].append(row)
             for d in judged:
-                running = [r for r in by_job.get(d.job_id, []) if r["id"] != d.id]
+                running = [r for r in by_job.get(d.job_id, []) if r.id != d.id]
                 if not running:
                     continue
                 if d.concurrency_policy == "Forbid":
@@ -363,7 +366,7 @@ class Dispatcher:
                     skips.append(Skip(d, "forbid", "concurrencyPolicy=Forbid: the previous "
                                       "occurrence is still running"))  # fmt: skip
                 else:
-                    cancel += [(r["id"], r["due_at"]) for r in running]
+                    cancel += [(r.id, r.due_at) for r in running]
         return keep, skips, cancel
 
     async def _dispatch(self, batch: list[Due]) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from horae.store import executions as store
-from horae.store.executions import Due
+from horae.store import dispatch as store
+from horae.store.dispatch import Due
 
 if TYPE_CHECKING:
     from horae.store.db import Conn

@@ -11,14 +11,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import asyncpg
-
-from horae.store.db import connect
-from horae.store.queries import Q
+from horae.errors import StoreError
+from horae.store.db import Listener
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[Any, int, str, object], None]
+"""(the connection, the sender's pid, the channel, the payload): `store.db.Notify`."""
 
 
 def channel(shard: int) -> str:
@@ -31,7 +30,7 @@ class ShardListener:
         self._callback = callback
         self._on_reconnect = on_reconnect
         self._shards: set[int] = set()
-        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+        self._conn = Listener(dsn)
         self._lock = asyncio.Lock()  # one operation at a time on the connection
 
     async def add(self, shard: int) -> None:
@@ -44,35 +43,33 @@ class ShardListener:
 
     async def _apply(self, shard: int, *, listen: bool) -> None:
         conn = self._conn
-        if conn is None or conn.is_closed():
+        if conn.closed():
             return  # the run loop re-listens everything on reconnect
         try:
             async with self._lock:
                 if listen:
-                    await conn.add_listener(channel(shard), self._callback)
+                    await conn.listen(channel(shard), self._callback)
                 else:
-                    await conn.remove_listener(channel(shard), self._callback)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await conn.unlisten(channel(shard), self._callback)
+        except StoreError:
             log.warning("listener connection lost while (un)listening shard %d", shard)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 async with self._lock:
-                    self._conn = await connect(self._dsn)
+                    await self._conn.open()
                     for shard in sorted(self._shards):
-                        await self._conn.add_listener(channel(shard), self._callback)
+                        await self._conn.listen(channel(shard), self._callback)
                 self._on_reconnect()
-                while not stop.is_set() and not self._conn.is_closed():
+                while not stop.is_set() and not self._conn.closed():
                     try:
                         await asyncio.wait_for(stop.wait(), timeout=1.0)
                     except TimeoutError:
                         async with self._lock:  # notice a dead connection
-                            await self._conn.execute(Q["ping"])
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                            await self._conn.ping()
+            except StoreError:
                 log.warning("listener connection lost; reconnecting")
                 await asyncio.sleep(0.5)
             finally:
-                if self._conn is not None and not self._conn.is_closed():
-                    await self._conn.close()
-                self._conn = None
+                await self._conn.close()

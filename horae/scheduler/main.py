@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
-import asyncpg
 from kubernetes import client
 
 from horae import broker, metrics
 from horae.config import Settings
+from horae.errors import ShardBusy
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.probes import Probes
 from horae.scheduler.dispatcher import Dispatcher
@@ -28,7 +28,7 @@ from horae.scheduler.leases import (
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
-from horae.store.db import connect_pool
+from horae.store.db import Database
 from horae.store.installation import read_installation
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int
     await listener.add(shard)
     try:
         await dispatcher.gain(shard)
-    except asyncpg.LockNotAvailableError:
+    except ShardBusy:
         raise NotYet("a dispatch of its previous owner still holds its epoch") from None
 
 
@@ -78,7 +78,7 @@ class _Parts:
 
 def _shard_parts(
     settings: Settings,
-    pool: asyncpg.Pool[asyncpg.Record],
+    pool: Database,
     publisher: broker.Publisher,
     api: client.ApiClient,
     *,
@@ -134,7 +134,7 @@ def _shard_parts(
 
 def _housekeeping(
     settings: Settings,
-    pool: asyncpg.Pool[asyncpg.Record],
+    pool: Database,
     publisher: broker.Publisher,
     api: client.ApiClient,
     dispatcher: Dispatcher,
@@ -195,7 +195,7 @@ def _watch(
 
 async def run(settings: Settings) -> None:
     cfg = settings.scheduler
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
     async with pool.acquire() as conn:
         shards = (await read_installation(conn)).shards
     connection = await broker.connect(settings.broker.url)

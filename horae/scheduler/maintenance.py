@@ -10,9 +10,8 @@ import math
 import time
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from horae.kube import Leases, SingletonLease
+from horae.store.db import Database
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions
 
@@ -24,7 +23,7 @@ LEASE_NAME = "horae-maintenance"
 class Maintenance:
     def __init__(
         self,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         leases: Leases,
         *,
         identity: str,

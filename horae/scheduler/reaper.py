@@ -19,15 +19,16 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
-
 from horae import alerts, metrics
 from horae.broker import Publisher
 from horae.clock import DatabaseClock
+from horae.errors import StoreError
 from horae.models import RetryPolicy
 from horae.scheduler.dispatcher import message
-from horae.store import executions as store
-from horae.store.executions import Due
+from horae.store import dispatch as store
+from horae.store.db import Database
+from horae.store.dispatch import Due
+from horae.store.rows import ExpiredRun
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ BATCH = 1_000
 class Reaper:
     def __init__(
         self,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         publisher: Publisher,
         *,
         epochs: Callable[[], dict[int, int]],
@@ -75,19 +76,28 @@ class Reaper:
                 log.info("republished %d unclaimed queued executions", len(stale))
             lost = 0
             for row in await store.expired_running(conn, shards, now, BATCH):
-                policy = RetryPolicy.model_validate(row["retry_policy"])
-                last = row["attempt"] >= policy.max_attempts
-                retry_at = None if last else now + policy.delay(row["attempt"])
+                policy = RetryPolicy.model_validate(row.retry_policy)
+                last = row.attempt >= policy.max_attempts
+                retry_at = None if last else now + policy.delay(row.attempt)
                 if await store.lose_lease(
-                    conn, row, epoch=epochs[row["shard"]], now=now, retry_at=retry_at
+                    conn, row, epoch=epochs[row.shard], now=now, retry_at=retry_at
                 ):
                     lost += 1
                     if last:
-                        body = message(Due(**{k: row[k] for k in (
-                            "id", "job_id", "tenant", "task", "shard", "due_at",
-                            "occurrence_at", "attempt")})).model_dump_json().encode()  # fmt: skip
-                        await self._publisher.dead_letter(body, str(row["id"]),
-                                                          {"reason": "lease lost"})  # fmt: skip
+                        due = Due(
+                            row.id,
+                            row.job_id,
+                            row.tenant,
+                            row.task,
+                            row.shard,
+                            row.due_at,
+                            row.occurrence_at,
+                            row.attempt,
+                        )
+                        body = message(due).model_dump_json().encode()
+                        await self._publisher.dead_letter(
+                            body, str(row.id), {"reason": "lease lost"}
+                        )
                         metrics.dead_letters.inc()
                         self._webhook.send(_lease_lost_event(row))
             if lost:
@@ -99,7 +109,7 @@ class Reaper:
         while not stop.is_set():
             try:
                 await self.sweep()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except (OSError, StoreError):
                 log.exception("reaper pass failed")
             except Exception:
                 log.exception("reaper pass failed")
@@ -109,16 +119,16 @@ class Reaper:
                 pass
 
 
-def _lease_lost_event(row: asyncpg.Record) -> dict[str, Any]:
+def _lease_lost_event(row: ExpiredRun) -> dict[str, Any]:
     """The dead-execution webhook's event for a last attempt that died with its lease."""
     return alerts.dead_event(
-        execution_id=row["id"],
-        job_id=row["job_id"],
-        job_name=row["job_name"],
-        tenant=row["tenant"],
-        task=row["task"],
-        attempt=row["attempt"],
-        occurrence_at=row["occurrence_at"],
+        execution_id=row.id,
+        job_id=row.job_id,
+        job_name=row.job_name,
+        tenant=row.tenant,
+        task=row.task,
+        attempt=row.attempt,
+        occurrence_at=row.occurrence_at,
         error_kind="lease_lost",
-        error_message=f"worker {row['lease_owner'] or '?'} stopped heartbeating",
+        error_message=f"worker {row.lease_owner or '?'} stopped heartbeating",
     )

@@ -1,11 +1,25 @@
-"""Connections to Postgres: an asyncpg pool with JSON codecs, and LISTEN helpers."""
+"""Connections to Postgres: the handles components hold (`Database`, a pool; `session`, one
+connection; `Listener`, LISTEN on channels), and the asyncpg pool and connection beneath
+them (`connect_pool`, `connect`: for the store itself, tests and benchmarks).
+
+A component holds a `Database` and passes what `acquire` yields to the store's functions; it
+never runs SQL on it. Driver errors leave every handle as `horae.errors.StoreError`s
+(`boundary`).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
+
+from horae.errors import StoreUnavailable
+from horae.store.boundary import translated, translating
+from horae.store.queries import Q
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -38,19 +52,116 @@ async def _release_as_is(conn: asyncpg.Connection[asyncpg.Record]) -> None:
 
 
 async def connect_pool(dsn: str, *, size: int = 10) -> asyncpg.Pool[asyncpg.Record]:
-    """A pool whose connections decode json/jsonb to Python objects."""
+    """A pool whose connections decode json/jsonb to Python objects (the driver's own: a
+    component opens a `Database`)."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=1, max_size=size, init=_init_connection, reset=_release_as_is,
-        command_timeout=60, server_settings=SERVER_SETTINGS,
-    )  # fmt: skip
+        dsn,
+        min_size=1,
+        max_size=size,
+        init=_init_connection,
+        reset=_release_as_is,
+        command_timeout=60,
+        server_settings=SERVER_SETTINGS,
+    )
     assert pool is not None
     return pool
 
 
 async def connect(dsn: str) -> asyncpg.Connection[asyncpg.Record]:
-    """A single connection (LISTEN, migrations) with the same codecs."""
+    """A single connection (LISTEN, migrations) with the same codecs (the driver's own: a
+    component opens a `session` or a `Listener`)."""
     conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
         dsn, command_timeout=60, server_settings=SERVER_SETTINGS
     )
     await _init_connection(conn)
     return conn
+
+
+class Database:
+    """A pool of connections to Postgres: what components hold. `acquire` lends one for
+    calls of the store's functions; its failures (none to be had, or lost on the way) leave
+    as `StoreUnavailable`."""
+
+    def __init__(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
+        self._pool = pool
+
+    @classmethod
+    @translated
+    async def open(cls, dsn: str, *, size: int = 10) -> Database:
+        return cls(await connect_pool(dsn, size=size))
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Conn]:
+        async with translating(), self._pool.acquire() as conn:
+            yield conn
+
+    @translated
+    async def ping(self) -> None:
+        """A round trip: raises unless the database answers."""
+        await self._pool.fetchval(Q["ping"])
+
+    @translated
+    async def close(self) -> None:
+        await self._pool.close()
+
+
+@asynccontextmanager
+async def session(dsn: str) -> AsyncIterator[Conn]:
+    """One connection for the span of the block (a CLI command), then closed."""
+    async with translating():
+        conn = await connect(dsn)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+
+@translated
+async def database_now(conn: Conn) -> datetime:
+    """PostgreSQL's wall clock at this instant (not its transaction's start)."""
+    now: datetime = await conn.fetchval(Q["database_now"])
+    return now
+
+
+Notify = Callable[[object, int, str, object], None]
+"""Called with (the connection, the sender's pid, the channel, the payload) per NOTIFY."""
+
+
+class Listener:
+    """One connection that LISTENs on channels; `open` again after it was lost (`closed`):
+    notifications sent meanwhile are gone."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+
+    @translated
+    async def open(self) -> None:
+        self._conn = await connect(self._dsn)
+
+    def closed(self) -> bool:
+        return self._conn is None or self._conn.is_closed()
+
+    def _open_conn(self) -> asyncpg.Connection[asyncpg.Record]:
+        if self._conn is None:
+            raise StoreUnavailable("the listener's connection is closed")
+        return self._conn
+
+    @translated
+    async def listen(self, channel: str, notify: Notify) -> None:
+        await self._open_conn().add_listener(channel, notify)
+
+    @translated
+    async def unlisten(self, channel: str, notify: Notify) -> None:
+        await self._open_conn().remove_listener(channel, notify)
+
+    @translated
+    async def ping(self) -> None:
+        """A round trip: notices a connection that died quietly."""
+        await self._open_conn().execute(Q["ping"])
+
+    @translated
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            await conn.close()

@@ -1,5 +1,7 @@
-"""Execution transitions used by the scheduler (preload, fenced dispatch) and the worker
-(claim, finish). Each transition is a single conditional statement whose row count decides.
+"""The worker's execution transitions: claim a batch (within its tenants' limits, only
+executions of tenants it serves), record outcomes, extend leases (heartbeat) and hand
+unfinished executions back. Each is a single statement through a `SECURITY DEFINER`
+function of migration 004, the only way a worker's database role reaches a row.
 """
 
 from __future__ import annotations
@@ -7,245 +9,23 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from horae.models import ExecutionStatus
-from horae.store.jobs import (
-    NOTIFY_WITHIN,
-    NewExecution,
-    insert_execution,
-    insert_executions,
-    new_execution_id,
-    next_occurrence,
-    spec_from_row,
-)
+from horae.store.boundary import translated
+from horae.store.occurrences import next_occurrence
 from horae.store.queries import Q
+from horae.store.rows import spec_of_record
+from horae.store.scheduling import NOTIFY_WITHIN, new_execution_id
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
 
 
 @dataclass(frozen=True, slots=True)
-class Due:
-    """A pending execution held in a scheduler's preload window."""
-
-    id: uuid.UUID
-    job_id: uuid.UUID
-    tenant: str
-    task: str
-    shard: int
-    due_at: datetime
-    occurrence_at: datetime
-    attempt: int
-    starting_deadline_seconds: int | None = None
-    concurrency_policy: str = "Allow"
-
-
-NIL = uuid.UUID(int=0)
-"""The smallest id: (due_at, NIL) sorts before every execution due at `due_at`."""
-MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), NIL)
-
-
-def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
-    """A shard NOTIFY's payload: the smallest new (due_at, id) of the executions just
-    inserted for that shard, as "<due, epoch microseconds> <the id's creation millisecond>",
-    read as (due_at, the smallest UUIDv7 of that millisecond): a key at or just before the
-    new rows, so the scheduler reads from there, and one that sorts ahead of its cursor when
-    the rows are newer than those it has read. Never the id itself: any database role may
-    LISTEN (migration 004). The "<epoch microseconds> <uuid>" of earlier releases is still
-    read. None for any other payload (rows moved back to scheduled under their old ids: the
-    shard's window is re-read)."""
-    micros, _, made = payload.partition(" ")
-    try:
-        at = MIN_CURSOR[0] + timedelta(microseconds=int(micros))
-        return at, uuid.UUID(int=int(made) << 80) if made.isdigit() else uuid.UUID(made)
-    except ValueError:
-        return None
-
-
-async def preload(
-    conn: Conn,
-    shards: Sequence[int],
-    until: datetime,
-    limit: int,
-    after: tuple[datetime, uuid.UUID] = MIN_CURSOR,
-) -> list[Due]:
-    """Pending executions of `shards` due before `until`, after the cursor `after`."""
-    rows = await conn.fetch(Q["preload_due"], list(shards), until, after[0], after[1], limit)
-    return [Due(**dict(r)) for r in rows]
-
-
-async def tenant_limits(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
-    """The `max_running` of those of `tenants` that have one."""
-    rows = await conn.fetch(Q["tenant_limits"], sorted(tenants))
-    return {row["name"]: row["max_running"] for row in rows}
-
-
-async def tenants_running(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
-    """How many executions of each of `tenants` run right now."""
-    rows = await conn.fetch(Q["tenants_running"], sorted(tenants))
-    return {row["tenant"]: row["running"] for row in rows}
-
-
-TAKE_LOCK_TIMEOUT_MS = 500
-
-
-async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
-    """Bump the shard's fencing epoch; the caller now owns the shard under the result.
-
-    A dispatch of the previous owner holds the epoch (`lock_epochs`) for its transaction:
-    a live one for milliseconds, one whose client was cut off until Postgres ends it
-    (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT_MS` raises
-    `asyncpg.LockNotAvailableError` instead, so that the caller's lease loop goes on
-    renewing its other shards, and this one is taken at a later round."""
-    async with conn.transaction():
-        await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
-        return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
-
-
-async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
-    """Queued or running executions of these jobs."""
-    return list(await conn.fetch(Q["live_executions_of_jobs"], list(job_ids)))
-
-
-@dataclass(frozen=True)
-class Skip:
-    due: Due
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True)
-class ShardDispatch:
-    """What one dispatch round did to one shard, under the epoch it holds."""
-
-    epoch: int
-    queued: Sequence[Due] = ()
-    skipped: Sequence[Skip] = ()
-    cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
-
-
-async def record_dispatch(
-    conn: Conn, shards: dict[int, ShardDispatch], now: datetime
-) -> tuple[int, set[int]]:
-    """Fenced, one transaction for every shard of a dispatch round: mark the published
-    executions queued, record skipped occurrences, request cancellation of replaced
-    predecessors, and schedule cron jobs' next occurrences.
-
-    The epoch rows are share-locked for the whole transaction, so a replica taking
-    a shard (which bumps its epoch) waits for this to commit, and a shard whose
-    epoch has moved is left alone. Rows a worker already claimed stay as they are;
-    their next occurrence is still scheduled (idempotently).
-    Returns how many rows became queued, and the shards we were fenced out of.
-    """
-    async with conn.transaction():
-        order = sorted(shards)
-        held = {r["shard"] for r in await conn.fetch(
-            Q["lock_epochs"], order, [shards[s].epoch for s in order]
-        )}  # fmt: skip
-        ours = [shards[s] for s in order if s in held]
-        queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
-        status = await conn.execute(
-            Q["mark_queued"], [d.id for d, _ in queued], [d.due_at for d, _ in queued],
-            [epoch for _, epoch in queued], now,
-        )  # fmt: skip
-        skipped = [s for plan in ours for s in plan.skipped]
-        if skipped:
-            await conn.execute(
-                Q["skip_executions"], [s.due.id for s in skipped], [s.due.due_at for s in skipped],
-                [s.kind for s in skipped], [s.message for s in skipped], now,
-            )  # fmt: skip
-        cancel = [c for plan in ours for c in plan.cancel]
-        if cancel:
-            await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
-        await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now)
-        return int(status.split()[-1]), set(shards) - held
-
-
-async def mark_queued(
-    conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
-) -> int | None:
-    """`record_dispatch` for one shard: how many became queued, None when fenced out."""
-    queued, fenced = await record_dispatch(conn, {shard: ShardDispatch(epoch, batch)}, now)
-    return None if fenced else queued
-
-
-async def stale_queued(
-    conn: Conn, shards: Sequence[int], before: datetime, limit: int
-) -> list[Due]:
-    rows = await conn.fetch(Q["stale_queued"], list(shards), before, limit)
-    return [Due(**dict(r)) for r in rows]
-
-
-async def touch_queued(
-    conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
-) -> None:
-    await conn.execute(
-        Q["touch_queued"], shard, epoch, [d.id for d in batch], [d.due_at for d in batch], now
-    )
-
-
-async def expired_running(
-    conn: Conn, shards: Sequence[int], now: datetime, limit: int
-) -> list[asyncpg.Record]:
-    return list(await conn.fetch(Q["expired_running"], list(shards), now, limit))
-
-
-async def lose_lease(
-    conn: Conn, row: asyncpg.Record, *, epoch: int, now: datetime, retry_at: datetime | None
-) -> bool:
-    """Fenced: the expired running execution `row` becomes failed (with a retry at
-    `retry_at`) or dead (retry_at None). False when it is no longer expired or not ours."""
-    status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
-    async with conn.transaction():
-        job_id = await conn.fetchval(
-            Q["lose_lease"], row["id"], row["due_at"], row["shard"], epoch, now, status.value
-        )
-        if job_id is None:
-            return False
-        if retry_at is not None:
-            await insert_execution(
-                conn, job_id=row["job_id"], tenant=row["tenant"], task=row["task"],
-                shard=row["shard"], due_at=retry_at, occurrence_at=row["occurrence_at"],
-                attempt=row["attempt"] + 1, job_version=row["job_version"], now=now,
-            )  # fmt: skip
-        await conn.execute(
-            Q["record_job_runs"], [row["job_id"]], [now], [status.value], [retry_at is None]
-        )
-        return True
-
-
-async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None:
-    """Insert the next occurrence of each active cron job among `dues` (first attempts).
-
-    One query finds which jobs recur, one inserts their next occurrences and one records
-    them on the jobs, so a spike costs the same three statements whatever its size.
-    """
-    # Per job, the latest occurrence (later ones overwrite): a batch may also hold a stale
-    # copy of an earlier one (re-read before a worker claimed it), whose next one exists.
-    ordered = sorted((d for d in dues if d.attempt == 1), key=lambda d: d.occurrence_at)
-    firsts = {d.job_id: d for d in ordered}
-    if not firsts:
-        return
-    new: list[NewExecution] = []
-    for job in await conn.fetch(Q["recurring_jobs"], sorted(firsts)):
-        nxt = next_occurrence(job["id"], spec_from_row(job), firsts[job["id"]].occurrence_at)
-        if nxt is not None:
-            new.append(NewExecution(
-                job["id"], job["tenant"], job["task"], job["shard"], nxt.due_at,
-                nxt.occurrence_at, 1, job["spec_version"],
-            ))  # fmt: skip
-    if new:
-        await insert_executions(conn, new, now)
-        await conn.execute(
-            Q["set_next_runs"], [n.job_id for n in new], [n.occurrence_at for n in new], now
-        )
-
-
-@dataclass(frozen=True)
 class Claimed:
     """A claimed execution with what its handler needs."""
 
@@ -307,6 +87,7 @@ def _refusal(request: ClaimRequest, tenant: str, serves: Collection[str]) -> Ref
     return Refused(tenant, why)
 
 
+@translated
 async def claim_many(
     conn: Conn,
     requests: Sequence[ClaimRequest],
@@ -355,9 +136,11 @@ async def claim_many(
         # crashed, or its transaction failed): the next occurrence is scheduled here, or a
         # cron job whose record is lost would never fire again. Idempotent.
         await _schedule_claimed_next(
-            conn, [r for r in rows if r["unrecorded"] and r["cron"] is not None],
-            owner=owner, now=now,
-        )  # fmt: skip
+            conn,
+            [r for r in rows if r["unrecorded"] and r["cron"] is not None],
+            owner=owner,
+            now=now,
+        )
     # The same execution twice in one batch (a redelivered duplicate): only the first runs.
     given: set[uuid.UUID] = set()
     results: list[Answer] = []
@@ -381,38 +164,21 @@ async def _schedule_claimed_next(
         latest[row["job_id"]] = row  # per job, its latest occurrence
     planned = []
     for row in latest.values():
-        nxt = next_occurrence(row["job_id"], spec_from_row(row), row["occurrence_at"])
+        nxt = next_occurrence(row["job_id"], spec_of_record(row), row["occurrence_at"])
         if nxt is not None:
             planned.append((row, nxt))
     if planned:
         await conn.execute(
-            Q["schedule_claimed_next"], owner, [r["id"] for r, _ in planned],
-            [r["due_at"] for r, _ in planned], [new_execution_id() for _ in planned],
-            [n.due_at for _, n in planned], [n.occurrence_at for _, n in planned], now,
+            Q["schedule_claimed_next"],
+            owner,
+            [r["id"] for r, _ in planned],
+            [r["due_at"] for r, _ in planned],
+            [new_execution_id() for _ in planned],
+            [n.due_at for _, n in planned],
+            [n.occurrence_at for _, n in planned],
+            now,
             now + NOTIFY_WITHIN,
-        )  # fmt: skip
-
-
-async def claim(
-    conn: Conn,
-    execution_id: uuid.UUID,
-    due_at: datetime,
-    *,
-    owner: str,
-    now: datetime,
-    lease: timedelta,
-    tenant: str,
-) -> Answer:
-    """`claim_many` for one execution of `tenant`, by a worker serving that tenant."""
-    [answer] = await claim_many(
-        conn,
-        [ClaimRequest(execution_id, due_at, tenant)],
-        owner=owner,
-        now=now,
-        lease=lease,
-        serves={tenant},
-    )
-    return answer
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +193,7 @@ class Finish:
     retry_at: datetime | None = None
 
 
+@translated
 async def finish_many(
     conn: Conn, outcomes: Sequence[Finish], *, owner: str, now: datetime
 ) -> list[bool]:
@@ -434,64 +201,24 @@ async def finish_many(
     statement (`horae_finish`, migration 004). An answer is False when `owner` no longer
     held that execution (its lease was lost): nothing is recorded for it."""
     rows = await conn.fetch(
-        Q["finish"], [f.claimed.id for f in outcomes], [f.claimed.due_at for f in outcomes],
-        [f.status.value for f in outcomes], [f.error_kind for f in outcomes],
-        [f.error_message for f in outcomes], [f.result for f in outcomes],
+        Q["finish"],
+        [f.claimed.id for f in outcomes],
+        [f.claimed.due_at for f in outcomes],
+        [f.status.value for f in outcomes],
+        [f.error_kind for f in outcomes],
+        [f.error_message for f in outcomes],
+        [f.result for f in outcomes],
         [f.retry_at for f in outcomes],
         [new_execution_id() if f.retry_at is not None else None for f in outcomes],
-        owner, now, now + NOTIFY_WITHIN,
-    )  # fmt: skip
+        owner,
+        now,
+        now + NOTIFY_WITHIN,
+    )
     recorded = {row["id"] for row in rows}
     return [f.claimed.id in recorded for f in outcomes]
 
 
-async def finish(
-    conn: Conn,
-    claimed: Claimed,
-    *,
-    owner: str,
-    status: ExecutionStatus,
-    now: datetime,
-    error_kind: str | None = None,
-    error_message: str | None = None,
-    result: Any = None,
-    retry_at: datetime | None = None,
-) -> bool:
-    """`finish_many` for one execution."""
-    outcome = Finish(claimed, status, error_kind, error_message, result, retry_at)
-    [recorded] = await finish_many(conn, [outcome], owner=owner, now=now)
-    return recorded
-
-
-async def for_job(
-    conn: Conn,
-    job_id: uuid.UUID,
-    *,
-    status: ExecutionStatus | None = None,
-    before: tuple[datetime, uuid.UUID] | None = None,
-    limit: int = 50,
-) -> list[asyncpg.Record]:
-    """A job's executions, newest first, before the cursor `before` (due_at, id); of one
-    `status` through an index on it, never a read of the job's whole history."""
-    due, last_id = before if before else (None, None)
-    if status is None:
-        return list(await conn.fetch(Q["job_executions"], job_id, due, last_id, limit))
-    if status in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):
-        return list(await conn.fetch(Q["job_executions_live"], job_id, status, due, last_id, limit))
-    return list(
-        await conn.fetch(Q["job_executions_of_status"], job_id, status, due, last_id, limit)
-    )
-
-
-async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[asyncpg.Record]:
-    """A job's `limit` newest executions past `scheduled`, newest first."""
-    return list(await conn.fetch(Q["recent_of_job"], job_id, limit))
-
-
-async def get(conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> asyncpg.Record | None:
-    return await conn.fetchrow(Q["get_execution"], execution_id, tenant)
-
-
+@translated
 async def heartbeat(
     conn: Conn, *, owner: str, now: datetime, lease: timedelta, ids: Sequence[uuid.UUID]
 ) -> list[uuid.UUID]:
@@ -502,6 +229,7 @@ async def heartbeat(
     return [r["id"] for r in rows if r["cancel_requested"]]
 
 
+@translated
 async def release_running(
     conn: Conn, *, owner: str, ids: Sequence[uuid.UUID], now: datetime
 ) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from horae.errors import ConfigError
+from horae.store.boundary import translated
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class Installation:
     """Execution history kept, in whole daily partitions."""
 
 
+@translated
 async def read_installation(conn: Conn) -> Installation:
     """The installation's settings; ConfigError when `horae migrate` has not run."""
     row = await conn.fetchrow(Q["installation"])
@@ -39,6 +41,7 @@ async def read_installation(conn: Conn) -> Installation:
     return Installation(shards=row["shards"], retention_days=row["retention_days"])
 
 
+@translated
 async def settle_installation(
     conn: Conn, *, shards: int | None, retention_days: int | None
 ) -> Installation:

@@ -1,237 +1,54 @@
 """The job lifecycle, one transaction per operation: create (one or a batch), edit,
-pause, resume, trigger, cancel; plus reads (a job, a tenant's jobs) and tenants."""
+pause, resume, trigger, re-run, cancel; plus reads (a job, a tenant's jobs)."""
 
 from __future__ import annotations
 
-import os
-import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 import asyncpg
 
 from horae.errors import Conflict, NotFound
-from horae.models import CatchUpPolicy, ExecutionStatus, JobSource, JobSpec, JobState, shard_of
-from horae.schedule import fires_per_minute, jitter_offset, latest_fire_times, next_fire_times
+from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
 from horae.store import quotas
+from horae.store.boundary import translated
+from horae.store.new_jobs import NewJob, insert_jobs
+from horae.store.occurrences import (
+    Occurrence,
+    missed_on_resume,
+    next_occurrence,
+    rate,
+)
 from horae.store.queries import Q
+from horae.store.reads import find_live_crd_job
+from horae.store.rows import JobRow, execution_of, job_of
+from horae.store.scheduling import (
+    insert_execution,
+    new_execution_id,
+    schedule_occurrence,
+)
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
 
-NOTIFY_WITHIN = timedelta(seconds=60)
-"""Executions due sooner than this are announced to their shard's scheduler at once."""
-MAX_SKIPPED_ON_RESUME = 100
-"""Missed occurrences recorded as `skipped` when a paused job resumes: the most recent this
-many (after the one catch-up `Latest` runs); older ones leave no row."""
 
-
-@dataclass(frozen=True)
-class Occurrence:
-    occurrence_at: datetime
-    due_at: datetime
-
-
-def next_occurrence(job_id: uuid.UUID, spec: JobSpec, after: datetime) -> Occurrence | None:
-    """The first nominal fire time strictly after `after`, and when it is due (jitter added)."""
-    times = next_fire_times(
-        run_at=spec.run_at, cron=spec.cron, time_zone=spec.time_zone, after=after, count=1
-    )
-    if not times:
-        return None
-    return Occurrence(times[0], times[0] + jitter_offset(job_id, spec.jitter_seconds))
-
-
-def spec_from_row(row: asyncpg.Record) -> JobSpec:
-    return JobSpec(
-        task=row["task"],
-        payload=row["payload"],
-        run_at=row["run_at"],
-        cron=row["cron"],
-        time_zone=row["time_zone"],
-        jitter_seconds=row["jitter_seconds"],
-        retry=row["retry_policy"],
-        timeout_seconds=row["timeout_seconds"],
-        concurrency_policy=row["concurrency_policy"],
-        starting_deadline_seconds=row["starting_deadline_seconds"],
-        catch_up=row["catch_up"],
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class NewExecution:
-    """An execution to schedule (a job's next occurrence, or a retry)."""
-
-    job_id: uuid.UUID
-    tenant: str
-    task: str
-    shard: int
-    due_at: datetime
-    occurrence_at: datetime
-    attempt: int
-    job_version: int
-
-
-def new_execution_id() -> uuid.UUID:
-    """A UUIDv7 (RFC 9562): milliseconds since the epoch, then random bits. Executions
-    created later sort later among those due at the same instant, so the scheduler's
-    preload cursor, which walks (due_at, id), finds new rows ahead of it instead of behind
-    it (see `executions.parse_notify`). Correctness never depends on this order, only the work."""
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
-    value |= 0b10 << 62 | rand & (2**62 - 1)
-    return uuid.UUID(int=value)
-
-
-async def insert_executions(
-    conn: Conn, new: Sequence[NewExecution], now: datetime
-) -> list[uuid.UUID]:
-    """Insert scheduled executions in one statement (an occurrence already scheduled is
-    left alone); those due soon are announced to their shards. Returns the ids inserted."""
-    if not new:
-        return []
-    rows = await conn.fetch(
-        Q["insert_executions"], [new_execution_id() for _ in new], [n.job_id for n in new],
-        [n.tenant for n in new], [n.task for n in new], [n.shard for n in new],
-        [n.due_at for n in new], [n.occurrence_at for n in new], [n.attempt for n in new],
-        [n.job_version for n in new], now, now + NOTIFY_WITHIN,
-    )  # fmt: skip
-    return [r["id"] for r in rows]
-
-
-async def insert_execution(
-    conn: Conn,
-    *,
-    job_id: uuid.UUID,
-    tenant: str,
-    task: str,
-    shard: int,
-    due_at: datetime,
-    occurrence_at: datetime,
-    attempt: int,
-    job_version: int,
-    now: datetime,
-) -> uuid.UUID | None:
-    """Insert one scheduled execution; announce it to its shard when due soon."""
-    new = NewExecution(job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version)
-    inserted = await insert_executions(conn, [new], now)
-    return inserted[0] if inserted else None
-
-
-async def schedule_occurrence(
-    conn: Conn,
-    job_id: uuid.UUID,
-    spec: JobSpec,
-    occurrence: Occurrence,
-    *,
-    tenant: str,
-    shard: int,
-    job_version: int,
-    now: datetime,
-) -> Occurrence | None:
-    """Schedule `occurrence`, or the first later one that has no live row yet.
-
-    An occurrence that already has a live row (say it is running while the job
-    is edited) is not run twice; the job still gets its next pending execution.
-    """
-    current: Occurrence | None = occurrence
-    for _ in range(10):
-        if current is None:
-            return None
-        inserted = await insert_execution(
-            conn, job_id=job_id, tenant=tenant, task=spec.task, shard=shard,
-            due_at=current.due_at, occurrence_at=current.occurrence_at, attempt=1,
-            job_version=job_version, now=now,
-        )  # fmt: skip
-        if inserted is not None:
-            return current
-        current = next_occurrence(job_id, spec, current.occurrence_at)
-    return None
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """One job to create; `job_id` defaults to a fresh uuid."""
-
-    spec: JobSpec
-    tenant: str
-    source: JobSource
-    job_id: uuid.UUID = field(default_factory=uuid.uuid4)
-    name: str | None = None
-    idempotency_key: str | None = None
-    request_hash: str | None = None
-    paused: bool = False
-
-
-def _first_occurrence(job: NewJob, now: datetime) -> Occurrence | None:
-    first = next_occurrence(job.job_id, job.spec, now - timedelta(microseconds=1))
-    if first is None and job.spec.run_at is not None:
-        # A one-off whose time has just passed (within its deadline) fires now.
-        first = Occurrence(job.spec.run_at, job.spec.run_at)
-    return first
-
-
-def rate(spec: JobSpec) -> float:
-    """The job's fire rate as tenant quotas count it (`fires_per_minute`)."""
-    return fires_per_minute(spec.cron, spec.time_zone)
-
-
+@translated
 async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
     """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
-    otherwise, and nothing is written): the quota check, then one statement."""
-    async with conn.transaction():
-        await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
-        await _insert_jobs(conn, jobs, shards=shards, now=now)
+    otherwise, and nothing is written): the quota check, then one statement. Conflict when a
+    job's id or Idempotency-Key is taken."""
+    try:
+        async with conn.transaction():
+            await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
+            await insert_jobs(conn, jobs, shards=shards, now=now)
+    except asyncpg.UniqueViolationError as exc:
+        # A concurrent create took one of these ids or Idempotency-Keys first.
+        raise Conflict("a job with this id or Idempotency-Key exists") from exc
 
 
-async def _insert_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
-    firsts = [_first_occurrence(j, now) for j in jobs]
-    shard_of_job = [shard_of(j.job_id, shards) for j in jobs]
-    runnable = [
-        (j, f, s) for j, f, s in zip(jobs, firsts, shard_of_job, strict=True) if f and not j.paused
-    ]
-    exec_ids = [new_execution_id() for _ in runnable]
-    await conn.execute(
-        Q["insert_jobs"],
-        [j.job_id for j in jobs],
-        [j.tenant for j in jobs],
-        [j.name for j in jobs],
-        [j.source.value for j in jobs],
-        [j.spec.task for j in jobs],
-        [j.spec.payload for j in jobs],
-        [j.spec.run_at for j in jobs],
-        [j.spec.cron for j in jobs],
-        [j.spec.time_zone for j in jobs],
-        [j.spec.jitter_seconds for j in jobs],
-        [j.spec.retry.model_dump() for j in jobs],
-        [j.spec.timeout_seconds for j in jobs],
-        [j.spec.concurrency_policy.value for j in jobs],
-        [j.spec.starting_deadline_seconds for j in jobs],
-        [j.spec.catch_up.value for j in jobs],
-        [JobState.PAUSED.value if j.paused else JobState.ACTIVE.value for j in jobs],
-        shard_of_job,
-        [f.occurrence_at if f else None for f in firsts],
-        [j.idempotency_key for j in jobs],
-        [j.request_hash for j in jobs],
-        now,
-        exec_ids,
-        [j.job_id for j, _, _ in runnable],
-        [j.tenant for j, _, _ in runnable],
-        [j.spec.task for j, _, _ in runnable],
-        [s for _, _, s in runnable],
-        [f.due_at for _, f, _ in runnable],
-        [f.occurrence_at for _, f, _ in runnable],
-        now + NOTIFY_WITHIN,
-        [j.spec.starting_deadline_seconds for j, _, _ in runnable],
-        [j.spec.concurrency_policy.value for j, _, _ in runnable],
-        [rate(j.spec) for j in jobs],
-    )
-
-
+@translated
 async def create_job(
     conn: Conn,
     spec: JobSpec,
@@ -261,27 +78,29 @@ async def create_job(
     return job.job_id
 
 
+@translated
 async def job_for_idempotency_key(
     conn: Conn, tenant: str, key: str
 ) -> tuple[uuid.UUID, str] | None:
     """(job id, request hash) of the job created earlier with this Idempotency-Key."""
-    row = await conn.fetchrow(Q["job_by_idempotency_key"], tenant, key)
-    return (row["id"], row["request_hash"]) if row else None
+    found = await conn.fetchrow(Q["job_by_idempotency_key"], tenant, key)
+    return (found["id"], found["request_hash"]) if found else None
 
 
 async def _locked(
     conn: Conn, job_id: uuid.UUID, tenant: str | None, *, by: JobSource | None = None
-) -> asyncpg.Record:
+) -> JobRow:
     """The job's row, locked for the transaction. `by`: who changes it, refused (Conflict)
     unless the job is theirs: a ScheduledJob's job is its manifest's (the operator would
     bring back whatever the API or CLI changed, and a cancel would leave the resource
     retrying forever), and the operator never changes a job made through the API."""
-    row: asyncpg.Record | None = await conn.fetchrow(Q["get_job_for_update"], job_id)
-    if row is None or (tenant is not None and row["tenant"] != tenant):
+    record = await conn.fetchrow(Q["get_job_for_update"], job_id)
+    if record is None or (tenant is not None and record["tenant"] != tenant):
         raise NotFound(f"job {job_id} not found")
-    if by is not None and row["source"] != by:
-        if row["source"] == JobSource.CRD:
-            name, namespace = row["name"], row["tenant"]
+    row = job_of(record)
+    if by is not None and row.source != by:
+        if row.source == JobSource.CRD:
+            name, namespace = row.name, row.tenant
             raise Conflict(
                 f"job {job_id} is managed by ScheduledJob {namespace}/{name}: change it there"
                 f" (kubectl edit scheduledjob/{name} -n {namespace}; kubectl delete to cancel it)"
@@ -290,6 +109,7 @@ async def _locked(
     return row
 
 
+@translated
 async def edit_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -303,11 +123,11 @@ async def edit_job(
     `by`: the API (and CLI) or the operator, each changing only its own jobs."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
-        if row["state"] == JobState.CANCELLED:
+        if row.state == JobState.CANCELLED:
             raise Conflict(f"job {job_id} is cancelled")
-        revived = row["state"] == JobState.COMPLETED  # an edit makes a completed job active
-        added = rate(spec) - (0.0 if revived else row["fires_per_minute"])
-        await quotas.check(conn, [(row["tenant"], int(revived), max(0.0, added))])
+        revived = row.state == JobState.COMPLETED  # an edit makes a completed job active
+        added = rate(spec) - (0.0 if revived else row.fires_per_minute)
+        await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))])
         await conn.execute(
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
@@ -334,12 +154,19 @@ async def edit_job(
         version, state = updated["spec_version"], updated["state"]
         if nxt is not None and state == JobState.ACTIVE:
             await schedule_occurrence(
-                conn, job_id, spec, nxt, tenant=row["tenant"], shard=row["shard"],
-                job_version=version, now=now,
-            )  # fmt: skip
+                conn,
+                job_id,
+                spec,
+                nxt,
+                tenant=row.tenant,
+                shard=row.shard,
+                job_version=version,
+                now=now,
+            )
         return int(version)
 
 
+@translated
 async def pause_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -351,7 +178,7 @@ async def pause_job(
     """Pause: pending executions are cancelled (reason: paused). Pausing twice is a no-op."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
-        state = JobState(row["state"])
+        state = JobState(row.state)
         if state == JobState.PAUSED:
             return
         if state != JobState.ACTIVE:
@@ -360,6 +187,39 @@ async def pause_job(
         await conn.execute(Q["set_job_state"], job_id, JobState.PAUSED.value, None, now)
 
 
+async def _catch_up(conn: Conn, job: JobRow, now: datetime) -> None:
+    """Record a resumed cron job's missed occurrences, and run the one catch-up runs now."""
+    skipped, run_now = missed_on_resume(job.spec, job.paused_at or job.updated_at, now)
+    for fire in skipped:
+        await conn.execute(
+            Q["insert_skipped"],
+            new_execution_id(),
+            job.id,
+            job.tenant,
+            job.task,
+            job.shard,
+            fire,
+            job.spec_version,
+            now,
+            "paused",
+            "job was paused at this time",
+        )
+    if run_now is not None:
+        await insert_execution(
+            conn,
+            job_id=job.id,
+            tenant=job.tenant,
+            task=job.task,
+            shard=job.shard,
+            due_at=now,
+            occurrence_at=run_now,
+            attempt=1,
+            job_version=job.spec_version,
+            now=now,
+        )
+
+
+@translated
 async def resume_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -374,34 +234,18 @@ async def resume_job(
     """
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
-        state = JobState(row["state"])
+        state = JobState(row.state)
         if state == JobState.ACTIVE:
             return
         if state != JobState.PAUSED:
             raise Conflict(f"job {job_id} is {state.value}: only a paused job can be resumed")
-        spec = spec_from_row(row)
-        version = row["spec_version"]
-        common = {"job_id": job_id, "tenant": row["tenant"], "task": spec.task,
-                  "shard": row["shard"], "job_version": version, "now": now}  # fmt: skip
+        spec = row.spec
+        version = row.spec_version
         nxt: Occurrence | None
         if spec.run_at is not None:
             nxt = Occurrence(spec.run_at, max(spec.run_at, now))
         else:
-            assert spec.cron is not None
-            since = row["paused_at"] or row["updated_at"]
-            # The latest missed occurrences only, found from `now` backwards: the cost does
-            # not grow with the pause (a year of a every-second job is 31.5 M occurrences).
-            missed = latest_fire_times(
-                spec.cron, spec.time_zone, after=since, until=now, count=MAX_SKIPPED_ON_RESUME + 1
-            )
-            run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
-            for fire in missed[-MAX_SKIPPED_ON_RESUME:]:
-                await conn.execute(
-                    Q["insert_skipped"], new_execution_id(), job_id, row["tenant"], spec.task,
-                    row["shard"], fire, version, now, "paused", "job was paused at this time",
-                )  # fmt: skip
-            if run_now is not None:
-                await insert_execution(conn, due_at=now, occurrence_at=run_now, attempt=1, **common)
+            await _catch_up(conn, row, now)
             nxt = next_occurrence(job_id, spec, now)
         await conn.execute(
             Q["set_job_state"],
@@ -412,11 +256,18 @@ async def resume_job(
         )
         if nxt is not None:
             await schedule_occurrence(
-                conn, job_id, spec, nxt, tenant=row["tenant"], shard=row["shard"],
-                job_version=version, now=now,
-            )  # fmt: skip
+                conn,
+                job_id,
+                spec,
+                nxt,
+                tenant=row.tenant,
+                shard=row.shard,
+                job_version=version,
+                now=now,
+            )
 
 
+@translated
 async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime) -> None:
     """Pause or resume a ScheduledJob's job (the operator, for `spec.suspend`)."""
     if paused:
@@ -425,24 +276,25 @@ async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: dateti
         await resume_job(conn, job_id, now=now, by=JobSource.CRD)
 
 
+@translated
 async def trigger_job(
     conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> uuid.UUID:
     """One extra occurrence now, outside the schedule. Returns the execution id."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant)
-        if row["state"] != JobState.ACTIVE:
-            raise Conflict(f"job {job_id} is {row['state']}: only an active job can be triggered")
+        if row.state != JobState.ACTIVE:
+            raise Conflict(f"job {job_id} is {row.state}: only an active job can be triggered")
         execution_id = await insert_execution(
             conn,
             job_id=job_id,
-            tenant=row["tenant"],
-            task=row["task"],
-            shard=row["shard"],
+            tenant=row.tenant,
+            task=row.task,
+            shard=row.shard,
             due_at=now,
             occurrence_at=now,
             attempt=1,
-            job_version=row["spec_version"],
+            job_version=row.spec_version,
             now=now,
         )
         if execution_id is None:
@@ -454,6 +306,7 @@ RERUNNABLE = frozenset({ExecutionStatus.DEAD, ExecutionStatus.FAILED, ExecutionS
 """Final failures a user may run again by hand."""
 
 
+@translated
 async def rerun_execution(
     conn: Conn, execution_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> uuid.UUID:
@@ -463,49 +316,51 @@ async def rerun_execution(
     occurrence's latest attempt, and only once it ended dead, failed or timed out; not for a
     paused or cancelled job. Returns the new execution's id."""
     async with conn.transaction():
-        found = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
-        if found is None:
+        record = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
+        if record is None:
             raise NotFound(f"execution {execution_id} not found")
-        job = await _locked(conn, found["job_id"], tenant)
-        if job["state"] in (JobState.PAUSED, JobState.CANCELLED):
+        found = execution_of(record)
+        job = await _locked(conn, found.job_id, tenant)
+        if job.state in (JobState.PAUSED, JobState.CANCELLED):
             raise Conflict(
-                f"job {job['id']} is {job['state']}: resume it (or create a new job) to run"
+                f"job {job.id} is {job.state}: resume it (or create a new job) to run"
                 " an occurrence again"
             )
         # Read again under the job's lock: two re-runs at once find each other's attempt.
-        row = await conn.fetchrow(Q["latest_attempt"], found["job_id"], found["occurrence_at"])
-        assert row is not None
-        if row["attempt"] != found["attempt"]:
+        latest = await conn.fetchrow(Q["latest_attempt"], found.job_id, found.occurrence_at)
+        assert latest is not None
+        if latest["attempt"] != found.attempt:
             raise Conflict(
-                f"execution {execution_id} is attempt {found['attempt']} of its occurrence;"
-                f" attempt {row['attempt']} ({row['id']}) is the latest: re-run that one"
+                f"execution {execution_id} is attempt {found.attempt} of its occurrence;"
+                f" attempt {latest['attempt']} ({latest['id']}) is the latest: re-run that one"
             )
-        if ExecutionStatus(row["status"]) not in RERUNNABLE:
+        if ExecutionStatus(latest["status"]) not in RERUNNABLE:
             raise Conflict(
-                f"execution {execution_id} is {row['status']}: only a dead, failed or"
+                f"execution {execution_id} is {latest['status']}: only a dead, failed or"
                 " timed-out execution can be run again"
             )
-        if job["state"] == JobState.COMPLETED:
+        if job.state == JobState.COMPLETED:
             # Claims run only active jobs' executions; the re-run's outcome completes the
             # one-off again. Live until then, it counts against its tenant's quotas.
-            await quotas.check(conn, [(job["tenant"], 1, job["fires_per_minute"])])
-            await conn.execute(Q["set_job_state"], job["id"], JobState.ACTIVE.value, now, now)
+            await quotas.check(conn, [(job.tenant, 1, job.fires_per_minute)])
+            await conn.execute(Q["set_job_state"], job.id, JobState.ACTIVE.value, now, now)
         new_id = await insert_execution(
             conn,
-            job_id=job["id"],
-            tenant=job["tenant"],
-            task=job["task"],
-            shard=job["shard"],
+            job_id=job.id,
+            tenant=job.tenant,
+            task=job.task,
+            shard=job.shard,
             due_at=now,
-            occurrence_at=found["occurrence_at"],
-            attempt=found["attempt"] + 1,
-            job_version=job["spec_version"],
+            occurrence_at=found.occurrence_at,
+            attempt=found.attempt + 1,
+            job_version=job.spec_version,
             now=now,
         )
         assert new_id is not None  # attempt > 1 is never deduplicated
         return new_id
 
 
+@translated
 async def cancel_job(
     conn: Conn,
     job_id: uuid.UUID,
@@ -520,7 +375,7 @@ async def cancel_job(
             row = await _locked(conn, job_id, tenant, by=by)
         except NotFound:
             return False
-        if row["state"] == JobState.CANCELLED:
+        if row.state == JobState.CANCELLED:
             return False
         await conn.execute(Q["cancel_pending"], job_id, now, "cancelled", "job cancelled")
         await conn.execute(Q["cancel_running"], job_id)
@@ -529,46 +384,7 @@ async def cancel_job(
         return True
 
 
-async def get_job(conn: Conn, job_id: uuid.UUID, tenant: str | None = None) -> asyncpg.Record:
-    row: asyncpg.Record | None = await conn.fetchrow(Q["get_job"], job_id, tenant)
-    if row is None:
-        raise NotFound(f"job {job_id} not found")
-    return row
-
-
-async def find_job(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record | None:
-    return await conn.fetchrow(Q["get_job"], job_id, None)
-
-
-async def existing_ids(conn: Conn, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-    """Those of `ids` that are jobs (in any state)."""
-    return {row["id"] for row in await conn.fetch(Q["existing_job_ids"], list(ids))}
-
-
-async def live_crd_jobs(conn: Conn) -> list[asyncpg.Record]:
-    """Jobs of ScheduledJobs that are not cancelled: id, tenant, name, state, created_at."""
-    return list(await conn.fetch(Q["live_crd_jobs"]))
-
-
-async def list_jobs(
-    conn: Conn,
-    tenant: str,
-    *,
-    after: tuple[datetime, uuid.UUID] | None,
-    limit: int,
-    state: JobState | None = None,
-) -> list[asyncpg.Record]:
-    """A tenant's jobs in creation order, after the cursor `after` (created_at, id)."""
-    created, last_id = after if after else (None, None)
-    return list(await conn.fetch(Q["list_jobs"], tenant, state, created, last_id, limit))
-
-
-async def find_live_crd_job(conn: Conn, tenant: str, name: str) -> uuid.UUID | None:
-    """The live job of the ScheduledJob NAMESPACE/NAME, if any."""
-    job_id: uuid.UUID | None = await conn.fetchval(Q["live_crd_job"], tenant, name)
-    return job_id
-
-
+@translated
 async def cancel_crd_namesake(
     conn: Conn, tenant: str, name: str, *, keep: uuid.UUID, now: datetime
 ) -> None:
@@ -576,27 +392,3 @@ async def cancel_crd_namesake(
     old = await find_live_crd_job(conn, tenant, name)
     if old is not None and old != keep:
         await cancel_job(conn, old, now=now, by=JobSource.CRD)
-
-
-async def set_tenant_limit(
-    conn: Conn,
-    tenant: str,
-    max_running: int | None,
-    *,
-    max_jobs: int | None = None,
-    max_fires_per_minute: int | None = None,
-) -> dict[str, Any]:
-    """Replace a tenant's settings (None: no running limit; the default quota); returns
-    the tenant as `list_tenants` shows it."""
-    await conn.execute(Q["upsert_tenant"], tenant, max_running, max_jobs, max_fires_per_minute)
-    [row] = await list_tenants(conn, tenant)
-    return row
-
-
-async def list_tenants(conn: Conn, name: str | None = None) -> list[dict[str, Any]]:
-    """Tenants with their settings, the quotas in force (defaults filled in) and their use."""
-    tenants = []
-    for r in await conn.fetch(Q["list_tenants"], name):
-        max_jobs, max_rate = quotas.in_force(r["max_jobs"], r["max_fires_per_minute"])
-        tenants.append(dict(r, max_jobs=max_jobs, max_fires_per_minute=max_rate))
-    return tenants

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from horae.store.boundary import translated
 from horae.store.installation import Installation, settle_installation
 from horae.store.queries import Q
 
@@ -74,6 +75,7 @@ async def apply_migrations(conn: asyncpg.Connection[asyncpg.Record]) -> list[str
     return applied
 
 
+@translated
 async def maintain_partitions(
     conn: Conn, *, today: date, ahead_days: int, retention_days: int
 ) -> tuple[list[date], int]:
@@ -97,6 +99,7 @@ class Migrated:
     """Daily partitions dropped past retention."""
 
 
+@translated
 async def migrate_installation(
     dsn: str,
     *,
@@ -127,6 +130,7 @@ async def migrate_installation(
         await conn.close()
 
 
+@translated
 async def migrate(dsn: str, *, ahead_days: int = 3, now: datetime | None = None) -> list[str]:
     """Migrate with the installation's settings as they are; the migrations applied."""
     return (await migrate_installation(dsn, ahead_days=ahead_days, now=now)).applied

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 
 from horae import alerts, broker, metrics
 from horae.batching import GroupCommit
@@ -29,6 +28,7 @@ from horae.config import WorkerSettings
 from horae.errors import PermanentError
 from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
+from horae.store.db import Database
 from horae.store.executions import Claimed
 from horae.worker.failures import OUTCOME_RETRIED, retrying
 from horae.worker.outcome import Outcome, classify
@@ -51,7 +51,7 @@ class Executions:
         self,
         *,
         settings: WorkerSettings,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         publisher: broker.Publisher,
         tasks: Mapping[str, TaskDefinition],
         clock: DatabaseClock,

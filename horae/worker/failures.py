@@ -11,22 +11,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import asyncpg
+from horae.errors import StoreError, StoreUnavailable, TransactionAborted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-TRANSIENT = (
-    OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError, asyncpg.InternalClientError,
-)  # fmt: skip
+TRANSIENT = (OSError, TimeoutError, StoreUnavailable)
 """Errors of the database connection, not of a message: the execution stays `queued` and the
 reaper publishes it again. Any other error before an execution's ack point means the message
-itself cannot be processed (a poison message): it is dead-lettered. `InternalClientError`
-("cannot switch to state ...") is what asyncpg raises on a connection cut mid-operation."""
+itself cannot be processed (a poison message): it is dead-lettered."""
 
-OUTCOME_RETRIED = (*TRANSIENT, asyncpg.PostgresError)
+OUTCOME_RETRIED = (*TRANSIENT, StoreError)
 """Errors an outcome's write is tried again after while the lease lasts: the connection's,
 and any the server raised (a restart's, a deadlock): the outcome itself is never at fault."""
 
@@ -38,7 +34,7 @@ async def retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
     for attempt in range(1, attempts + 1):
         try:
             return await write()
-        except asyncpg.DeadlockDetectedError:
+        except TransactionAborted:
             if attempt == attempts:
                 raise
             log.warning("deadlock on a batched write; retrying (%d/%d)", attempt, attempts)

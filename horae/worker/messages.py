@@ -17,7 +17,6 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 
-import asyncpg
 import pydantic
 
 from horae import broker, metrics
@@ -29,6 +28,7 @@ from horae.errors import HoraeError
 from horae.models import ExecutionBatch, ExecutionMessage
 from horae.probes import Probes
 from horae.store import executions as store
+from horae.store.db import Database
 from horae.store.executions import Claimed
 from horae.worker.execution import Executions
 from horae.worker.failures import TRANSIENT, retrying
@@ -81,7 +81,7 @@ class Messages:
         self,
         *,
         settings: WorkerSettings,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         publisher: broker.Publisher,
         executions: Executions,
         clock: DatabaseClock,

@@ -26,13 +26,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import asyncpg
 
 from horae import broker
 from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
-from horae.store.db import connect_pool
+from horae.store.db import Database
 from horae.worker.execution import Executions
 from horae.worker.messages import Messages
 from horae.worker.sdk import TaskDefinition, registered_tasks
@@ -63,7 +62,7 @@ class Worker:
         self,
         *,
         settings: Settings,
-        pool: asyncpg.Pool[asyncpg.Record],
+        pool: Database,
         publisher: broker.Publisher,
         tasks: Mapping[str, TaskDefinition],
     ) -> None:
@@ -98,7 +97,7 @@ class Worker:
 async def run(settings: Settings, tasks_module: str) -> None:
     tasks = load_tasks(tasks_module)
     cfg = settings.worker
-    pool = await connect_pool(settings.database.url, size=settings.database.pool_size)
+    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
     connection = await broker.connect(settings.broker.url)
     names = broker.Names(settings.broker.prefix)
     publisher = broker.Publisher(connection, names)

@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-from horae.store import jobs
+from horae.store import tenants
 from tests.e2e.test_operator import job_manifest, stored_state
 from tests.support.kube import ControlPlane
 from tests.support.processes import Processes
@@ -18,7 +18,7 @@ async def test_a_scheduledjob_over_its_tenants_quota_is_not_ready_until_the_quot
     control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
 ) -> None:
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, namespace, None, max_jobs=1)
+        await tenants.set_tenant_limit(conn, namespace, None, max_jobs=1)
     processes.start("operator", "operator")
     control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "first"))
 
@@ -50,7 +50,7 @@ async def test_a_scheduledjob_over_its_tenants_quota_is_not_ready_until_the_quot
     await until(warned, timeout=20, what="a Warning event QuotaExceeded")
 
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, namespace, None, max_jobs=2)
+        await tenants.set_tenant_limit(conn, namespace, None, max_jobs=2)
 
     async def stored_and_ready() -> bool:
         condition = ready()

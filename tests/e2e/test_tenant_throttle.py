@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from horae.models import JobSource, JobSpec
-from horae.store import jobs
+from horae.store import jobs, tenants
 from tests.e2e.test_first_job import scrape
 from tests.support.kube import free_port
 from tests.support.processes import Processes
@@ -72,7 +72,7 @@ async def test_a_throttled_backlog_neither_spins_through_the_queue_nor_delays_ot
     processes: Processes, pool: asyncpg.Pool
 ) -> None:
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "limited", 5)
+        await tenants.set_tenant_limit(conn, "limited", 5)
     scheduler_port, worker_port = free_port(), free_port()
     processes.start("scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(scheduler_port)})
     processes.start(

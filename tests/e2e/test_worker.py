@@ -16,7 +16,7 @@ import pytest
 
 from horae import broker
 from horae.models import ExecutionMessage, JobSource, JobSpec, RetryPolicy
-from horae.store import jobs
+from horae.store import jobs, tenants
 from tests.support.invocations import invocations
 from tests.support.kube import free_port
 from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
@@ -309,7 +309,7 @@ async def test_a_tenant_limit_is_never_exceeded_and_other_tenants_are_unaffected
     processes: Processes, pool: asyncpg.Pool
 ) -> None:
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "limited", 5)
+        await tenants.set_tenant_limit(conn, "limited", 5)
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "30")
     now = datetime.now(UTC)

@@ -14,11 +14,13 @@ import pytest
 import pytest_asyncio
 
 from horae.models import ExecutionStatus, JobSource, JobSpec
-from horae.store import executions, jobs
+from horae.store import dispatch, executions, jobs, reads, tenants
 from horae.store.db import connect
-from horae.store.executions import Answer, Claimed, ClaimRequest, Finish, ShardDispatch, Throttled
+from horae.store.dispatch import ShardDispatch
+from horae.store.executions import Answer, Claimed, ClaimRequest, Finish, Throttled
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions, migrate
+from tests.support import transitions
 from tests.support.wait import until
 
 SERVES = {"acme", "other"}
@@ -112,7 +114,7 @@ async def test_only_the_scheduler_role_makes_partitions_and_only_through_the_fun
     # A partition made later is reached through its parent, with the parent's grants.
     due = datetime(later.year, later.month, later.day, 12, tzinfo=UTC)
     job_id = await api_job(as_role["api"], JobSpec(task="t", run_at=due))
-    found = await executions.preload(as_role["scheduler"], [job_id.int % 64], due + LEASE, 10)
+    found = await dispatch.preload(as_role["scheduler"], [job_id.int % 64], due + LEASE, 10)
     assert [d.job_id for d in found] == [job_id]
     assert (
         await pool.fetchval(
@@ -150,7 +152,7 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
                                again.id) == "scheduled"  # fmt: skip
     [third] = await claims(worker, [ClaimRequest(again.id, NOW, "acme")])
     assert isinstance(third, Claimed)
-    assert await executions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
+    assert await transitions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
                                    now=NOW, result={"ok": 1})  # fmt: skip
     job = await pool.fetchrow("SELECT state, last_status FROM jobs WHERE id = $1", job_id)
     assert (job["state"], job["last_status"]) == ("completed", "succeeded")
@@ -188,7 +190,7 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
 async def test_the_worker_role_is_held_to_the_rows_tenant_limit(
     as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
 ) -> None:
-    await jobs.set_tenant_limit(as_role["api"], "acme", 1)
+    await tenants.set_tenant_limit(as_role["api"], "acme", 1)
     ids = [await api_job(as_role["api"], JobSpec(task="t", run_at=NOW)) for _ in range(2)]
     rows = [await first_execution(pool, i) for i in ids]
     # Messages that name another tenant are refused, the rows untouched (horae_claim).
@@ -223,21 +225,21 @@ async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
     assert (await read_installation(scheduler)).shards == 64
     job_id = await api_job(as_role["api"], JobSpec(task="t", cron="*/10 * * * * *"))
     shard = job_id.int % 64
-    epoch = await executions.take_shard(scheduler, shard, "s1", NOW)
-    [due] = await executions.preload(scheduler, [shard], NOW + timedelta(minutes=1), 10)
-    queued, fenced = await executions.record_dispatch(
+    epoch = await dispatch.take_shard(scheduler, shard, "s1", NOW)
+    [due] = await dispatch.preload(scheduler, [shard], NOW + timedelta(minutes=1), 10)
+    queued, fenced = await dispatch.record_dispatch(
         scheduler, {shard: ShardDispatch(epoch, [due])}, NOW
     )
     assert (queued, fenced) == (1, set())
-    assert len(await executions.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10)) == 1
-    await executions.touch_queued(scheduler, shard, epoch, [due], NOW)
+    assert len(await dispatch.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10)) == 1
+    await dispatch.touch_queued(scheduler, shard, epoch, [due], NOW)
     [claimed] = await claims(as_role["worker"], [ClaimRequest(due.id, due.due_at, due.tenant)])
     assert isinstance(claimed, Claimed)
-    [expired] = await executions.expired_running(scheduler, [shard], NOW + LEASE * 2, 10)
-    assert await executions.lose_lease(scheduler, expired, epoch=epoch, now=NOW + LEASE * 2,
+    [expired] = await dispatch.expired_running(scheduler, [shard], NOW + LEASE * 2, 10)
+    assert await dispatch.lose_lease(scheduler, expired, epoch=epoch, now=NOW + LEASE * 2,
                                        retry_at=NOW + LEASE * 3)  # fmt: skip
     assert await pool.fetchval("SELECT status FROM executions WHERE id = $1", due.id) == "failed"
-    assert await executions.live_of_jobs(scheduler, [job_id]) == []
+    assert await dispatch.live_of_jobs(scheduler, [job_id]) == []
     with pytest.raises(asyncpg.InsufficientPrivilegeError):  # UPDATE is granted by column
         await scheduler.execute("UPDATE jobs SET payload = '{}' WHERE id = $1", job_id)
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
@@ -257,13 +259,14 @@ async def test_the_api_role_runs_the_job_lifecycle(
     row = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", triggered)
     [claimed] = await claims(as_role["worker"], [request(row)])
     assert isinstance(claimed, Claimed)
-    await executions.finish(as_role["worker"], claimed, owner="w1",
+    await transitions.finish(as_role["worker"], claimed, owner="w1",
                             status=ExecutionStatus.FAILED, now=NOW)  # fmt: skip
     assert await jobs.rerun_execution(api, triggered, now=NOW, tenant="acme")
-    assert [r["id"] for r in await jobs.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
-    assert len(await executions.for_job(api, job_id)) >= 3
-    assert (await executions.get(api, triggered, "acme"))["status"] == "failed"
-    assert (await jobs.set_tenant_limit(api, "acme", 5))["max_running"] == 5
+    assert [r.id for r in await reads.list_jobs(api, "acme", after=None, limit=10)] == [job_id]
+    assert len(await reads.for_job(api, job_id)) >= 3
+    execution = await reads.get_execution(api, triggered, "acme")
+    assert execution is not None and execution.status == "failed"
+    assert (await tenants.set_tenant_limit(api, "acme", 5)).max_running == 5
     assert await jobs.cancel_job(api, job_id, now=NOW, tenant="acme")
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
     with pytest.raises(asyncpg.InsufficientPrivilegeError):  # a job stays in its tenant
@@ -284,10 +287,10 @@ async def test_the_operator_role_keeps_scheduled_jobs(
                         by=JobSource.CRD)  # fmt: skip
     await jobs.set_paused(operator, job_id, True, now=NOW)
     await jobs.set_paused(operator, job_id, False, now=NOW)
-    assert await jobs.find_live_crd_job(operator, "ns", "nightly") == job_id
-    assert [r["id"] for r in await jobs.live_crd_jobs(operator)] == [job_id]
-    assert await jobs.existing_ids(operator, [job_id, uuid.uuid4()]) == {job_id}
-    assert await executions.recent_of_job(operator, job_id, 10) is not None
+    assert await reads.find_live_crd_job(operator, "ns", "nightly") == job_id
+    assert [r.id for r in await reads.live_crd_jobs(operator)] == [job_id]
+    assert await reads.existing_ids(operator, [job_id, uuid.uuid4()]) == {job_id}
+    assert await reads.recent_of_job(operator, job_id, 10) is not None
     await jobs.cancel_crd_namesake(operator, "ns", "nightly", keep=uuid.uuid4(), now=NOW)
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
@@ -352,7 +355,7 @@ async def test_a_retry_announced_by_the_workers_function_carries_no_execution_id
         await until(announced, timeout=5, what="the retry's NOTIFY")
     finally:
         await listener.close()
-    due, floor = executions.parse_notify(heard[0]) or (None, None)
+    due, floor = dispatch.parse_notify(heard[0]) or (None, None)
     assert due == retry["due_at"] and floor is not None and floor <= retry["id"]
     assert floor.int >> 80 == retry["id"].int >> 80  # the id's millisecond, no more
     assert all(str(retry["id"]) not in payload for payload in heard)

@@ -13,6 +13,7 @@ import asyncpg
 
 from horae import broker
 from horae.scheduler.dispatcher import Dispatcher
+from horae.store.db import Database
 from tests.integration.test_dispatcher import job_in_shard
 from tests.support.wait import until
 
@@ -35,7 +36,7 @@ async def test_a_round_failing_with_an_unclassified_error_does_not_stop_dispatch
     async def never_fenced(shard: int) -> None:
         raise AssertionError(f"fenced out of {shard}")
 
-    d = Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
+    d = Dispatcher(Database(pool), publisher, identity="d", window=timedelta(seconds=60),
                    refresh_period=timedelta(seconds=1), lease_valid=lease_valid,
                    on_fenced=never_fenced)  # fmt: skip
     job_id = await job_in_shard(pool, 1, datetime.now(UTC) + timedelta(seconds=1))

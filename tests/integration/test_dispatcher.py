@@ -21,8 +21,8 @@ from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.main import take_shard
 from horae.scheduler.reaper import Reaper
-from horae.store import executions, jobs
-from horae.store.db import connect
+from horae.store import dispatch, jobs
+from horae.store.db import Database, connect
 from tests.support.wait import until
 
 
@@ -35,7 +35,7 @@ def dispatcher(
     async def never_fenced(shard: int) -> None:
         raise AssertionError(f"fenced out of {shard}")
 
-    return Dispatcher(pool, publisher, identity="d", window=timedelta(seconds=60),
+    return Dispatcher(Database(pool), publisher, identity="d", window=timedelta(seconds=60),
                       refresh_period=timedelta(seconds=2), lease_valid=lease_valid,
                       on_fenced=never_fenced, lead=lead)  # fmt: skip
 
@@ -214,7 +214,7 @@ async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_du
             job_id, published, due_ago,
         )  # fmt: skip
     await d.gain(1)
-    reaper = Reaper(pool, publisher, epochs=lambda: d.epochs,
+    reaper = Reaper(Database(pool), publisher, epochs=lambda: d.epochs,
                     redelivery_timeout=timedelta(seconds=10))  # fmt: skip
     assert await reaper.sweep() == (2, 0)
 
@@ -308,12 +308,12 @@ async def test_a_shard_whose_epoch_a_cut_off_dispatch_holds_is_not_taken_yet(
     # gives up at once (NotYet: the lease loop releases it quietly and tries again later)
     # instead of stalling the loop, and renewals of every other shard with it.
     async with pool.acquire() as conn:
-        epoch = await executions.take_shard(conn, 3, "cut-off", datetime.now(UTC))
+        epoch = await dispatch.take_shard(conn, 3, "cut-off", datetime.now(UTC))
     cut_off = await connect(db_url)
     listener = ShardListener(db_url, d.notified, d.reload)
     try:
         async with cut_off.transaction():
-            assert await cut_off.fetch(executions.Q["lock_epochs"], [3], [epoch]) != []
+            assert await cut_off.fetch(dispatch.Q["lock_epochs"], [3], [epoch]) != []
             started = time.monotonic()
             with pytest.raises(NotYet):
                 await take_shard(d, listener, 3)

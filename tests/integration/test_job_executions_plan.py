@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from horae.models import ExecutionStatus
-from horae.store import executions as store
+from horae.store import reads as store
 from horae.store.queries import Q
 from tests.support.plans import reads
 
@@ -51,7 +51,7 @@ async def test_a_status_filter_reads_only_that_status_through_an_index(
         for live in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):  # executions_job_live
             assert await store.for_job(conn, job, status=live) == []
         await conn.execute("RESET plan_cache_mode")
-    assert [r["status"] for r in rows] == ["failed"] * 3
+    assert [r.status for r in rows] == ["failed"] * 3
     nodes = _nodes(raw if isinstance(raw, list) else json.loads(raw))
     # The old query read the job's 30,003 rows through executions_job and dropped 30,000.
     removed = sum(n.get("Rows Removed by Filter", 0) for n in nodes)

@@ -14,6 +14,7 @@ from horae import broker
 from horae.models import JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store import jobs
+from horae.store.db import Database
 from tests.support.wait import until
 
 
@@ -24,7 +25,7 @@ async def test_a_capped_replica_never_holds_more_than_its_cap_and_dispatches_eve
         raise AssertionError(f"fenced out of {shard}")
 
     d = Dispatcher(
-        pool,
+        Database(pool),
         publisher,
         identity="d",
         window=timedelta(seconds=60),

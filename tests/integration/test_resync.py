@@ -13,6 +13,7 @@ import asyncpg
 from horae.kube import CustomObjects, load_api_client
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
+from horae.store.db import Database
 from horae.store.installation import read_installation
 from tests.support.kube import ControlPlane
 from tests.support.processes import REPO
@@ -73,7 +74,10 @@ async def test_one_scheduledjob_that_cannot_be_stored_does_not_stop_the_pass(
     async with pool.acquire() as conn:
         shards = (await read_installation(conn)).shards
     objects = CustomObjects(load_api_client(str(component_kubeconfigs["operator"])))
-    resync = Resync(pool, objects, ExecutionMirrors(pool, objects), shards=shards, period=60)
+    database = Database(pool)
+    resync = Resync(
+        database, objects, ExecutionMirrors(database, objects), shards=shards, period=60
+    )
     stored, cancelled = await resync.once()
 
     assert (stored, cancelled) == (4, 0)

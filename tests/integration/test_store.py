@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from horae.errors import QuotaExceeded
+from horae.errors import QuotaExceeded, ShardBusy
 from horae.models import ExecutionStatus, JobSource, JobSpec
-from horae.store import executions, jobs
+from horae.store import dispatch, executions, jobs, tenants
 from horae.store.db import connect
-from horae.store.executions import parse_notify
+from horae.store.dispatch import parse_notify
+from tests.support import transitions
 from tests.support.wait import until
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -119,14 +120,14 @@ async def test_fenced_write_under_a_stale_epoch_changes_nothing(pool: asyncpg.Po
     async with pool.acquire() as conn:
         job_id = await cron_job(conn)
         shard = job_id.int % 64
-        old_epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
-        new_epoch = await executions.take_shard(conn, shard, "replica-b", NOW)
+        old_epoch = await dispatch.take_shard(conn, shard, "replica-a", NOW)
+        new_epoch = await dispatch.take_shard(conn, shard, "replica-b", NOW)
         assert new_epoch == old_epoch + 1
-        due = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+        due = await dispatch.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
         assert [d.job_id for d in due] == [job_id]
-        assert await executions.mark_queued(conn, shard, old_epoch, due, NOW) is None
+        assert await transitions.mark_queued(conn, shard, old_epoch, due, NOW) is None
         assert (await rows(pool, job_id))[0]["status"] == "scheduled"
-        assert await executions.mark_queued(conn, shard, new_epoch, due, NOW) == 1
+        assert await transitions.mark_queued(conn, shard, new_epoch, due, NOW) == 1
     statuses = [r["status"] for r in await rows(pool, job_id)]
     assert statuses == ["queued", "scheduled"], "dispatching a cron occurrence schedules the next"
 
@@ -136,7 +137,7 @@ async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.
         job_id = await cron_job(conn)
         [first] = await rows(pool, job_id)
         lease = timedelta(seconds=30)
-        claimed = await executions.claim(
+        claimed = await transitions.claim(
             conn,
             first["id"],
             first["due_at"],
@@ -146,7 +147,7 @@ async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.
             tenant="acme",
         )
         assert claimed is not None and claimed.attempt == 1
-        again = await executions.claim(
+        again = await transitions.claim(
             conn,
             first["id"],
             first["due_at"],
@@ -163,7 +164,7 @@ async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.
             "UPDATE executions SET status = 'queued' WHERE id = $1", pending[0]["id"]
         )
         await pool.execute("UPDATE jobs SET state = 'paused' WHERE id = $1", job_id)
-        stale = await executions.claim(
+        stale = await transitions.claim(
             conn,
             pending[0]["id"],
             pending[0]["due_at"],
@@ -194,12 +195,12 @@ async def test_scheduling_the_same_occurrence_twice_is_harmless(pool: asyncpg.Po
     async with pool.acquire() as conn:
         job_id = await cron_job(conn)
         shard = job_id.int % 64
-        epoch = await executions.take_shard(conn, shard, "replica-a", NOW)
-        due = await executions.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
-        assert await executions.mark_queued(conn, shard, epoch, due, NOW) == 1
+        epoch = await dispatch.take_shard(conn, shard, "replica-a", NOW)
+        due = await dispatch.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
+        assert await transitions.mark_queued(conn, shard, epoch, due, NOW) == 1
         # A second dispatch of the same batch (e.g. after a crash) queues nothing new
         # and schedules no second copy of the next occurrence.
-        assert await executions.mark_queued(conn, shard, epoch, due, NOW) == 0
+        assert await transitions.mark_queued(conn, shard, epoch, due, NOW) == 0
     assert [r["status"] for r in await rows(pool, job_id)] == ["queued", "scheduled"]
 
 
@@ -225,7 +226,7 @@ async def test_a_batch_of_claims_answers_each_request(pool: asyncpg.Pool) -> Non
     lease = timedelta(seconds=30)
     async with pool.acquire() as conn:
         fresh, duplicate, stale = await one_offs(conn, 3)
-        await executions.claim(conn, duplicate["id"], duplicate["due_at"], owner="w0",
+        await transitions.claim(conn, duplicate["id"], duplicate["due_at"], owner="w0",
                                now=NOW, lease=lease, tenant="acme")  # fmt: skip
         await jobs.pause_job(conn, stale["job_id"], now=NOW)
         answers = await executions.claim_many(
@@ -245,7 +246,7 @@ async def test_a_batch_of_claims_answers_each_request(pool: asyncpg.Pool) -> Non
 
 async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", 2)
+        await tenants.set_tenant_limit(conn, "acme", 2)
         found = await one_offs(conn, 5)
         answers = await executions.claim_many(
             conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme") for r in found],
@@ -288,10 +289,10 @@ async def test_a_message_lying_about_its_tenant_cannot_exceed_the_row_tenants_li
     # acme may run one execution and runs one. A message that names an unlimited tenant
     # for acme's next execution, read by a worker serving both, must not start it.
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", 1)
+        await tenants.set_tenant_limit(conn, "acme", 1)
         running, waiting = await one_offs(conn, 2)
         lease = timedelta(seconds=30)
-        first = await executions.claim(
+        first = await transitions.claim(
             conn, running["id"], running["due_at"], owner="w0", now=NOW, lease=lease, tenant="acme"
         )
         assert isinstance(first, executions.Claimed)
@@ -313,7 +314,7 @@ async def test_a_batch_of_outcomes_records_only_what_the_owner_still_holds(
     async with pool.acquire() as conn:
         found = await one_offs(conn, 3, retry={"max_attempts": 3})
         claimed = [
-            await executions.claim(
+            await transitions.claim(
                 conn, r["id"], r["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
             )
             for r in found
@@ -349,19 +350,19 @@ async def test_a_batch_of_outcomes_records_only_what_the_owner_still_holds(
 async def test_one_dispatch_round_records_every_shard_it_still_holds(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
         found = await one_offs(conn, 12)
-        by_shard: dict[int, list[executions.Due]] = {}
+        by_shard: dict[int, list[dispatch.Due]] = {}
         epochs = {}
         for r in found:
             if r["shard"] not in epochs:
-                epochs[r["shard"]] = await executions.take_shard(conn, r["shard"], "a", NOW)
-        due = await executions.preload(conn, sorted(epochs), NOW + timedelta(minutes=5), 100)
+                epochs[r["shard"]] = await dispatch.take_shard(conn, r["shard"], "a", NOW)
+        due = await dispatch.preload(conn, sorted(epochs), NOW + timedelta(minutes=5), 100)
         for d in due:
             by_shard.setdefault(d.shard, []).append(d)
         assert len(by_shard) >= 2
         lost_shard = min(by_shard)
-        await executions.take_shard(conn, lost_shard, "b", NOW)  # another replica took it
-        queued, fenced = await executions.record_dispatch(conn, {
-            shard: executions.ShardDispatch(epochs[shard], dues)
+        await dispatch.take_shard(conn, lost_shard, "b", NOW)  # another replica took it
+        queued, fenced = await dispatch.record_dispatch(conn, {
+            shard: dispatch.ShardDispatch(epochs[shard], dues)
             for shard, dues in by_shard.items()
         }, NOW)  # fmt: skip
     assert fenced == {lost_shard}
@@ -380,23 +381,23 @@ async def test_a_dispatch_cut_off_mid_transaction_holds_up_a_takeover_only_brief
     # epoch row until Postgres ends its idle transaction; a take meanwhile gives up within
     # half a second, so the taker's lease loop goes on, and succeeds once the lock is gone.
     async with pool.acquire() as conn:
-        epoch = await executions.take_shard(conn, 5, "cut-off", NOW)
+        epoch = await dispatch.take_shard(conn, 5, "cut-off", NOW)
     cut_off = await connect(db_url)
     try:
         transaction = cut_off.transaction()
         await transaction.start()
-        assert await cut_off.fetch(executions.Q["lock_epochs"], [5], [epoch]) != []
+        assert await cut_off.fetch(dispatch.Q["lock_epochs"], [5], [epoch]) != []
         started = time.monotonic()
         async with pool.acquire() as conn:
-            with pytest.raises(asyncpg.LockNotAvailableError):
-                await executions.take_shard(conn, 5, "taker", NOW)
+            with pytest.raises(ShardBusy):
+                await dispatch.take_shard(conn, 5, "taker", NOW)
         assert time.monotonic() - started < 2, "the take waited on the lock"
 
         async def take() -> int | None:
             async with pool.acquire() as conn:
                 try:
-                    return await executions.take_shard(conn, 5, "taker", NOW)
-                except asyncpg.LockNotAvailableError:
+                    return await dispatch.take_shard(conn, 5, "taker", NOW)
+                except ShardBusy:
                     return None
 
         taken = await until(take, timeout=15, interval=0.5, what="the cut-off transaction ended")
@@ -441,13 +442,13 @@ async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_
 ) -> None:
     lease = timedelta(seconds=30)
     async with pool.acquire() as conn:
-        await jobs.set_tenant_limit(conn, "acme", None, max_jobs=1)
+        await tenants.set_tenant_limit(conn, "acme", None, max_jobs=1)
         [dead] = await one_offs(conn, 1)
-        claimed = await executions.claim(
+        claimed = await transitions.claim(
             conn, dead["id"], dead["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
         )
         assert isinstance(claimed, executions.Claimed)
-        await executions.finish(conn, claimed, owner="w1", status=ExecutionStatus.DEAD, now=NOW)
+        await transitions.finish(conn, claimed, owner="w1", status=ExecutionStatus.DEAD, now=NOW)
         [other] = await one_offs(conn, 1)  # the tenant's one live job
         with pytest.raises(QuotaExceeded, match="max_jobs"):
             await jobs.rerun_execution(conn, dead["id"], now=NOW)

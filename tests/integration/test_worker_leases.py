@@ -17,7 +17,7 @@ from horae.config import Settings
 from horae.models import ExecutionMessage, JobSource, JobSpec
 from horae.store import executions as store
 from horae.store import jobs
-from horae.store.db import connect_pool
+from horae.store.db import Database, connect_pool
 from horae.worker.runtime import Worker
 from horae.worker.sdk import TaskContext, TaskDefinition
 from tests.support.wait import until
@@ -46,7 +46,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         await publisher.start()
         worker = Worker(
             settings=settings,
-            pool=worker_pool,
+            pool=Database(worker_pool),
             publisher=publisher,
             tasks={TASK: TaskDefinition(TASK, blocks)},
         )
@@ -160,7 +160,7 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
     stop = asyncio.Event()
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
-        worker = Worker(settings=settings, pool=pool, publisher=publisher, tasks={})
+        worker = Worker(settings=settings, pool=Database(pool), publisher=publisher, tasks={})
         worker.executions._held.add(execution_id)
         beats = asyncio.create_task(worker.executions.heartbeat(stop))
 

@@ -4,26 +4,40 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
+from horae.models import ExecutionStatus
 from horae.operator.executions import mirror_status
 from horae.resources import MIRRORED_ERROR_CHARS, execution_schema
+from horae.store.rows import ExecutionRow
 
 
-def _row(kind: str | None, message: str | None) -> dict[str, Any]:
+def _row(kind: str | None, message: str | None) -> ExecutionRow:
     at = datetime(2030, 1, 1, tzinfo=UTC)
-    return {
-        "id": uuid.uuid4(),
-        "job_id": uuid.uuid4(),
-        "attempt": 1,
-        "status": "failed",
-        "occurrence_at": at,
-        "due_at": at,
-        "started_at": at,
-        "finished_at": at,
-        "error_kind": kind,
-        "error_message": message,
-    }
+    return ExecutionRow(
+        id=uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        tenant="t",
+        task="t",
+        shard=0,
+        due_at=at,
+        occurrence_at=at,
+        attempt=1,
+        job_version=1,
+        status=ExecutionStatus.FAILED,
+        cancel_requested=False,
+        starting_deadline_seconds=None,
+        concurrency_policy="Allow",
+        lease_owner=None,
+        lease_until=None,
+        enqueued_at=at,
+        dispatch_epoch=1,
+        started_at=at,
+        finished_at=at,
+        error_kind=kind,
+        error_message=message,
+        result=None,
+        created_at=at,
+    )
 
 
 def test_a_handlers_long_error_is_cut_to_the_documented_bound_and_marked() -> None:

@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from horae.scheduler.limits import split
-from horae.store.executions import Due
+from horae.store.dispatch import Due
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,8 +6,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from horae.store.executions import parse_notify
-from horae.store.jobs import new_execution_id
+from horae.store.dispatch import parse_notify
+from horae.store.scheduling import new_execution_id
 
 
 def test_execution_ids_are_uuidv7_and_later_ones_sort_after_earlier_ones() -> None:

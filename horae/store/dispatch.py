@@ -1,0 +1,275 @@
+"""The scheduler's execution transitions: preload a shard's window, take a shard (a new
+fencing epoch), record a dispatch round fenced by the epochs held (queued, skipped,
+predecessors to cancel, cron jobs' next occurrences), and the reaper's: republish
+unclaimed queued executions, end those whose lease ran out. Each is a conditional
+statement whose row count decides; every write is fenced by the shard's epoch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from horae.errors import ShardBusy
+from horae.models import ExecutionStatus
+from horae.store.boundary import translated
+from horae.store.occurrences import next_occurrence
+from horae.store.queries import Q
+from horae.store.rows import ExpiredRun, LiveExecution, job_of
+from horae.store.scheduling import NewExecution, insert_execution, insert_executions
+
+if TYPE_CHECKING:
+    from horae.store.db import Conn
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A pending execution held in a scheduler's preload window."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    tenant: str
+    task: str
+    shard: int
+    due_at: datetime
+    occurrence_at: datetime
+    attempt: int
+    starting_deadline_seconds: int | None = None
+    concurrency_policy: str = "Allow"
+
+
+NIL = uuid.UUID(int=0)
+"""The smallest id: (due_at, NIL) sorts before every execution due at `due_at`."""
+MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), NIL)
+
+
+def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
+    """A shard NOTIFY's payload: the smallest new (due_at, id) of the executions just
+    inserted for that shard, as "<due, epoch microseconds> <the id's creation millisecond>",
+    read as (due_at, the smallest UUIDv7 of that millisecond): a key at or just before the
+    new rows, so the scheduler reads from there, and one that sorts ahead of its cursor when
+    the rows are newer than those it has read. Never the id itself: any database role may
+    LISTEN (migration 004). The "<epoch microseconds> <uuid>" of earlier releases is still
+    read. None for any other payload (rows moved back to scheduled under their old ids: the
+    shard's window is re-read)."""
+    micros, _, made = payload.partition(" ")
+    try:
+        at = MIN_CURSOR[0] + timedelta(microseconds=int(micros))
+        return at, uuid.UUID(int=int(made) << 80) if made.isdigit() else uuid.UUID(made)
+    except ValueError:
+        return None
+
+
+@translated
+async def preload(
+    conn: Conn,
+    shards: Sequence[int],
+    until: datetime,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] = MIN_CURSOR,
+) -> list[Due]:
+    """Pending executions of `shards` due before `until`, after the cursor `after`."""
+    rows = await conn.fetch(Q["preload_due"], list(shards), until, after[0], after[1], limit)
+    return [Due(**dict(r)) for r in rows]
+
+
+@translated
+async def tenant_limits(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
+    """The `max_running` of those of `tenants` that have one."""
+    rows = await conn.fetch(Q["tenant_limits"], sorted(tenants))
+    return {row["name"]: row["max_running"] for row in rows}
+
+
+@translated
+async def tenants_running(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
+    """How many executions of each of `tenants` run right now."""
+    rows = await conn.fetch(Q["tenants_running"], sorted(tenants))
+    return {row["tenant"]: row["running"] for row in rows}
+
+
+TAKE_LOCK_TIMEOUT_MS = 500
+
+
+@translated
+async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
+    """Bump the shard's fencing epoch; the caller now owns the shard under the result.
+
+    A dispatch of the previous owner holds the epoch (`lock_epochs`) for its transaction:
+    a live one for milliseconds, one whose client was cut off until Postgres ends it
+    (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT_MS` raises
+    `ShardBusy` instead, so that the caller's lease loop goes on renewing its other shards,
+    and this one is taken at a later round."""
+    try:
+        async with conn.transaction():
+            await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
+            return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
+    except asyncpg.LockNotAvailableError as exc:
+        raise ShardBusy(f"shard {shard}: a dispatch of its previous owner holds its epoch") from exc
+
+
+@translated
+async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[LiveExecution]:
+    """Queued or running executions of these jobs."""
+    rows = await conn.fetch(Q["live_executions_of_jobs"], list(job_ids))
+    return [LiveExecution(r["id"], r["job_id"], r["due_at"], r["status"]) for r in rows]
+
+
+@dataclass(frozen=True)
+class Skip:
+    due: Due
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ShardDispatch:
+    """What one dispatch round did to one shard, under the epoch it holds."""
+
+    epoch: int
+    queued: Sequence[Due] = ()
+    skipped: Sequence[Skip] = ()
+    cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
+
+
+@translated
+async def record_dispatch(
+    conn: Conn, shards: dict[int, ShardDispatch], now: datetime
+) -> tuple[int, set[int]]:
+    """Fenced, one transaction for every shard of a dispatch round: mark the published
+    executions queued, record skipped occurrences, request cancellation of replaced
+    predecessors, and schedule cron jobs' next occurrences.
+
+    The epoch rows are share-locked for the whole transaction, so a replica taking
+    a shard (which bumps its epoch) waits for this to commit, and a shard whose
+    epoch has moved is left alone. Rows a worker already claimed stay as they are;
+    their next occurrence is still scheduled (idempotently).
+    Returns how many rows became queued, and the shards we were fenced out of.
+    """
+    async with conn.transaction():
+        order = sorted(shards)
+        held = {
+            r["shard"]
+            for r in await conn.fetch(Q["lock_epochs"], order, [shards[s].epoch for s in order])
+        }
+        ours = [shards[s] for s in order if s in held]
+        queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
+        status = await conn.execute(
+            Q["mark_queued"],
+            [d.id for d, _ in queued],
+            [d.due_at for d, _ in queued],
+            [epoch for _, epoch in queued],
+            now,
+        )
+        skipped = [s for plan in ours for s in plan.skipped]
+        if skipped:
+            await conn.execute(
+                Q["skip_executions"],
+                [s.due.id for s in skipped],
+                [s.due.due_at for s in skipped],
+                [s.kind for s in skipped],
+                [s.message for s in skipped],
+                now,
+            )
+        cancel = [c for plan in ours for c in plan.cancel]
+        if cancel:
+            await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
+        await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now)
+        return int(status.split()[-1]), set(shards) - held
+
+
+@translated
+async def stale_queued(
+    conn: Conn, shards: Sequence[int], before: datetime, limit: int
+) -> list[Due]:
+    rows = await conn.fetch(Q["stale_queued"], list(shards), before, limit)
+    return [Due(**dict(r)) for r in rows]
+
+
+@translated
+async def touch_queued(
+    conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
+) -> None:
+    await conn.execute(
+        Q["touch_queued"], shard, epoch, [d.id for d in batch], [d.due_at for d in batch], now
+    )
+
+
+@translated
+async def expired_running(
+    conn: Conn, shards: Sequence[int], now: datetime, limit: int
+) -> list[ExpiredRun]:
+    """Running executions of `shards` whose lease ran out before `now`, oldest lease first."""
+    rows = await conn.fetch(Q["expired_running"], list(shards), now, limit)
+    return [ExpiredRun(**dict(r)) for r in rows]
+
+
+@translated
+async def lose_lease(
+    conn: Conn, row: ExpiredRun, *, epoch: int, now: datetime, retry_at: datetime | None
+) -> bool:
+    """Fenced: the expired running execution `row` becomes failed (with a retry at
+    `retry_at`) or dead (retry_at None). False when it is no longer expired or not ours."""
+    status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
+    async with conn.transaction():
+        job_id = await conn.fetchval(
+            Q["lose_lease"], row.id, row.due_at, row.shard, epoch, now, status.value
+        )
+        if job_id is None:
+            return False
+        if retry_at is not None:
+            await insert_execution(
+                conn,
+                job_id=row.job_id,
+                tenant=row.tenant,
+                task=row.task,
+                shard=row.shard,
+                due_at=retry_at,
+                occurrence_at=row.occurrence_at,
+                attempt=row.attempt + 1,
+                job_version=row.job_version,
+                now=now,
+            )
+        await conn.execute(
+            Q["record_job_runs"], [row.job_id], [now], [status.value], [retry_at is None]
+        )
+        return True
+
+
+async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None:
+    """Insert the next occurrence of each active cron job among `dues` (first attempts).
+
+    One query finds which jobs recur, one inserts their next occurrences and one records
+    them on the jobs, so a spike costs the same three statements whatever its size.
+    """
+    # Per job, the latest occurrence (later ones overwrite): a batch may also hold a stale
+    # copy of an earlier one (re-read before a worker claimed it), whose next one exists.
+    ordered = sorted((d for d in dues if d.attempt == 1), key=lambda d: d.occurrence_at)
+    firsts = {d.job_id: d for d in ordered}
+    if not firsts:
+        return
+    new: list[NewExecution] = []
+    for job in map(job_of, await conn.fetch(Q["recurring_jobs"], sorted(firsts))):
+        nxt = next_occurrence(job.id, job.spec, firsts[job.id].occurrence_at)
+        if nxt is not None:
+            new.append(
+                NewExecution(
+                    job.id,
+                    job.tenant,
+                    job.task,
+                    job.shard,
+                    nxt.due_at,
+                    nxt.occurrence_at,
+                    1,
+                    job.spec_version,
+                )
+            )
+    if new:
+        await insert_executions(conn, new, now)
+        await conn.execute(
+            Q["set_next_runs"], [n.job_id for n in new], [n.occurrence_at for n in new], now
+        )

@@ -1,0 +1,195 @@
+"""What the store's reads answer: frozen rows, never the driver's records.
+
+Each row type names the columns its queries select; `*_of(record)` builds one. (The hot
+paths' rows, `executions.Due` and `executions.Claimed`, sit beside their queries.)
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from horae.models import (
+    CatchUpPolicy,
+    ConcurrencyPolicy,
+    ExecutionStatus,
+    JobSource,
+    JobSpec,
+    JobState,
+)
+
+if TYPE_CHECKING:
+    import asyncpg
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A job as stored (`jobs`)."""
+
+    id: uuid.UUID
+    tenant: str
+    name: str | None
+    source: JobSource
+    task: str
+    payload: dict[str, Any]
+    run_at: datetime | None
+    cron: str | None
+    time_zone: str
+    jitter_seconds: int
+    retry_policy: dict[str, Any]
+    timeout_seconds: int | None
+    concurrency_policy: ConcurrencyPolicy
+    starting_deadline_seconds: int | None
+    catch_up: CatchUpPolicy
+    state: JobState
+    paused_at: datetime | None
+    spec_version: int
+    shard: int
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_status: ExecutionStatus | None
+    idempotency_key: str | None
+    request_hash: str | None
+    created_at: datetime
+    updated_at: datetime
+    fires_per_minute: float
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's spec, as it was created or last edited."""
+        return JobSpec(
+            task=self.task,
+            payload=self.payload,
+            run_at=self.run_at,
+            cron=self.cron,
+            time_zone=self.time_zone,
+            jitter_seconds=self.jitter_seconds,
+            retry=self.retry_policy,
+            timeout_seconds=self.timeout_seconds,
+            concurrency_policy=self.concurrency_policy,
+            starting_deadline_seconds=self.starting_deadline_seconds,
+            catch_up=self.catch_up,
+        )
+
+
+_JOB_COLUMNS = tuple(JobRow.__dataclass_fields__)
+
+
+def job_of(record: asyncpg.Record) -> JobRow:
+    values = {column: record[column] for column in _JOB_COLUMNS}
+    values["source"] = JobSource(values["source"])
+    values["state"] = JobState(values["state"])
+    values["concurrency_policy"] = ConcurrencyPolicy(values["concurrency_policy"])
+    values["catch_up"] = CatchUpPolicy(values["catch_up"])
+    if values["last_status"] is not None:
+        values["last_status"] = ExecutionStatus(values["last_status"])
+    return JobRow(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRow:
+    """An execution as stored (`executions`)."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    tenant: str
+    task: str
+    shard: int
+    due_at: datetime
+    occurrence_at: datetime
+    attempt: int
+    job_version: int
+    status: ExecutionStatus
+    cancel_requested: bool
+    starting_deadline_seconds: int | None
+    concurrency_policy: str
+    lease_owner: str | None
+    lease_until: datetime | None
+    enqueued_at: datetime | None
+    dispatch_epoch: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_kind: str | None
+    error_message: str | None
+    result: Any
+    created_at: datetime
+
+
+_EXECUTION_COLUMNS = tuple(ExecutionRow.__dataclass_fields__)
+
+
+def execution_of(record: asyncpg.Record) -> ExecutionRow:
+    values = {column: record[column] for column in _EXECUTION_COLUMNS}
+    values["status"] = ExecutionStatus(values["status"])
+    return ExecutionRow(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveExecution:
+    """A queued or running execution of a job (concurrency policies)."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    due_at: datetime
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredRun:
+    """A running execution whose lease ran out, with what the reaper needs of its job."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    tenant: str
+    task: str
+    shard: int
+    due_at: datetime
+    occurrence_at: datetime
+    attempt: int
+    job_version: int
+    lease_owner: str | None
+    retry_policy: dict[str, Any]
+    job_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CrdJob:
+    """A ScheduledJob's job that is not cancelled (the operator's resync)."""
+
+    id: uuid.UUID
+    tenant: str
+    name: str
+    state: JobState
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    """A tenant's settings, the quotas in force (defaults filled in) and what it uses."""
+
+    name: str
+    max_running: int | None
+    max_jobs: int
+    max_fires_per_minute: int
+    running: int
+    jobs: int
+    fires_per_minute: float
+
+
+def spec_of_record(row: asyncpg.Record) -> JobSpec:
+    """The spec of a record that has a job's spec columns (a claim's answer, say)."""
+    return JobSpec(
+        task=row["task"],
+        payload=row["payload"],
+        run_at=row["run_at"],
+        cron=row["cron"],
+        time_zone=row["time_zone"],
+        jitter_seconds=row["jitter_seconds"],
+        retry=row["retry_policy"],
+        timeout_seconds=row["timeout_seconds"],
+        concurrency_policy=row["concurrency_policy"],
+        starting_deadline_seconds=row["starting_deadline_seconds"],
+        catch_up=row["catch_up"],
+    )
