@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from horae.api import problems
 from horae.api.auth import Authenticator, Chain, KubernetesAuth, ReviewLimits, StaticTokens
+from horae.api.deps import Services
 from horae.api.gate import BodyLimits, Gate
 from horae.api.problems import Problem, problem_response
 from horae.api.routes import build_router
@@ -58,13 +59,6 @@ class AccessLog:
                         (time.perf_counter() - started) * 1000)  # fmt: skip
 
 
-@dataclass
-class State:
-    pool: Database | None = None
-    shards: int = 0
-    """The installation's shard count, read from the database at start."""
-
-
 def create_app(
     *,
     dsn: str,
@@ -72,23 +66,18 @@ def create_app(
     pool_size: int = 10,
     limits: BodyLimits | None = None,
 ) -> FastAPI:
-    state = State()
+    services = Services(auth=auth)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state.pool = await Database.open(dsn, size=pool_size)
-        async with state.pool.acquire() as conn:
-            state.shards = (await read_installation(conn)).shards
+        services.database = database = await Database.open(dsn, size=pool_size)
+        async with database.acquire() as conn:
+            services.shards = (await read_installation(conn)).shards
         log.info("job API ready (pid %d)", os.getpid())
         try:
             yield
         finally:
-            await state.pool.close()
-
-    def pool() -> Database:
-        if state.pool is None:
-            raise Problem(503, "Unavailable", "not connected to the database yet")
-        return state.pool
+            await database.close()
 
     app = FastAPI(
         title="Horae job API",
@@ -110,7 +99,8 @@ def create_app(
                     headers={"Retry-After": "1"})
         )  # fmt: skip
 
-    app.include_router(build_router(pool=pool, auth=auth, shards=lambda: state.shards))
+    app.state.services = services
+    app.include_router(build_router())
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -119,7 +109,7 @@ def create_app(
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> Response:
         try:
-            await pool().ping()
+            await services.store().ping()
         except Exception:
             return JSONResponse({"status": "unready"}, status_code=503)
         return JSONResponse({"status": "ready"})

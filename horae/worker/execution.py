@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-
 from horae import alerts, broker, metrics
 from horae.batching import GroupCommit
 from horae.clock import DatabaseClock

@@ -26,7 +26,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-
 from horae import broker
 from horae.clock import DatabaseClock
 from horae.config import Settings
