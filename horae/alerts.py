@@ -27,9 +27,11 @@ TIMEOUT_SECONDS = 5.0
 
 def _post(url: str, body: bytes) -> int:
     request = urllib.request.Request(
-        url, data=body, method="POST",
+        url,
+        data=body,
+        method="POST",
         headers={"Content-Type": "application/json", "User-Agent": "horae"},
-    )  # fmt: skip
+    )
     with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
         return int(response.status)
 

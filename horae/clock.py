@@ -39,8 +39,10 @@ class DatabaseClock:
         after = datetime.now(UTC)
         offset = theirs - (before + (after - before) / 2)
         if abs(offset - self.offset) > DRIFT_WARNING:
-            log.warning("this host's clock is %+.3f s off PostgreSQL's; using PostgreSQL's",
-                        -offset.total_seconds())  # fmt: skip
+            log.warning(
+                "this host's clock is %+.3f s off PostgreSQL's; using PostgreSQL's",
+                -offset.total_seconds(),
+            )
         self.offset = offset
 
 

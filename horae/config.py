@@ -20,9 +20,13 @@ prefetch slot) until it is due."""
 
 
 def env_seconds(
-    env: Mapping[str, str], name: str, default: float, *, zero: bool = False,
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    zero: bool = False,
     most: float | None = None,
-) -> timedelta:  # fmt: skip
+) -> timedelta:
     """A duration setting in seconds (> 0, or >= 0 with `zero`; at most `most`);
     ConfigError names the variable."""
     raw = env.get(name)

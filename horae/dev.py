@@ -67,8 +67,9 @@ async def supervise(
         done, _ = await asyncio.wait([*exits, stopped], return_when=asyncio.FIRST_COMPLETED)
         for ended in done - {stopped}:
             failed = True
-            log.error("dev: %s exited with code %s; stopping the others", exits[ended],
-                      ended.result())  # fmt: skip
+            log.error(
+                "dev: %s exited with code %s; stopping the others", exits[ended], ended.result()
+            )
         stopped.cancel()
     finally:
         await _stop_all(children, grace)

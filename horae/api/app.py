@@ -55,8 +55,27 @@ class AccessLog:
         finally:
             level = logging.DEBUG if status < 400 else logging.INFO
             if log.isEnabledFor(level):
-                log.log(level, "%s %s %d %.1fms", scope["method"], scope["path"], status,
-                        (time.perf_counter() - started) * 1000)  # fmt: skip
+                log.log(
+                    level,
+                    "%s %s %d %.1fms",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    (time.perf_counter() - started) * 1000,
+                )
+
+
+async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+    cause = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+    log.warning("database unavailable: %s", type(cause).__name__)
+    return problem_response(
+        Problem(
+            503,
+            "Unavailable",
+            "the job store is unavailable; nothing was written",
+            headers={"Retry-After": "1"},
+        )
+    )
 
 
 def create_app(
@@ -87,18 +106,8 @@ def create_app(
         lifespan=lifespan,
     )
     problems.install(app)
-
-    @app.exception_handler(StoreUnavailable)
-    @app.exception_handler(ConnectionError)
-    @app.exception_handler(OSError)
-    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
-        cause = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
-        log.warning("database unavailable: %s", type(cause).__name__)
-        return problem_response(
-            Problem(503, "Unavailable", "the job store is unavailable; nothing was written",
-                    headers={"Retry-After": "1"})
-        )  # fmt: skip
-
+    for unavailable in (StoreUnavailable, ConnectionError, OSError):
+        app.add_exception_handler(unavailable, _database_unavailable)
     app.state.services = services
     app.include_router(build_router())
 

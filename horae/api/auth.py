@@ -219,9 +219,11 @@ class StaticTokens:
                 else frozenset({"create", "get", "list", "update", "delete"})
             )
             self._callers[_digest(parts[0])] = Caller(
-                f"static:{parts[1]}", parts[1], static_tenants=frozenset({parts[1]}),
+                f"static:{parts[1]}",
+                parts[1],
+                static_tenants=frozenset({parts[1]}),
                 static_verbs=verbs,
-            )  # fmt: skip
+            )
 
     async def caller(self, token: str) -> Caller | None:
         return self._callers.get(_digest(token))

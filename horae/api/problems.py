@@ -36,9 +36,11 @@ class Problem(Exception):
 
 def invalid(field: str, message: str, status: int = 422) -> Problem:
     return Problem(
-        status, "Invalid request", f"{field}: {message}",
+        status,
+        "Invalid request",
+        f"{field}: {message}",
         errors=[{"field": field, "message": message}],
-    )  # fmt: skip
+    )
 
 
 def _slug(title: str) -> str:

@@ -49,9 +49,14 @@ JobArgument = Annotated[str, typer.Argument(help="Job id, or NAMESPACE/NAME of a
 
 # Which command-line option each JobSpec field comes from, to name it in errors.
 _OPTION_OF_FIELD = {
-    "task": "--task", "payload": "--payload", "run_at": "--run-at", "cron": "--cron",
-    "time_zone": "--tz", "retry": "--max-attempts", "timeout_seconds": "--timeout",
-}  # fmt: skip
+    "task": "--task",
+    "payload": "--payload",
+    "run_at": "--run-at",
+    "cron": "--cron",
+    "time_zone": "--tz",
+    "retry": "--max-attempts",
+    "timeout_seconds": "--timeout",
+}
 
 
 def _at(value: datetime | None) -> str:
@@ -73,9 +78,12 @@ def _job_out(row: JobRow, *, with_next_runs: bool) -> JobOut:
         upcoming = []
         if row.state == JobState.ACTIVE:
             upcoming = next_fire_times(
-                run_at=row.run_at, cron=row.cron, time_zone=row.time_zone,
-                after=datetime.now(UTC), count=NEXT_RUNS,
-            )  # fmt: skip
+                run_at=row.run_at,
+                cron=row.cron,
+                time_zone=row.time_zone,
+                after=datetime.now(UTC),
+                count=NEXT_RUNS,
+            )
     return JobOut.from_row(row, upcoming)
 
 
@@ -91,14 +99,20 @@ def _print_job(job: JobOut, fmt: str) -> None:
     details.add_column(style="bold", no_wrap=True)
     details.add_column(overflow="fold")
     rows = {
-        "tenant": job.tenant, "name": job.name or "-", "source": job.source.value,
-        "state": job.state.value, "task": job.task, "schedule": _schedule(job),
-        "payload": json.dumps(job.payload), "max attempts": str(job.retry.max_attempts),
+        "tenant": job.tenant,
+        "name": job.name or "-",
+        "source": job.source.value,
+        "state": job.state.value,
+        "task": job.task,
+        "schedule": _schedule(job),
+        "payload": json.dumps(job.payload),
+        "max attempts": str(job.retry.max_attempts),
         "timeout": f"{job.timeout_seconds}s" if job.timeout_seconds else "-",
         "last run": _at(job.last_run_at),
         "last status": job.last_status.value if job.last_status else "-",
-        "created": _at(job.created_at), "spec version": str(job.spec_version),
-    }  # fmt: skip
+        "created": _at(job.created_at),
+        "spec version": str(job.spec_version),
+    }
     for key, value in rows.items():
         details.add_row(key, value)
     out = console()
@@ -150,9 +164,14 @@ def jobs_ls(
             table.add_column(col, no_wrap=col in ("ID", "NEXT RUN"))
         for j in jobs:
             table.add_row(
-                str(j.id), j.name or "-", j.task, _schedule(j), j.state.value,
-                _at(j.next_run_at), j.last_status.value if j.last_status else "-",
-            )  # fmt: skip
+                str(j.id),
+                j.name or "-",
+                j.task,
+                _schedule(j),
+                j.state.value,
+                _at(j.next_run_at),
+                j.last_status.value if j.last_status else "-",
+            )
         console().print(table)
 
     run(go())
@@ -174,9 +193,15 @@ def jobs_get(job: JobArgument, output: OutputOption = "table") -> None:
 
 
 def _spec(
-    *, task: str, cron: str | None, tz: str | None, run_at: str | None, payload: str | None,
-    max_attempts: int | None, timeout: int | None,
-) -> JobSpec:  # fmt: skip
+    *,
+    task: str,
+    cron: str | None,
+    tz: str | None,
+    run_at: str | None,
+    payload: str | None,
+    max_attempts: int | None,
+    timeout: int | None,
+) -> JobSpec:
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
 
@@ -210,8 +235,14 @@ def _spec(
         error = payload_size_error(data)
         if error is not None:
             raise fail(f"--payload: {error}")
-    fields: dict[str, Any] = {"task": task, "payload": data, "run_at": when, "cron": cron,
-                              "time_zone": tz or "UTC", "timeout_seconds": timeout}  # fmt: skip
+    fields: dict[str, Any] = {
+        "task": task,
+        "payload": data,
+        "run_at": when,
+        "cron": cron,
+        "time_zone": tz or "UTC",
+        "timeout_seconds": timeout,
+    }
     if max_attempts is not None:
         fields["retry"] = {"max_attempts": max_attempts}
     try:
@@ -246,8 +277,15 @@ def jobs_create(
     from horae.store import reads
     from horae.store.installation import read_installation
 
-    spec = _spec(task=task, cron=cron, tz=tz, run_at=run_at, payload=payload,
-                 max_attempts=max_attempts, timeout=timeout)  # fmt: skip
+    spec = _spec(
+        task=task,
+        cron=cron,
+        tz=tz,
+        run_at=run_at,
+        payload=payload,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:
             raise fail(f"{option}: must be 1 to 253 characters")
@@ -258,9 +296,14 @@ def jobs_create(
         async with database(cfg.database.url) as conn:
             installation = await read_installation(conn)
             job_id = await jobs_store.create_job(
-                conn, spec, tenant=tenant, source=JobSource.API, shards=installation.shards,
-                now=datetime.now(UTC), name=name,
-            )  # fmt: skip
+                conn,
+                spec,
+                tenant=tenant,
+                source=JobSource.API,
+                shards=installation.shards,
+                now=datetime.now(UTC),
+                name=name,
+            )
             row = await reads.get_job(conn, job_id)
         _print_job(_job_out(row, with_next_runs=True), fmt)
 

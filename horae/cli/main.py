@@ -118,9 +118,14 @@ def api(
         raise fail(str(exc)) from None
     typer.echo(f"horae api on {host}:{port}: {plan.describe()}", err=True)
     uvicorn.run(
-        "horae.api.app:app_from_env", factory=True, host=host, port=port, workers=workers,
-        log_level="warning", access_log=False,
-    )  # fmt: skip
+        "horae.api.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 @app.command()

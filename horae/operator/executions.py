@@ -131,14 +131,19 @@ class ExecutionMirrors:
                     "name": name,
                     "namespace": namespace,
                     "labels": {JOB_LABEL: job_name},
-                    "ownerReferences": [{
-                        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob",
-                        "name": job_name, "uid": str(job_id), "controller": True,
-                        "blockOwnerDeletion": False,
-                    }],
+                    "ownerReferences": [
+                        {
+                            "apiVersion": f"{GROUP}/{VERSION}",
+                            "kind": "ScheduledJob",
+                            "name": job_name,
+                            "uid": str(job_id),
+                            "controller": True,
+                            "blockOwnerDeletion": False,
+                        }
+                    ],
                 },
                 "status": status,
-            }  # fmt: skip
+            }
             await self._objects.upsert("executions", namespace, name, body)
             known[name] = signature
         for name in sorted(set(known) - set(wanted)):

@@ -54,8 +54,11 @@ class Resync:
             try:
                 stored, cancelled = await self.once()
                 if stored or cancelled:
-                    log.warning("resync: %d jobs restored to the store, %d orphans cancelled",
-                                stored, cancelled)  # fmt: skip
+                    log.warning(
+                        "resync: %d jobs restored to the store, %d orphans cancelled",
+                        stored,
+                        cancelled,
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -118,9 +121,15 @@ class Resync:
         except QuotaExceeded:
             return False  # its reconcile reports it (Ready=False QuotaExceeded) and retries
         await self._objects.patch_status(
-            "scheduledjobs", meta["namespace"], meta["name"],
+            "scheduledjobs",
+            meta["namespace"],
+            meta["name"],
             ready_status(row, meta.get("generation")),
-        )  # fmt: skip
-        log.warning("resync: stored job %s for ScheduledJob %s/%s, missing from the store",
-                    uid, meta["namespace"], meta["name"])  # fmt: skip
+        )
+        log.warning(
+            "resync: stored job %s for ScheduledJob %s/%s, missing from the store",
+            uid,
+            meta["namespace"],
+            meta["name"],
+        )
         return True

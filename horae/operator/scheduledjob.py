@@ -71,10 +71,12 @@ def conditions_of(row: JobRow) -> list[dict[str, str]]:
         condition("Ready", True, "Stored", "job stored"),
         condition("Suspended", paused, "Suspend" if paused else "Active"),
         condition(
-            "Failing", failing, display_status(row.last_status) or "NoRuns",
+            "Failing",
+            failing,
+            display_status(row.last_status) or "NoRuns",
             f"the last attempt ended {row.last_status}" if failing else "",
         ),
-    ]  # fmt: skip
+    ]
 
 
 def ready_status(row: JobRow, generation: Any) -> dict[str, Any]:

@@ -82,15 +82,16 @@ class StatusMirror:
             if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
                 continue  # (a ScheduledJob's job is always named: jobs_crd_named)
             present = await self._objects.patch_status(
-                "scheduledjobs", row.tenant, row.name,
+                "scheduledjobs",
+                row.tenant,
+                row.name,
                 status_of(row) | {"conditions": conditions_of(row)},
-            )  # fmt: skip
+            )
             if present and self._mirrors is not None:
                 try:
                     await self._mirrors.sync(row)
                 except Exception:
-                    log.exception("could not mirror the executions of %s/%s",
-                                  row.tenant, row.name)  # fmt: skip
+                    log.exception("could not mirror the executions of %s/%s", row.tenant, row.name)
             if row.last_status == "dead" and self._dead_seen.get(job_id) != row.last_run_at:
                 self._dead_seen[job_id] = row.last_run_at
                 await self._alert_dead(row)
@@ -101,10 +102,13 @@ class StatusMirror:
             return
         try:
             await self._events.emit(
-                kind="ScheduledJob", namespace=row.tenant, name=row.name or "",
-                uid=str(row.id), reason="ExecutionDead",
+                kind="ScheduledJob",
+                namespace=row.tenant,
+                name=row.name or "",
+                uid=str(row.id),
+                reason="ExecutionDead",
                 message=f"task {row.task}: the last attempt failed; the execution was "
                 "dead-lettered (see `horae executions " + f"{row.tenant}/{row.name}`)",
-            )  # fmt: skip
+            )
         except Exception:
             log.exception("could not post the ExecutionDead event")

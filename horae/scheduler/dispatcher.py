@@ -29,11 +29,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from horae import metrics
 from horae.broker import Publisher
+from horae.clock import utc_now
 from horae.models import ExecutionMessage
 from horae.scheduler.limits import TenantGate, late
 from horae.store import dispatch as store
@@ -63,10 +64,6 @@ _Plan = tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]
 predecessors to cancel."""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def guarded(d: Due) -> bool:
     """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
     predecessor) depends on what still runs at its due moment, so it is decided then."""
@@ -80,9 +77,14 @@ def _order(entry: tuple[datetime, int, Due]) -> tuple[datetime, int]:
 
 def message(d: Due) -> ExecutionMessage:
     return ExecutionMessage(
-        execution_id=d.id, job_id=d.job_id, task=d.task, tenant=d.tenant, due_at=d.due_at,
-        occurrence_at=d.occurrence_at, attempt=d.attempt,
-    )  # fmt: skip
+        execution_id=d.id,
+        job_id=d.job_id,
+        task=d.task,
+        tenant=d.tenant,
+        due_at=d.due_at,
+        occurrence_at=d.occurrence_at,
+        attempt=d.attempt,
+    )
 
 
 class Dispatcher:
@@ -140,10 +142,10 @@ class Dispatcher:
     # -- ownership -----------------------------------------------------------
     async def gain(self, shard: int) -> None:
         async with self._pool.acquire() as conn:
-            self.epochs[shard] = await store.take_shard(conn, shard, self._identity, _now())
+            self.epochs[shard] = await store.take_shard(conn, shard, self._identity, utc_now())
             # Its whole window, overdue rows of any age included: the shared cursor has
             # already moved past rows of shards we did not own when it was read.
-            until = self._room_before(_now() + self._window)
+            until = self._room_before(utc_now() + self._window)
             rows = await store.preload(conn, [shard], until, self._page)
             added = self._add(rows)
             if len(rows) == self._page:
@@ -250,13 +252,13 @@ class Dispatcher:
         shards = sorted(self.epochs)
         if not shards:
             return 0
-        until = _now() + self._window
+        until = utc_now() + self._window
         added = 0
         if self._full_needed or time.monotonic() - self._last_full > FULL_REFRESH_EVERY:
             self._full_needed = False
             self._notified.clear()
             self._last_full = time.monotonic()
-            start = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
+            start = (utc_now() - FULL_LOOKBACK, MIN_CURSOR[1])
             if time.monotonic() - self._last_deep > DEEP_REFRESH_EVERY:
                 self._last_deep = time.monotonic()
                 start = MIN_CURSOR
@@ -267,18 +269,25 @@ class Dispatcher:
         notified, self._notified = self._notified, {}
         owned = set(shards)
         whole = sorted(s for s, key in notified.items() if key is None and s in owned)
-        behind = {s: key for s, key in notified.items()
-                  if key is not None and s in owned and key <= self._cursor}  # fmt: skip
+        behind = {
+            s: key
+            for s, key in notified.items()
+            if key is not None and s in owned and key <= self._cursor
+        }
         if whole:
-            lookback = (_now() - FULL_LOOKBACK, MIN_CURSOR[1])
+            lookback = (utc_now() - FULL_LOOKBACK, MIN_CURSOR[1])
             added += await self._read(whole, until, lookback)
         if behind:
             due_at, first = min(behind.values())
             start = (due_at, uuid.UUID(int=max(0, first.int - 1)))  # from `first` inclusive
             added += await self._read(sorted(behind), until, start)
         more = await self._read(shards, until, self._cursor, advance=True)
-        log.debug("refresh: %d shards re-read whole and %d from a key on NOTIFY, %d new",
-                  len(whole), len(behind), added + more)  # fmt: skip
+        log.debug(
+            "refresh: %d shards re-read whole and %d from a key on NOTIFY, %d new",
+            len(whole),
+            len(behind),
+            added + more,
+        )
         return added + more
 
     async def run_refresh(self, stop: asyncio.Event) -> None:
@@ -300,7 +309,7 @@ class Dispatcher:
     async def run_dispatch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self._wake.clear()
-            now = _now()
+            now = utc_now()
             batch: list[Due] = []
             while self._heap and self._heap[0][0] <= now and len(batch) < BATCH_LIMIT:
                 batch.append(heapq.heappop(self._heap)[2])
@@ -363,8 +372,13 @@ class Dispatcher:
                     continue
                 if d.concurrency_policy == "Forbid":
                     keep.remove(d)
-                    skips.append(Skip(d, "forbid", "concurrencyPolicy=Forbid: the previous "
-                                      "occurrence is still running"))  # fmt: skip
+                    skips.append(
+                        Skip(
+                            d,
+                            "forbid",
+                            "concurrencyPolicy=Forbid: the previous occurrence is still running",
+                        )
+                    )
                 else:
                     cancel += [(r.id, r.due_at) for r in running]
         return keep, skips, cancel
@@ -373,7 +387,7 @@ class Dispatcher:
         ours = self._ours(batch)
         if not ours:
             return
-        now = _now()
+        now = utc_now()
         plans, batch = await self._plan(batch, ours, now)
         to_publish = [d for keep, _, _ in plans.values() for d in keep]
         started = time.monotonic()
@@ -386,7 +400,7 @@ class Dispatcher:
                 self._full_needed = True
                 await asyncio.sleep(0.5)
                 return
-        published = _now()
+        published = utc_now()
         publish_took = time.monotonic() - started
         for d in to_publish:
             metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())

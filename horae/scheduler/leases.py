@@ -145,9 +145,10 @@ class ShardLeases:
 
         # Take free or expired shards up to the fair share (concurrently, in rounds).
         free = [
-            s for s in range(self.shards)
+            s
+            for s in range(self.shards)
             if s not in self.held and self._takeable(current.get(shard_lease_name(s)), now)
-        ]  # fmt: skip
+        ]
         random.shuffle(free)
         while free and len(self.held) < fair:
             round_, free = free[: fair - len(self.held)], free[fair - len(self.held) :]
@@ -201,8 +202,9 @@ class ShardLeases:
         try:
             await self._on_gained(shard)
         except NotYet as exc:
-            log.warning("shard %d cannot start yet (%s); releasing it", shard, exc,
-                        extra={"shard": shard})  # fmt: skip
+            log.warning(
+                "shard %d cannot start yet (%s); releasing it", shard, exc, extra={"shard": shard}
+            )
             await self.release(shard)
         except Exception:
             log.exception("could not start shard %d; releasing it", shard)

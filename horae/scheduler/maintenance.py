@@ -37,9 +37,12 @@ class Maintenance:
         self._every = every.total_seconds()
         self._last_run = -math.inf
         self._lease = SingletonLease(
-            leases, LEASE_NAME, identity=identity, duration=self._duration,
+            leases,
+            LEASE_NAME,
+            identity=identity,
+            duration=self._duration,
             label="horae.dev/maintenance",
-        )  # fmt: skip
+        )
         self.holder = False
 
     async def tick(self) -> None:
