@@ -10,6 +10,7 @@
     │   │                         many connections, the server shutting down (retryable)
     │   ├── TransactionAborted    rolled back to break a deadlock: safe to run again
     │   └── ShardBusy             a shard's epoch is held by its previous owner's dispatch
+    ├── LeaseConflict             a Kubernetes Lease changed or created by someone else first
     └── TaskError                 raised by task handlers to steer the outcome
         ├── RetryableError        try again later (optionally after `delay`)
         └── PermanentError        never try again
@@ -76,6 +77,11 @@ class TransactionAborted(StoreError):
 class ShardBusy(StoreError):
     """A shard's fencing epoch is still held by a dispatch of its previous owner: taking the
     shard waited as long as it may (`store.dispatch.TAKE_LOCK_TIMEOUT_MS`); try later."""
+
+
+class LeaseConflict(HoraeError):
+    """Someone else changed or created the Lease first (the API server's 409, or 404 on a
+    replace: it was deleted)."""
 
 
 class TaskError(HoraeError):

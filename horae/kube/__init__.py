@@ -10,11 +10,12 @@ scheduler's shard ownership, the operator's reconcile) live in the components.
 The names below are the package's surface; components import them from `horae.kube`.
 """
 
+from horae.errors import LeaseConflict
 from horae.kube.calling import load_api_client
 from horae.kube.custom_objects import CustomObjects
 from horae.kube.deployments import DeploymentReplicas, Deployments
 from horae.kube.events import Events
-from horae.kube.leases import Lease, LeaseConflict, Leases
+from horae.kube.leases import Lease, Leases
 from horae.kube.reviews import ReviewedUser, Reviews
 from horae.kube.service_accounts import ServiceAccounts
 from horae.kube.singleton import SingletonLease

@@ -12,12 +12,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from horae.errors import HoraeError
+from horae.errors import LeaseConflict
 from horae.kube.calling import call, timestamp
-
-
-class LeaseConflict(HoraeError):
-    """Someone else changed or created the Lease first."""
 
 
 @dataclass(frozen=True)

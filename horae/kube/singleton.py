@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from horae.kube.leases import Lease, LeaseConflict, Leases
+from horae.errors import LeaseConflict
+from horae.kube.leases import Lease, Leases
 
 
 class SingletonLease:

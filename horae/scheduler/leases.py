@@ -19,7 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from horae.kube import Lease, LeaseConflict, Leases
+from horae.errors import LeaseConflict
+from horae.kube import Lease, Leases
 
 log = logging.getLogger(__name__)
 
