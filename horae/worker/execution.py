@@ -106,8 +106,12 @@ class Executions:
                 body.execution_id,
                 early,
             )
-        elif early > 0:
+            return
+        # The sleep runs on the event loop's clock and the due time is Postgres's: a
+        # heartbeat may re-measure the offset meanwhile, so look again before letting go.
+        while early > 0:
             await asyncio.sleep(early)
+            early = (body.due_at - self._clock.now()).total_seconds()
 
     async def _claim_and_run(self, claim: Claim) -> tuple[Claimed, Outcome] | None:
         """Claim and run the handler; None when there was nothing to run (throttled,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from horae.clock import DatabaseClock
 from horae.config import WorkerSettings
-from horae.models import ExecutionStatus
+from horae.models import ExecutionMessage, ExecutionStatus
 from horae.store.executions import Claimed
 from horae.worker.execution import Executions
 from horae.worker.sdk import TaskContext, TaskDefinition, task
@@ -76,3 +77,30 @@ def test_a_jobs_timeout_overrides_its_tasks() -> None:
     assert executions(given).timeout_of(claimed("t")) == timedelta(seconds=5)
     assert executions(given).timeout_of(claimed("t", 7)) == timedelta(seconds=7)
     assert executions({}).timeout_of(claimed("t")) is None
+
+
+async def test_a_held_execution_is_not_let_go_before_it_is_due_when_the_clock_is_resynced() -> None:
+    """The hold sleeps on the event loop's clock, the due time is Postgres's: a heartbeat
+    that re-measures the offset meanwhile (here: Postgres 20 ms behind what was thought)
+    must not let the handler start before its due time by the new measure."""
+    layer = executions({})
+    clock = layer._clock
+    due = clock.now() + timedelta(milliseconds=60)
+    message = ExecutionMessage(
+        execution_id=uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        task="t",
+        tenant="t",
+        due_at=due,
+        occurrence_at=due,
+        attempt=1,
+    )
+
+    async def resync() -> None:
+        await asyncio.sleep(0.02)
+        clock.offset -= timedelta(milliseconds=20)
+
+    resyncing = asyncio.create_task(resync())
+    await layer._until_due(message)
+    await resyncing
+    assert clock.now() >= due
