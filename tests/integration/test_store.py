@@ -258,6 +258,53 @@ async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.P
     assert statuses == ["running"] * 2 + ["scheduled"] * 3
 
 
+async def test_a_claim_and_a_dispatch_record_never_deadlock_over_a_limited_tenants_rows(
+    pool: asyncpg.Pool,
+) -> None:
+    """Rows w < x < a1 < a2; acme (a1, a2) is limited. The scheduler's mark_queued of all
+    four locks w, then waits for x (held here). A claim of [a1, a2, w] used to lock the
+    limited tenant's rows first (a1, a2), then the rest (w): it held a1 and a2 and waited
+    for w, and once x was free the record waited for a1: a deadlock, one of the two
+    aborted after deadlock_timeout (1 s of every claim in the batch held up)."""
+    async with pool.acquire() as conn:
+        await tenants.set_tenant_limit(conn, "acme", 1)
+        w, x = await one_offs(conn, 2, tenant="free")
+        a1, a2 = await one_offs(conn, 2)
+    assert w["id"] < x["id"] < a1["id"] < a2["id"]
+    async with pool.acquire() as holder, pool.acquire() as worker, pool.acquire() as sched:
+        blocker = holder.transaction()
+        await blocker.start()
+        await holder.execute("SELECT 1 FROM executions WHERE id = $1 FOR UPDATE", x["id"])
+        record = sched.transaction()
+        await record.start()
+        rows = (w, x, a1, a2)
+        mark = asyncio.create_task(sched.execute(
+            dispatch.Q["mark_queued"], [r["id"] for r in rows], [r["due_at"] for r in rows],
+            [1] * len(rows), NOW,
+        ))  # fmt: skip
+        await asyncio.sleep(0.5)  # the record holds w and waits for x
+        requests = [executions.ClaimRequest(r["id"], r["due_at"], r["tenant"]) for r in (a1, a2, w)]
+        claim = asyncio.create_task(executions.claim_many(
+            worker, requests, owner="w1", now=NOW, lease=timedelta(seconds=30),
+            serves={"acme", "free"},
+        ))  # fmt: skip
+        await asyncio.sleep(0.5)  # the claim waits for w
+        await blocker.commit()  # x is free: the record goes on
+        failures: list[BaseException] = []
+        try:
+            await asyncio.wait_for(mark, timeout=30)
+        except Exception as exc:
+            failures.append(exc)
+            await record.rollback()
+        else:
+            await record.commit()
+        try:
+            await asyncio.wait_for(claim, timeout=30)
+        except Exception as exc:
+            failures.append(exc)
+    assert failures == [], f"claim and dispatch record deadlocked: {failures}"
+
+
 async def test_a_claim_refuses_an_execution_of_a_tenant_the_worker_does_not_serve(
     pool: asyncpg.Pool,
 ) -> None:
