@@ -105,6 +105,17 @@ BEGIN
     -- Limits are judged by the rows' own tenants (never by what a message says), each
     -- limited tenant locked in name order so that claims never deadlock on them.
     IF EXISTS (SELECT 1 FROM tenants t WHERE t.max_running IS NOT NULL) THEN
+        -- First lock every row of the batch it may run, in id order, as the scheduler's
+        -- mark_queued locks them: the loop below locks one limited tenant's rows at a
+        -- time, and a claim holding a later row of one tenant while it waited for an
+        -- earlier row deadlocked with a dispatch record holding that earlier row.
+        PERFORM 1 FROM executions e
+        JOIN unnest(p_ids, p_dues, p_named) AS u(id, due_at, named)
+          ON e.id = u.id AND e.due_at = u.due_at
+        WHERE e.status IN ('queued', 'scheduled')
+          AND e.tenant = u.named AND e.tenant = ANY (p_serves)
+        ORDER BY e.id
+        FOR UPDATE OF e;
         FOR lim IN
             SELECT t.name, t.max_running FROM tenants t
             WHERE t.max_running IS NOT NULL AND t.name IN (
