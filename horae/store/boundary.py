@@ -52,22 +52,6 @@ def translate(exc: BaseException) -> HoraeError | None:
     return None
 
 
-def translated(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """`fn`, raising Horae's errors instead of the driver's."""
-
-    @functools.wraps(fn)
-    async def call(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except Exception as exc:
-            ours = translate(exc)
-            if ours is None:
-                raise
-            raise ours from exc
-
-    return call
-
-
 @asynccontextmanager
 async def translating() -> AsyncIterator[None]:
     """A scope whose driver errors leave as Horae's."""
@@ -78,3 +62,14 @@ async def translating() -> AsyncIterator[None]:
         if ours is None:
             raise
         raise ours from exc
+
+
+def translated(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """`fn`, raising Horae's errors instead of the driver's."""
+
+    @functools.wraps(fn)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        async with translating():
+            return await fn(*args, **kwargs)
+
+    return call
