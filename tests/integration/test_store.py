@@ -258,6 +258,17 @@ async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.P
     assert statuses == ["running"] * 2 + ["scheduled"] * 3
 
 
+async def waiting_for_a_lock(pool: asyncpg.Pool, conn: asyncpg.Connection, what: str) -> None:
+    """Until `conn`'s backend waits for a lock."""
+    pid = conn.get_server_pid()
+    query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
+
+    async def waits() -> bool:
+        return bool(await pool.fetchval(query, pid))
+
+    await until(waits, timeout=10, interval=0.02, what=what)
+
+
 async def test_a_claim_and_a_dispatch_record_never_deadlock_over_a_limited_tenants_rows(
     pool: asyncpg.Pool,
 ) -> None:
@@ -282,13 +293,13 @@ async def test_a_claim_and_a_dispatch_record_never_deadlock_over_a_limited_tenan
             dispatch.Q["mark_queued"], [r["id"] for r in rows], [r["due_at"] for r in rows],
             [1] * len(rows), NOW,
         ))  # fmt: skip
-        await asyncio.sleep(0.5)  # the record holds w and waits for x
+        await waiting_for_a_lock(pool, sched, "the record holds w and waits for x")
         requests = [executions.ClaimRequest(r["id"], r["due_at"], r["tenant"]) for r in (a1, a2, w)]
         claim = asyncio.create_task(executions.claim_many(
             worker, requests, owner="w1", now=NOW, lease=timedelta(seconds=30),
             serves={"acme", "free"},
         ))  # fmt: skip
-        await asyncio.sleep(0.5)  # the claim waits for w
+        await waiting_for_a_lock(pool, worker, "the claim waits for w")
         await blocker.commit()  # x is free: the record goes on
         failures: list[BaseException] = []
         try:
