@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
 
+from horae.clock import utc_now
 from horae.errors import QuotaExceeded
 from horae.kube import CustomObjects
 from horae.models import JobSource
@@ -100,7 +100,7 @@ class Resync:
         if current is not None and current["metadata"]["uid"] == str(job_id):
             return False  # created after the list, or being deleted: kopf handles it
         async with self._pool.acquire() as conn:
-            await store.cancel_job(conn, job_id, now=datetime.now(UTC), by=JobSource.CRD)
+            await store.cancel_job(conn, job_id, now=utc_now(), by=JobSource.CRD)
         await self._mirrors.forget(job_id, namespace, name)
         log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone", job_id, namespace, name)
         return True

@@ -8,8 +8,9 @@ import asyncio
 import logging
 import math
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
+from horae.clock import utc_now
 from horae.kube import Leases, SingletonLease
 from horae.store.db import Database
 from horae.store.installation import read_installation
@@ -54,7 +55,7 @@ class Maintenance:
                 retention = (await read_installation(conn)).retention_days
                 created, dropped = await maintain_partitions(
                     conn,
-                    today=datetime.now(UTC).date(),
+                    today=utc_now().date(),
                     ahead_days=self._ahead,
                     retention_days=retention,
                 )
