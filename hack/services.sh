@@ -10,11 +10,14 @@
 # Any other cluster on the machine (Debian's 15/main on 5432, say) is never
 # reconfigured, restarted or stopped. A port held by anything that is not
 # Horae's cluster is refused: pick another with HORAE_PG_PORT.
+# A second cluster of Horae's (horae2, on 5434) is a second store group for the tests
+# (docs/architecture.md, "Store groups"): the same role and database, its own primary.
 #
 #   hack/services.sh            ensure both services
 #   hack/services.sh env        print the HORAE_* variables that reach them
 #
-# HORAE_PG_PORT (5433) and HORAE_PG_CLUSTER (horae) name the cluster; HORAE_PG_USER,
+# HORAE_PG_PORT (5433) and HORAE_PG_CLUSTER (horae) name the cluster, HORAE_PG_PORT2
+# (5434) and HORAE_PG_CLUSTER2 (horae2) the second; HORAE_PG_USER,
 # HORAE_PG_PASSWORD, HORAE_PG_DB, HORAE_MQ_* the rest.
 set -euo pipefail
 
@@ -23,6 +26,8 @@ PG_PASSWORD=${HORAE_PG_PASSWORD:-horae}
 PG_DB=${HORAE_PG_DB:-horae}
 PG_CLUSTER=${HORAE_PG_CLUSTER:-horae}
 PG_PORT=${HORAE_PG_PORT:-5433}
+PG_CLUSTER2=${HORAE_PG_CLUSTER2:-horae2}
+PG_PORT2=${HORAE_PG_PORT2:-5434}
 MQ_USER=${HORAE_MQ_USER:-horae}
 MQ_PASSWORD=${HORAE_MQ_PASSWORD:-horae}
 MQ_VHOST=${HORAE_MQ_VHOST:-horae}
@@ -34,6 +39,7 @@ log() { echo "services: $*" >&2; }
 
 if [ "${1:-}" = env ]; then
   echo "HORAE_DATABASE_URL=postgresql://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
+  echo "HORAE_SECOND_DATABASE_URL=postgresql://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT2/$PG_DB"
   echo "HORAE_BROKER_URL=amqp://$MQ_USER:$MQ_PASSWORD@127.0.0.1:$MQ_PORT/$MQ_VHOST"
   exit 0
 fi
@@ -171,6 +177,7 @@ ensure_postgres() {
     apt_install postgresql postgresql-contrib
   fi
   ensure_pg_cluster "$PG_CLUSTER" "$PG_PORT"
+  ensure_pg_cluster "$PG_CLUSTER2" "$PG_PORT2"
 }
 
 # ---- RabbitMQ ---------------------------------------------------------------

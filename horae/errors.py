@@ -9,7 +9,9 @@
     │   ├── StoreUnavailable      no usable connection: refused, lost, cut mid-operation, too
     │   │                         many connections, the server shutting down (retryable)
     │   ├── TransactionAborted    rolled back to break a deadlock: safe to run again
-    │   └── ShardBusy             a shard's epoch is held by its previous owner's dispatch
+    │   ├── ShardBusy             a shard's epoch is held by its previous owner's dispatch
+    │   └── ShardMoved            a shard no longer lives in the group asked (re-read the
+    │                             catalog and ask its group)
     ├── LeaseConflict             a Kubernetes Lease changed or created by someone else first
     └── TaskError                 raised by task handlers to steer the outcome
         ├── RetryableError        try again later (optionally after `delay`)
@@ -24,6 +26,7 @@ to propagate and are classified as retryable by the worker.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 
 
@@ -77,6 +80,15 @@ class TransactionAborted(StoreError):
 class ShardBusy(StoreError):
     """A shard's fencing epoch is still held by a dispatch of its previous owner: taking the
     shard waited as long as it may (`store.dispatch.TAKE_LOCK_TIMEOUT_MS`); try later."""
+
+
+class ShardMoved(StoreError):
+    """A shard moved to another store group: its jobs are no longer created, taken or
+    dispatched in the group asked. The caller re-reads the catalog and asks the new group."""
+
+    def __init__(self, shards: Iterable[int], message: str = "") -> None:
+        self.shards = sorted(shards)
+        super().__init__(message or f"shards {self.shards} moved to another store group")
 
 
 class LeaseConflict(HoraeError):

@@ -53,14 +53,19 @@ def migrate(
                 retention_days=retention_days or settings.database.retention_days,
                 ahead_days=settings.database.partitions_ahead_days,
             )
-        applied = done.applied
-        typer.echo(
-            f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
-        )
+        several = len(done.groups) > 1
+        for group in done.groups:
+            applied = group.applied
+            typer.echo(
+                (f"store group {group.group}: " if several else "")
+                + f"applied {len(applied)} migration(s)"
+                + (f": {', '.join(applied)}" if applied else "")
+                + (f" ({group.dropped} partition(s) dropped)" if several else "")
+            )
         typer.echo(
             f"installation: {done.installation.shards} shards,"
             f" {done.installation.retention_days} days of history kept"
-            f" ({done.dropped} partition(s) dropped)"
+            + ("" if several else f" ({done.dropped} partition(s) dropped)")
         )
 
     _run(go())

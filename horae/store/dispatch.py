@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from horae.errors import ShardBusy
+from horae.errors import ShardBusy, ShardMoved
 from horae.models import ExecutionStatus
 from horae.store.boundary import translated
 from horae.store.occurrences import next_occurrence
@@ -103,13 +103,17 @@ async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
     a live one for milliseconds, one whose client was cut off until Postgres ends it
     (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT_MS` raises
     `ShardBusy` instead, so that the caller's lease loop goes on renewing its other shards,
-    and this one is taken at a later round."""
+    and this one is taken at a later round. `ShardMoved` when the shard lives in another
+    store group now (the caller re-reads the catalog)."""
     try:
         async with conn.transaction():
             await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
-            return int(await conn.fetchval(Q["take_shard"], shard, owner, now))
+            epoch = await conn.fetchval(Q["take_shard"], shard, owner, now)
     except asyncpg.LockNotAvailableError as exc:
         raise ShardBusy(f"shard {shard}: a dispatch of its previous owner holds its epoch") from exc
+    if epoch is None:
+        raise ShardMoved([shard], f"shard {shard} moved out of this store group")
+    return int(epoch)
 
 
 @translated

@@ -60,9 +60,11 @@ ORDER BY due_at, id
 LIMIT $5
 
 -- name: take_shard
--- Bump a shard's fencing epoch as a new owner takes it; returns the new epoch.
+-- Bump a shard's fencing epoch as a new owner takes it; returns the new epoch (none when the
+-- shard moved out of this store group).
 INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at) VALUES ($1, 1, $2, $3)
 ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3
+WHERE NOT s.moved_out
 RETURNING epoch
 
 -- name: take_lock_timeout

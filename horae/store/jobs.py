@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from horae.errors import Conflict, NotFound
-from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
+from horae.errors import Conflict, NotFound, ShardMoved
+from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, shard_of
 from horae.store import quotas
 from horae.store.boundary import translated
 from horae.store.new_jobs import NewJob, insert_jobs
@@ -38,10 +38,15 @@ if TYPE_CHECKING:
 async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
     """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
     otherwise, and nothing is written): the quota check, then one statement. Conflict when a
-    job's id or Idempotency-Key is taken."""
+    job's id or Idempotency-Key is taken; ShardMoved when a job's shard moved to another
+    store group (nothing is written: the caller re-reads the catalog)."""
     try:
         async with conn.transaction():
             await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
+            placed = sorted({shard_of(j.job_id, shards) for j in jobs})
+            moved = await conn.fetchval(Q["shards_moved_out"], placed)
+            if moved:
+                raise ShardMoved(moved)
             await insert_jobs(conn, jobs, shards=shards, now=now)
     except asyncpg.UniqueViolationError as exc:
         # A concurrent create took one of these ids or Idempotency-Keys first.

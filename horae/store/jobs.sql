@@ -156,3 +156,8 @@ CROSS JOIN LATERAL (
     SELECT count(*)::int AS jobs, coalesce(sum(j.fires_per_minute), 0)::float8 AS fires_per_minute
     FROM jobs j WHERE j.tenant = u.name AND j.state IN ('active', 'paused')
 ) used
+
+-- name: shards_moved_out
+-- Which of shards $1 moved out of this store group (share-locked until the transaction ends,
+-- so a move cannot start while these jobs are inserted).
+SELECT horae_shards_moved_out($1::smallint[])

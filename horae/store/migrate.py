@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -90,13 +90,53 @@ async def maintain_partitions(
 
 
 @dataclass(frozen=True)
+class GroupMigrated:
+    group: str
+    applied: list[str]
+    """The migrations this run applied there (empty when its schema was up to date)."""
+    dropped: int
+    """Daily partitions dropped there past retention."""
+
+
+@dataclass(frozen=True)
 class Migrated:
     applied: list[str]
-    """The migrations this run applied (empty when the schema was up to date)."""
+    """The migrations this run applied to the first group (empty when up to date)."""
     installation: Installation
     """The installation's settings after this run."""
     dropped: int
-    """Daily partitions dropped past retention."""
+    """Daily partitions dropped past retention in the first group."""
+    groups: list[GroupMigrated] = field(default_factory=list)
+    """Every group, the first included, in name order."""
+
+
+async def migrate_group(
+    dsn: str,
+    *,
+    shards: int | None,
+    retention_days: int | None,
+    ahead_days: int,
+    today: date,
+    catalog: bool,
+) -> tuple[list[str], Installation, int]:
+    from horae.store.db import connect
+
+    conn = await connect(dsn)
+    try:
+        applied = await apply_migrations(conn)
+        async with conn.transaction():
+            await conn.execute(Q["lock_migrations"], MIGRATION_LOCK)
+            installation = await settle_installation(
+                conn, shards=shards, retention_days=retention_days
+            )
+            if catalog:
+                await conn.execute(Q["init_catalog"], installation.shards)
+        _, dropped = await maintain_partitions(
+            conn, today=today, ahead_days=ahead_days, retention_days=installation.retention_days
+        )
+        return applied, installation, dropped
+    finally:
+        await conn.close()
 
 
 @translated
@@ -109,25 +149,41 @@ async def migrate_installation(
     now: datetime | None = None,
 ) -> Migrated:
     """`horae migrate`: schema, the installation's settings (`shards` and `retention_days`
-    when given; None keeps what the installation has), then partitions by the
-    installation's retention."""
+    when given; None keeps what the installation has), the catalog, then partitions by the
+    installation's retention; in the first group (`dsn`), then in every other store group
+    the catalog names, with the same settings."""
     from horae.store.db import connect
+    from horae.store.groups import MAIN, group_url, read_catalog
 
+    today = (now or datetime.now(UTC)).date()
+    applied, installation, dropped = await migrate_group(
+        dsn,
+        shards=shards,
+        retention_days=retention_days,
+        ahead_days=ahead_days,
+        today=today,
+        catalog=True,
+    )
+    report = [GroupMigrated(MAIN, applied, dropped)]
     conn = await connect(dsn)
     try:
-        applied = await apply_migrations(conn)
-        async with conn.transaction():
-            await conn.execute(Q["lock_migrations"], MIGRATION_LOCK)
-            installation = await settle_installation(
-                conn, shards=shards, retention_days=retention_days
-            )
-        today = (now or datetime.now(UTC)).date()
-        _, dropped = await maintain_partitions(
-            conn, today=today, ahead_days=ahead_days, retention_days=installation.retention_days
-        )
-        return Migrated(applied, installation, dropped)
+        catalog = await read_catalog(conn)
     finally:
         await conn.close()
+    for group, address in sorted(catalog.addresses.items()):
+        if group == MAIN:
+            continue
+        there, _, gone = await migrate_group(
+            group_url(group, address, dsn),
+            shards=installation.shards,
+            retention_days=installation.retention_days,
+            ahead_days=ahead_days,
+            today=today,
+            catalog=False,
+        )
+        report.append(GroupMigrated(group, there, gone))
+    report.sort(key=lambda g: g.group)
+    return Migrated(applied, installation, dropped, report)
 
 
 @translated

@@ -1,0 +1,248 @@
+"""Growing the store online: add a group, move shards between groups, report on them.
+
+Moving shards from group A to group B (`move_shards`), all of it under the catalog's lock:
+
+1. In A, one transaction that stays open: the shards' epochs are bumped and marked moved out
+   (a dispatch of theirs in A is fenced out; they can no longer be taken or get new jobs
+   there), and their jobs and live executions (scheduled, queued, running) are read and
+   locked, so no claim, heartbeat, outcome or edit changes them meanwhile: those wait.
+2. In B, one transaction: what a failed move may have left there is cleared, the rows are
+   copied, the shards get a new epoch there, and their schedulers are told to re-read.
+3. In the catalog: the shards are placed in B; the new version is announced
+   (NOTIFY horae_catalog).
+4. A's transaction deletes the moved rows and commits. A writer that waited on them finds
+   them gone, reads the catalog again (it has moved on) and writes to B.
+
+History (ended executions) stays in A, readable: reads by job or by id ask every group, and
+retention drops it in time. A failure before step 3 rolls A back and leaves B's copy
+unreferenced (cleared by the next move in); the move can be run again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeAlias
+
+import asyncpg
+
+from horae.clock import utc_now
+from horae.errors import ConfigError
+from horae.store.boundary import translated
+from horae.store.db import SERVER_SETTINGS, connect
+from horae.store.groups import Catalog, address_of, group_url, read_catalog
+from horae.store.installation import read_installation
+from horae.store.migrate import GroupMigrated, migrate_group
+from horae.store.queries import Q
+
+log = logging.getLogger(__name__)
+
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
+
+MOVE_LOCK_TIMEOUT_MS = 10_000
+"""How long a move waits for the rows it must lock (a dispatch or a claim holds them for
+milliseconds; a client cut off mid-transaction, until Postgres ends its session)."""
+
+
+@dataclass(frozen=True)
+class Moved:
+    shards: list[int]
+    source: str
+    target: str
+    jobs: int
+    executions: int
+    paused: timedelta
+    """How long the shards' rows were locked (their dispatch and claims waited)."""
+
+
+@translated
+async def add_group(home_url: str, name: str, url: str, *, ahead_days: int = 3) -> GroupMigrated:
+    """Migrate the database at `url` as store group `name` (with the installation's settings)
+    and add it to the catalog, holding no shards yet."""
+    address = address_of(url)
+    home = await connect(home_url)
+    try:
+        installation = await read_installation(home)
+        catalog = await read_catalog(home)
+        if name in catalog.addresses:
+            raise ConfigError(f"store group {name!r} exists already")
+        if any(a is not None and address_of(a) == address for a in catalog.addresses.values()):
+            raise ConfigError(f"store group URL {address}: that database is a group already")
+        applied, _, dropped = await migrate_group(
+            url,
+            shards=installation.shards,
+            retention_days=installation.retention_days,
+            ahead_days=ahead_days,
+            today=utc_now().date(),
+            catalog=False,
+        )
+        async with home.transaction():
+            await home.execute(Q["lock_catalog"])
+            if not await home.fetchval(Q["add_group"], name, address):
+                raise ConfigError(f"store group {name!r} exists already")
+            await home.fetchval(Q["bump_catalog"])
+        return GroupMigrated(name, applied, dropped)
+    finally:
+        await home.close()
+
+
+@translated
+async def move_shards(home_url: str, shards: Sequence[int], target: str) -> list[Moved]:
+    """Move `shards` into group `target`, one source group at a time (see the module)."""
+    home = await connect(home_url)
+    try:
+        async with home.transaction():
+            await home.execute(Q["lock_catalog"])
+            catalog = await read_catalog(home)
+            _check_move(catalog, shards, target)
+            moves: list[Moved] = []
+            by_source: dict[str, list[int]] = {}
+            for s in sorted(set(shards)):
+                if catalog.group_of(s) != target:
+                    by_source.setdefault(catalog.group_of(s), []).append(s)
+            for source, moving in sorted(by_source.items()):
+                moves.append(await _move(home, home_url, catalog, moving, source, target))
+            return moves
+    finally:
+        await home.close()
+
+
+def _check_move(catalog: Catalog, shards: Sequence[int], target: str) -> None:
+    if target not in catalog.addresses:
+        raise ConfigError(
+            f"store group {target!r} does not exist (groups: {', '.join(catalog.groups())})"
+        )
+    bad = sorted(s for s in shards if not 0 <= s < catalog.shards)
+    if bad:
+        raise ConfigError(f"shards {bad}: this installation has shards 0..{catalog.shards - 1}")
+
+
+async def _move(
+    home: Connection, home_url: str, catalog: Catalog, shards: list[int], source: str, target: str
+) -> Moved:
+    owner = f"move:{source}->{target}"
+    # Raw connections (json as text, as stored): rows are copied as they are, in binary COPY.
+    src = await _raw(group_url(source, catalog.addresses[source], home_url))
+    dst = await _raw(group_url(target, catalog.addresses[target], home_url))
+    try:
+        started = utc_now()
+        fence = src.transaction()
+        await fence.start()
+        try:
+            await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
+            await src.execute(Q["fence_shards_out"], shards, owner, started)
+            jobs = await src.fetch(Q["moving_jobs"], shards)
+            executions = await src.fetch(Q["moving_executions"], shards)
+            async with dst.transaction():
+                await dst.execute(Q["clear_live_executions"], shards)
+                await dst.execute(Q["clear_jobs"], shards)
+                await _copy(dst, "jobs", jobs)
+                await _copy(dst, "executions", executions)
+                await dst.execute(Q["fence_shards_in"], shards, owner, started)
+                await dst.execute(Q["announce_shards"], shards)
+            await home.execute(Q["place_shards"], shards, target)
+            await home.fetchval(Q["bump_catalog"])
+            await src.execute(Q["clear_live_executions"], shards)
+            await src.execute(Q["clear_jobs"], shards)
+        except BaseException:
+            await fence.rollback()
+            raise
+        await fence.commit()
+        paused = utc_now() - started
+        log.info(
+            "moved shards %s from %s to %s: %d jobs, %d live executions, %.2fs",
+            shards, source, target, len(jobs), len(executions), paused.total_seconds(),
+        )  # fmt: skip
+        return Moved(shards, source, target, len(jobs), len(executions), paused)
+    finally:
+        await src.close()
+        await dst.close()
+
+
+async def _raw(dsn: str) -> Connection:
+    conn: Connection = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+    return conn
+
+
+async def _copy(conn: Connection, table: str, rows: Sequence[asyncpg.Record]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0].keys())
+    await conn.copy_records_to_table(table, records=[tuple(r) for r in rows], columns=columns)
+
+
+def rebalanced(catalog: Catalog) -> dict[int, str]:
+    """The fewest moves that even out the shards over the groups (each group then holds
+    ⌊n/g⌋ or ⌈n/g⌉ shards; those holding most keep the extra ones):
+    shard → its new group."""
+    held = {g: catalog.shards_of(g) for g in catalog.groups()}
+    groups = sorted(held, key=lambda g: (-len(held[g]), g))
+    base, extra = divmod(catalog.shards, len(groups))
+    want = {g: base + (1 if i < extra else 0) for i, g in enumerate(groups)}
+    spare = [s for g in groups for s in held[g][want[g] :]]
+    moves: dict[int, str] = {}
+    for g in groups:
+        for _ in range(max(0, want[g] - len(held[g]))):
+            moves[spare.pop(0)] = g
+    return moves
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """One group as `horae store status` shows it."""
+
+    group: str
+    address: str | None
+    shards: list[int]
+    jobs: int | None = None
+    live: int | None = None
+    """Executions not yet ended (scheduled, queued, running) of the shards it holds."""
+    executions: int | None = None
+    """All its executions, history included (the planner's estimate)."""
+    lag: timedelta | None = None
+    """How long its oldest overdue scheduled execution has waited (zero: none waits)."""
+    bytes: int | None = None
+    error: str | None = None
+    """Why it could not be read (unreachable, ...): the other figures are then None."""
+
+
+async def store_status(home_url: str) -> tuple[Catalog, list[GroupStatus]]:
+    """The catalog, and each group's rows and dispatch lag (an unreachable group says why,
+    and the others are still read)."""
+    from horae.store.groups import read_catalog as _read
+
+    home = await connect(home_url)
+    try:
+        catalog = await _read(home)
+    finally:
+        await home.close()
+    report = []
+    for group in catalog.groups():
+        address = catalog.addresses[group]
+        shards = catalog.shards_of(group)
+        try:
+            conn = await connect(group_url(group, address, home_url))
+            try:
+                row = await conn.fetchrow(Q["group_rows"], shards)
+            finally:
+                await conn.close()
+        except Exception as exc:  # one group down must not hide the others
+            report.append(GroupStatus(group, address, shards, error=f"{type(exc).__name__}: {exc}"))
+            continue
+        assert row is not None
+        oldest = row["oldest_due"]
+        report.append(
+            GroupStatus(
+                group,
+                address,
+                shards,
+                jobs=row["jobs"],
+                live=row["live"],
+                executions=row["executions_estimate"],
+                lag=max(timedelta(), utc_now() - oldest) if oldest else timedelta(),
+                bytes=row["bytes"],
+            )
+        )
+    return catalog, report

@@ -1,0 +1,176 @@
+"""Store groups on two real PostgreSQL clusters: the catalog, migrations on every group,
+and moving shards with their rows (hack/services.sh starts the second cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from horae.errors import ConfigError, ShardMoved
+from horae.models import JobSource, JobSpec, shard_of
+from horae.store import dispatch, jobs
+from horae.store.db import connect
+from horae.store.groups import MAIN, Store, group_url
+from horae.store.migrate import migrate_installation
+from horae.store.moves import add_group, move_shards, rebalanced
+from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+@pytest_asyncio.fixture
+async def second_url(db_url: str) -> AsyncIterator[str]:
+    """The test database's twin on the second cluster: group `second`, the odd shards."""
+    name = f"horae_g_{uuid.uuid4().hex[:10]}"
+    url = await split_store(db_url, name)
+    yield url
+    await drop_database(SECOND_DB, name)
+
+
+def job_in(shard: int, shards: int = 64) -> uuid.UUID:
+    """A job id whose shard is `shard`."""
+    while True:
+        job_id = uuid.uuid4()
+        if shard_of(job_id, shards) == shard:
+            return job_id
+
+
+async def create(conn: asyncpg.Connection, job_id: uuid.UUID, expr: str = "0 0 * * * *") -> None:
+    await jobs.create_job(
+        conn, JobSpec(task="t", cron=expr), tenant="acme", source=JobSource.API,
+        shards=64, now=NOW, job_id=job_id,
+    )  # fmt: skip
+
+
+async def test_the_catalog_places_odd_shards_in_the_second_group(
+    db_url: str, second_url: str
+) -> None:
+    store = await Store.open(db_url, size=2)
+    try:
+        assert store.groups() == [MAIN, SECOND]
+        assert store.catalog.shards_of(SECOND) == list(range(1, 64, 2))
+        assert store.catalog.group_of(6) == MAIN
+        assert store.for_shard(7) is store.database(SECOND)
+        # The catalog keeps no password; a component uses its own credentials.
+        address = store.catalog.addresses[SECOND]
+        assert address is not None and "horae:" not in address
+        assert group_url(SECOND, address, db_url) == second_url
+    finally:
+        await store.close()
+
+
+async def test_migrate_reports_and_migrates_every_group(db_url: str, second_url: str) -> None:
+    done = await migrate_installation(db_url)
+    assert [(g.group, g.applied) for g in done.groups] == [(MAIN, []), (SECOND, [])]
+    conn = await connect(second_url)
+    try:
+        # The second group got the installation's settings and no catalog of its own.
+        assert await conn.fetchval("SELECT shards FROM installation") == 64
+        assert await conn.fetchval("SELECT count(*) FROM shard_placement") == 0
+    finally:
+        await conn.close()
+
+
+async def test_adding_a_group_twice_or_the_same_database_is_refused(
+    db_url: str, second_url: str
+) -> None:
+    with pytest.raises(ConfigError, match="exists already"):
+        await add_group(db_url, SECOND, second_url)
+    with pytest.raises(ConfigError, match="is a group already"):
+        await add_group(db_url, "third", second_url)
+
+
+async def test_move_copies_live_rows_fences_the_source_and_leaves_history(
+    db_url: str, second_url: str
+) -> None:
+    home, there = await connect(db_url), await connect(second_url)
+    try:
+        job_id = job_in(4)
+        await create(home, job_id)
+        ended = job_in(4)
+        await create(home, ended)
+        await home.execute(
+            "UPDATE executions SET status = 'succeeded', started_at = $2, finished_at = $2"
+            " WHERE job_id = $1",
+            ended, NOW,
+        )  # fmt: skip
+        await dispatch.take_shard(home, 4, "scheduler-a", NOW)
+
+        [moved] = await move_shards(db_url, [4], SECOND)
+        assert (moved.shards, moved.source, moved.target) == ([4], MAIN, SECOND)
+        assert (moved.jobs, moved.executions) == (2, 1)
+
+        # The job, both job rows and the live execution now live in the second group...
+        assert await there.fetchval("SELECT count(*) FROM jobs WHERE shard = 4") == 2
+        live = await there.fetch("SELECT job_id, status FROM executions WHERE shard = 4")
+        assert [(r["job_id"], r["status"]) for r in live] == [(job_id, "scheduled")]
+        # ...the first keeps the history only, and refuses to take or create in shard 4.
+        left = await home.fetch("SELECT job_id, status FROM executions WHERE shard = 4")
+        assert [(r["job_id"], r["status"]) for r in left] == [(ended, "succeeded")]
+        assert await home.fetchval("SELECT count(*) FROM jobs WHERE shard = 4") == 0
+        with pytest.raises(ShardMoved):
+            await dispatch.take_shard(home, 4, "scheduler-a", NOW)
+        with pytest.raises(ShardMoved):
+            await create(home, job_in(4))
+        # The second group takes it, and creates there.
+        assert await dispatch.take_shard(there, 4, "scheduler-b", NOW) >= 1
+        await create(there, job_in(4))
+
+        # And back: the first group hosts it again.
+        await move_shards(db_url, [4], MAIN)
+        assert await home.fetchval("SELECT count(*) FROM jobs WHERE shard = 4") == 3
+        assert await dispatch.take_shard(home, 4, "scheduler-a", NOW) >= 1
+    finally:
+        await home.close()
+        await there.close()
+
+
+async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_gone(
+    db_url: str, second_url: str
+) -> None:
+    home = await connect(db_url)
+    try:
+        job_id = job_in(2)
+        await create(home, job_id, "* * * * * *")
+        writer = home.transaction()
+        await writer.start()
+        await home.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id)
+        move = asyncio.create_task(move_shards(db_url, [2], SECOND))
+        await asyncio.sleep(0.5)
+        assert not move.done()  # it waits for the row
+        updated = await home.execute(
+            "UPDATE executions SET status = 'running', lease_owner = 'w', lease_until = $2,"
+            " started_at = $2 WHERE job_id = $1",
+            job_id, NOW + timedelta(minutes=1),
+        )  # fmt: skip
+        assert updated == "UPDATE 1"
+        await writer.commit()
+        await move
+        # What the writer committed before the move read the row went with it.
+        there = await connect(second_url)
+        try:
+            assert (
+                await there.fetchval("SELECT status FROM executions WHERE job_id = $1", job_id)
+                == "running"
+            )
+        finally:
+            await there.close()
+    finally:
+        await home.close()
+
+
+def test_rebalance_evens_the_shards_with_the_fewest_moves() -> None:
+    from horae.store.groups import Catalog
+
+    catalog = Catalog(1, {MAIN: None, "b": "postgresql://h/b"}, tuple([MAIN] * 8))
+    moves = rebalanced(catalog)
+    assert sorted(moves) == [4, 5, 6, 7] and set(moves.values()) == {"b"}
+    even = Catalog(2, {MAIN: None, "b": "x", "c": "y"}, tuple([MAIN] * 4 + ["b"] * 4))
+    moves = rebalanced(even)
+    assert len(moves) == 2 and sorted(moves.values()) == ["c", "c"]

@@ -1,0 +1,53 @@
+"""A store split over two PostgreSQL clusters (hack/services.sh starts the second, horae2,
+on port 5434): a test database on each, the second added to the first's catalog as group
+`second` and given every odd shard, before anything runs."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from horae.store.moves import add_group, move_shards
+
+SECOND_DB = os.environ.get(
+    "HORAE_SECOND_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5434/horae"
+)
+SECOND = "second"
+
+
+def with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + path))
+
+
+async def create_database(admin_url: str, name: str) -> str:
+    admin = await asyncpg.connect(admin_url, timeout=10)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return with_path(admin_url, name)
+
+
+async def drop_database(admin_url: str, name: str) -> None:
+    admin = await asyncpg.connect(admin_url, timeout=10)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def split_store(home_url: str, name: str) -> str:
+    """Database `name` on the second cluster, added as group `second` of the store whose
+    catalog is at `home_url`, holding the odd shards; its URL."""
+    url = await create_database(SECOND_DB, name)
+    await add_group(home_url, SECOND, url)
+    conn = await asyncpg.connect(home_url)
+    try:
+        shards = await conn.fetchval("SELECT shards FROM installation")
+    finally:
+        await conn.close()
+    await move_shards(home_url, list(range(1, shards, 2)), SECOND)
+    return url
