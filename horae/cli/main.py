@@ -10,6 +10,7 @@ import typer
 
 from horae.cli import views
 from horae.cli.jobs import jobs_app
+from horae.cli.store import store_app
 from horae.cli.support import console, fail
 from horae.cli.support import run as _run
 from horae.cli.support import settings as _settings
@@ -164,6 +165,7 @@ def dev(
 
 # After the components' commands, in the order `horae --help` lists them.
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(store_app, name="store")
 views.register(app)
 
 

@@ -20,7 +20,7 @@ import typer
 
 from horae import logs
 from horae.config import Settings
-from horae.errors import ConfigError, QuotaExceeded
+from horae.errors import ConfigError, QuotaExceeded, StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,6 +68,8 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
     except ConfigError as exc:  # a setting the database contradicts, or no installation yet
         raise fail(str(exc)) from None
     except QuotaExceeded as exc:  # the operation failed: the tenant is at a quota
+        raise fail(str(exc), 1) from None
+    except StoreError as exc:  # the operation failed: a database refused it or is down
         raise fail(str(exc), 1) from None
 
 

@@ -151,7 +151,7 @@ async def _move(
             raise
         await fence.commit()
         paused = utc_now() - started
-        log.info(
+        log.debug(
             "moved shards %s from %s to %s: %d jobs, %d live executions, %.2fs",
             shards, source, target, len(jobs), len(executions), paused.total_seconds(),
         )  # fmt: skip
