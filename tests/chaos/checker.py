@@ -20,13 +20,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 WORKER_FAULTS = {"kill", "pause", "term", "clock"}
 """Faults aimed at one process: they explain a duplicate of a run that process held."""
-GLOBAL_FAULTS = {"pg_restart", "pg_terminate", "mq_restart", "partition"}
-"""Faults that can cut any process's writes: they explain a duplicate of any run."""
+GLOBAL_FAULTS = {"pg_restart", "pg_terminate", "mq_restart", "partition", "group_down"}
+"""Faults that can cut any process's writes: they explain a duplicate of any run. (A move
+of shards between store groups is not one: it must not duplicate anything.)"""
 LAG_LIMIT = 2.0
 LAG_MARGIN = 5.0
 """A fault this long before a run's due time counts as touching it: a crashed scheduler's
@@ -315,3 +316,13 @@ def check(history: History) -> Report:
     report.lag_p50, report.lag_p99 = percentile(lags, 0.5), percentile(lags, 0.99)
     report.lag_max = max(lags, default=0.0)
     return report
+
+
+def first_run_lags(
+    invocations: Iterable[Invocation], keep: Callable[[Invocation], bool]
+) -> list[float]:
+    """Start lags of the first runs of the occurrences whose first run `keep` selects."""
+    firsts: dict[tuple[str, float], Invocation] = {}
+    for inv in sorted(invocations, key=lambda i: i.at):
+        firsts.setdefault(inv.key, inv)
+    return [i.at - i.due_at for i in firsts.values() if keep(i)]

@@ -42,3 +42,15 @@ def private_servers(chaos_dir: Path) -> Iterator[tuple[Postgres, RabbitMQ]]:
     finally:
         rabbitmq.destroy()
         postgres.destroy()
+
+
+@pytest.fixture
+def second_postgres(
+    chaos_dir: Path, private_servers: tuple[Postgres, RabbitMQ]
+) -> Iterator[Postgres]:
+    """A second private PostgreSQL: the second store group of a two-group run."""
+    postgres = Postgres.create(chaos_dir / "postgres-second")
+    try:
+        yield postgres
+    finally:
+        postgres.destroy()

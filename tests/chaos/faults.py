@@ -42,6 +42,16 @@ class Planned:
     detail: str = ""
 
 
+def group_plan(duration: float) -> list[Planned]:
+    """The two-group run's faults: the second group's primary down for 30 s, then a quarter
+    of the shards moved between groups, each under load."""
+    down_at = min(10.0, duration / 6)
+    return [
+        Planned(down_at, "group_down", "postgres", 30.0, 0),
+        Planned(down_at + 30.0 + 10.0, "move_shards", "store", 0.0, 0),
+    ]
+
+
 def plan(seed: int, duration: float, *, lease: float, scheduler_lease: float) -> list[Planned]:
     rng = random.Random(seed)
     out: list[Planned] = []
@@ -94,6 +104,10 @@ class Cluster:
     """Start a partitioned scheduler, cut it off for `seconds`, heal; returns its identity."""
     partition_skipped: str = ""
     """Why there is no partition fault here, when there is none."""
+    second: Postgres | None = None
+    """The second store group's PostgreSQL, when the store has two groups."""
+    move: Callable[[], Awaitable[str]] | None = None
+    """Move a quarter of the shards to the other group; returns what it moved."""
 
 
 @dataclass
@@ -196,6 +210,18 @@ class Injector:
             await asyncio.to_thread(skewed.stop, 30)
             self._log("clock", skewed.identity, start, f"{p.detail} s")
             await self._replace(skewed)
+        elif p.kind == "group_down":  # one store group's primary stopped, then started
+            assert c.second is not None
+            await asyncio.to_thread(c.second.stop)
+            try:
+                await asyncio.sleep(p.duration)
+            finally:
+                await asyncio.to_thread(c.second.start)
+            self._log("group_down", "postgres-second", start)
+        elif p.kind == "move_shards":
+            assert c.move is not None
+            detail = await c.move()
+            self._log("move_shards", "store", start, detail)
         elif p.kind == "partition":
             if c.partition is None:
                 self.skipped.append(f"partition: {c.partition_skipped}")

@@ -27,8 +27,9 @@ import httpx
 
 from horae.models import shard_of
 from horae.store.migrate import migrate
+from horae.store.moves import add_group, move_shards
 from tests.chaos import checker
-from tests.chaos.faults import Cluster, Injector, plan
+from tests.chaos.faults import Cluster, Injector, group_plan, plan
 from tests.chaos.partition import Partition
 from tests.chaos.servers import Postgres, RabbitMQ
 from tests.chaos.workload import ADMIN_TOKEN, TENANTS, ScheduledJobs, Workload, cron_promise
@@ -73,8 +74,15 @@ class Settings:
 class Run:
     def __init__(self, cfg: Settings, plane: ControlPlane, namespace: str,
                  kubeconfigs: dict[str, Path], base: Path,
-                 postgres: Postgres, rabbitmq: RabbitMQ) -> None:  # fmt: skip
+                 postgres: Postgres, rabbitmq: RabbitMQ,
+                 second: Postgres | None = None) -> None:  # fmt: skip
         self.cfg = cfg
+        self.second = second
+        """With a second PostgreSQL, the store has two groups: `second` holds the odd shards."""
+        self.urls = [postgres.url, *([second.url] if second else [])]
+        self.moved: list[int] = []
+        self.faults: list[checker.Fault] = []
+        self.main_shards = set(range(0, 64, 2) if second else range(64))
         self.plane = plane
         self.namespace = namespace
         self.base = base
@@ -186,44 +194,53 @@ class Run:
     async def observe(self, stop: asyncio.Event) -> None:
         """Sample Postgres all along: epochs and running counts often, terminal statuses
         every few seconds. A sample that fails (Postgres restarting) is skipped."""
-        conn: asyncpg.Connection | None = None
+        conns: dict[str, asyncpg.Connection] = {}
         tick = 0
         seen: dict[str, str] = {}
         while not stop.is_set():
             try:
-                if conn is None or conn.is_closed():
-                    conn = await asyncpg.connect(self.postgres.url, timeout=5,
-                                                 server_settings=OBSERVER)  # fmt: skip
                 now = time.time()
-                epochs = {r[0]: r[1] for r in await conn.fetch(
-                    "SELECT shard, epoch FROM shard_epochs")}  # fmt: skip
-                running = {r[0]: r[1] for r in await conn.fetch(
-                    "SELECT tenant, count(*) FROM executions WHERE status = 'running' "
-                    "GROUP BY tenant")}  # fmt: skip
+                epochs: dict[int, int] = {}
+                running: dict[str, int] = {}
                 terminal: dict[str, str] = {}
-                if tick % 6 == 0:  # kept: only what is new or changed since the last look
+                for g, url in enumerate(self.urls):  # each group's shards keyed apart
+                    conn = conns.get(url)
+                    if conn is None or conn.is_closed():
+                        conn = conns[url] = await asyncpg.connect(
+                            url, timeout=5, server_settings=OBSERVER
+                        )
+                    for r in await conn.fetch("SELECT shard, epoch FROM shard_epochs"):
+                        epochs[g * 10_000 + r[0]] = r[1]
                     for r in await conn.fetch(
-                        "SELECT id, status::text FROM executions "
-                        "WHERE status NOT IN ('scheduled', 'queued', 'running')"
+                        "SELECT tenant, count(*) FROM executions WHERE status = 'running' "
+                        "GROUP BY tenant"
                     ):  # fmt: skip
-                        key = str(r[0])
-                        if seen.get(key) != r[1]:
-                            terminal[key] = seen[key] = r[1]
+                        running[r[0]] = running.get(r[0], 0) + r[1]
+                    if tick % 6 == 0:  # kept: only what is new or changed since the last look
+                        for r in await conn.fetch(
+                            "SELECT id, status::text FROM executions "
+                            "WHERE status NOT IN ('scheduled', 'queued', 'running')"
+                        ):  # fmt: skip
+                            key = str(r[0])
+                            if seen.get(key) != r[1]:
+                                terminal[key] = seen[key] = r[1]
                 self.samples.append(checker.Sample(now, terminal, epochs, running))
                 tick += 1
             except Exception:  # Postgres restarting, the connection cut: skip this sample
-                conn = None
+                for conn in conns.values():
+                    conn.terminate()
+                conns = {}
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
                 pass
-        if conn is not None:
+        for conn in conns.values():
             await conn.close()
 
-    async def _db(self) -> asyncpg.Connection:
+    async def _db(self, url: str | None = None) -> asyncpg.Connection:
         async def connect() -> asyncpg.Connection | None:
             try:
-                return await asyncpg.connect(self.postgres.url, timeout=5,
+                return await asyncpg.connect(url or self.postgres.url, timeout=5,
                                              server_settings=OBSERVER)  # fmt: skip
             except (OSError, asyncpg.PostgresError, TimeoutError):
                 return None
@@ -234,45 +251,56 @@ class Run:
         """name -> (job id, when first seen in the store): a ScheduledJob's promise starts
         once the operator stored it."""
         seen: dict[str, tuple[str, float]] = {}
-        conn = await self._db()
+        conns = [await self._db(url) for url in self.urls]
         try:
 
             async def stored() -> bool:
-                rows = await conn.fetch(
-                    "SELECT name, id FROM jobs WHERE source = 'crd' AND name = ANY($1) "
-                    "AND state = 'active'", names)  # fmt: skip
-                for row in rows:
-                    seen.setdefault(row["name"], (str(row["id"]), time.time()))
+                for conn in conns:
+                    rows = await conn.fetch(
+                        "SELECT name, id FROM jobs WHERE source = 'crd' AND name = ANY($1) "
+                        "AND state = 'active'", names)  # fmt: skip
+                    for row in rows:
+                        seen.setdefault(row["name"], (str(row["id"]), time.time()))
                 return len(seen) == len(names)
 
             await until(stored, timeout=60, interval=0.2, what="ScheduledJobs stored")
         finally:
-            await conn.close()
+            for conn in conns:
+                await conn.close()
         return seen
 
     async def pending(self) -> int:
-        conn = await self._db()
-        try:
-            return int(await conn.fetchval(
-                "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', "
-                "'running')"))  # fmt: skip
-        finally:
-            await conn.close()
+        total = 0
+        for url in self.urls:
+            conn = await self._db(url)
+            try:
+                total += int(await conn.fetchval(
+                    "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', "
+                    "'running')"))  # fmt: skip
+            finally:
+                await conn.close()
+        return total
 
     async def final(self) -> dict[str, str]:
-        conn = await self._db()
-        try:  # the store's last word, kept beside the history for a post-mortem
-            for name, query in DUMPS.items():
-                await conn.copy_from_query(query, output=str(self.base / f"{name}.csv"),
-                                           format="csv", header=True)  # fmt: skip
-            rows = await conn.fetch("SELECT id, status::text FROM executions")
-            withdrawn = await conn.fetch(
-                "SELECT job_id, occurrence_at FROM executions WHERE attempt = 1 "
-                "AND status = 'cancelled' AND error_kind = 'cancelled'")  # fmt: skip
-            self.withdrawn = frozenset((str(r[0]), round(r[1].timestamp(), 3)) for r in withdrawn)
-            return {str(r[0]): r[1] for r in rows}
-        finally:
-            await conn.close()
+        statuses: dict[str, str] = {}
+        withdrawn: set[tuple[str, float]] = set()
+        for g, url in enumerate(self.urls):
+            conn = await self._db(url)
+            try:  # the store's last word, kept beside the history for a post-mortem
+                for name, query in DUMPS.items():
+                    out = self.base / (f"{name}.csv" if g == 0 else f"{name}-group{g}.csv")
+                    await conn.copy_from_query(query, output=str(out), format="csv",
+                                               header=True)  # fmt: skip
+                rows = await conn.fetch("SELECT id, status::text FROM executions")
+                statuses.update((str(r[0]), r[1]) for r in rows)
+                gone = await conn.fetch(
+                    "SELECT job_id, occurrence_at FROM executions WHERE attempt = 1 "
+                    "AND status = 'cancelled' AND error_kind = 'cancelled'")  # fmt: skip
+                withdrawn |= {(str(r[0]), round(r[1].timestamp(), 3)) for r in gone}
+            finally:
+                await conn.close()
+        self.withdrawn = frozenset(withdrawn)
+        return statuses
 
     def invocations(self) -> list[checker.Invocation]:
         events: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
@@ -300,6 +328,9 @@ class Run:
     async def go(self) -> tuple[checker.Report, str]:
         cfg = self.cfg
         await migrate(self.postgres.url)
+        if self.second is not None:
+            await add_group(self.postgres.url, "second", self.second.url)
+            await move_shards(self.postgres.url, list(range(1, 64, 2)), "second")
         await self.bring_up()
         rng = random.Random(cfg.seed)
         workload = Workload([f"http://127.0.0.1:{p}" for p in self.api_ports], self.tokens,
@@ -313,15 +344,19 @@ class Run:
 
         made = await asyncio.to_thread(Partition.create, [
             self.postgres.port, self.rabbitmq.port, self.apiserver_port()])  # fmt: skip
-        cluster = Cluster(self.replicas, self.start, self.postgres, self.rabbitmq)
+        cluster = Cluster(self.replicas, self.start, self.postgres, self.rabbitmq,
+                          second=self.second, move=self.move_quarter)  # fmt: skip
         if isinstance(made, Partition):
             self.partition = made
             cluster.partition = self.partitioned
         else:
             cluster.partition_skipped = made
         injector = Injector(cluster)
-        schedule = plan(cfg.seed, cfg.duration, lease=cfg.lease,
-                        scheduler_lease=cfg.scheduler_lease)  # fmt: skip
+        schedule = (
+            group_plan(cfg.duration) if self.second is not None
+            else plan(cfg.seed, cfg.duration, lease=cfg.lease,
+                      scheduler_lease=cfg.scheduler_lease)
+        )  # fmt: skip
         stop_observing = asyncio.Event()
         observer = asyncio.create_task(self.observe(stop_observing))
         began = time.time()
@@ -358,6 +393,7 @@ class Run:
             self.withdrawn,
         )  # fmt: skip
         report = checker.check(history)
+        self.faults = list(injector.faults)
         header = [
             f"seed {cfg.seed}, fault phase {cfg.duration:.0f} s, {len(schedule)} faults planned, "
             f"one-offs {cfg.jobs} sent ({workload.unacknowledged} unacknowledged), "
@@ -372,6 +408,27 @@ class Run:
             "".join(json.dumps(f.__dict__) + "\n" for f in injector.faults)
         )
         return report, text
+
+    async def move_quarter(self) -> str:
+        """Move 16 of the first group's 32 shards to the second, under load."""
+        shards = sorted(self.main_shards)[:16]
+        started = time.time()
+        await move_shards(self.postgres.url, shards, "second")
+        self.moved = shards
+        self.main_shards -= set(shards)
+        return f"shards {shards} to second in {time.time() - started:.2f} s"
+
+    def untouched_group_lags(self, faults: Iterable[checker.Fault]) -> list[float]:
+        """Start lags of the first group's executions due while the second group was down:
+        shards it held throughout (none moved then)."""
+        down = [f for f in faults if f.kind == "group_down"]
+        return checker.first_run_lags(
+            self.invocations(),
+            lambda i: (
+                any(f.start + 1 <= i.due_at <= f.end for f in down)
+                and shard_of(uuid.UUID(i.job_id), 64) in self.main_shards
+            ),
+        )
 
     def post_mortem(self, report: checker.Report) -> str:
         return post_mortem(report, self.base, ((c.identity, c.log()) for c in self.procs.started))

@@ -81,8 +81,11 @@ class Postgres:
 
     def restart(self, mode: str = "fast") -> None:
         """`fast`: a clean shutdown; `immediate`: as a crash, with recovery at start."""
-        self._ctl("-m", mode, "-w", "-t", "60", "stop")
+        self.stop(mode)
         self.start()
+
+    def stop(self, mode: str = "fast") -> None:
+        self._ctl("-m", mode, "-w", "-t", "60", "stop")
 
     def destroy(self) -> None:
         self._ctl("-m", "immediate", "stop", check=False)

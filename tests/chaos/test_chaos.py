@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.checker import percentile
 from tests.chaos.harness import Run, Settings
 from tests.chaos.servers import Postgres, RabbitMQ
 from tests.support.chart import INSTALL_NAMESPACE
@@ -44,3 +45,43 @@ async def test_acknowledged_jobs_survive_a_seeded_fault_schedule(
         print(run.post_mortem(report))
         print(run.procs.dump())
     assert report.ok, f"the checker found violations (history in {chaos_dir}):\n{text}"
+
+
+GROUPS = Settings(duration=70.0, jobs=1750)
+"""The two-group run: the second group's primary down from 10 s to 40 s, a quarter of the
+shards moved at 50 s, one-offs created all along (25 a second)."""
+UNTOUCHED_LAG_LIMIT = 1.0
+
+
+@pytest.mark.chaos
+@pytest.mark.e2e
+@pytest.mark.timeout(GROUPS.duration + 600)
+async def test_two_store_groups_survive_one_down_and_a_move_of_shards(
+    control_plane: ControlPlane, namespace: str, component_kubeconfigs: dict[str, Path],
+    private_servers: tuple[Postgres, RabbitMQ], second_postgres: Postgres, chaos_dir: Path,
+) -> None:  # fmt: skip
+    for role in ("operator-leader", "scheduler"):  # Leases in the run's namespace
+        control_plane.kubectl(
+            "create", "rolebinding", f"horae-{role}", "-n", namespace,
+            f"--clusterrole=horae-{role}",
+            f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
+        )  # fmt: skip
+    postgres, rabbitmq = private_servers
+    run = Run(GROUPS, control_plane, namespace, component_kubeconfigs, chaos_dir,
+              postgres, rabbitmq, second=second_postgres)  # fmt: skip
+    try:
+        report, text = await run.go()
+        lags = run.untouched_group_lags(run.faults)
+    finally:
+        run.close()
+    p99 = percentile(lags, 0.99)
+    print(text)
+    print(f"first group while the second was down: {len(lags)} executions, start lag p99"
+          f" {p99:.3f} s, max {max(lags, default=0):.3f} s; moved shards {run.moved}")  # fmt: skip
+    if not report.ok:
+        print(run.post_mortem(report))
+        print(run.procs.dump())
+    assert report.ok, f"the checker found violations (history in {chaos_dir}):\n{text}"
+    assert run.moved and len(run.moved) == 16, "the move of a quarter of the shards did not run"
+    assert len(lags) > 100, f"too few executions of the first group ran during the outage: {lags}"
+    assert p99 <= UNTOUCHED_LAG_LIMIT, f"start lag p99 {p99:.3f} s while the other group was down"
