@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from horae.store.moves import add_group, move_shards
+from tests.support.db_roles import LoginRoles
 
 SECOND_DB = os.environ.get(
     "HORAE_SECOND_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5434/horae"
@@ -51,3 +52,19 @@ async def split_store(home_url: str, name: str) -> str:
         await conn.close()
     await move_shards(home_url, list(range(1, shards, 2)), SECOND)
     return url
+
+
+async def mirror_login_roles(admin_url: str, roles: LoginRoles) -> None:
+    """The components' login roles (cluster-wide) on another cluster too, with the same
+    names and password, in the group roles `horae migrate` created there: a component
+    connects to every group with its own credentials."""
+    admin = await asyncpg.connect(admin_url)
+    try:
+        for component, name in roles.names.items():
+            # A role name and a password cannot be query parameters: both are made here.
+            await admin.execute(
+                f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{roles.password}'"
+                f" IN ROLE horae_{component}"
+            )
+    finally:
+        await admin.close()
