@@ -38,3 +38,8 @@ SELECT version, pg_notify('horae_catalog', version::text) FROM bumped
 -- name: lock_catalog
 -- Serialise changes of the catalog (adding groups, moving shards) for the transaction.
 SELECT pg_advisory_xact_lock(hashtext('horae_catalog'))
+
+-- name: lock_catalog_session
+-- Serialise moves of shards for the session (a move commits in several steps); released
+-- when the mover's connection ends, whatever happens to it.
+SELECT pg_advisory_lock(hashtext('horae_catalog'))

@@ -2,20 +2,23 @@
 
 Moving shards from group A to group B (`move_shards`), all of it under the catalog's lock:
 
-1. In A, one transaction that stays open: the shards' epochs are bumped and marked moved out
-   (a dispatch of theirs in A is fenced out; they can no longer be taken or get new jobs
-   there), and their jobs and live executions (scheduled, queued, running) are read and
-   locked, so no claim, heartbeat, outcome or edit changes them meanwhile: those wait.
-2. In B, one transaction: what a failed move may have left there is cleared, the rows are
+1. In A: the shards' epochs are bumped and marked moved out, committed (a dispatch of theirs
+   in A is fenced out; they can no longer be taken or get new jobs there).
+2. In A, one transaction that stays open: their jobs and live executions (scheduled, queued,
+   running) are read and locked, so no claim, heartbeat, outcome or edit changes them
+   meanwhile: those wait.
+3. In B, one transaction: what a failed move may have left there is cleared, the rows are
    copied, the shards get a new epoch there, and their schedulers are told to re-read.
-3. In the catalog: the shards are placed in B; the new version is announced
+4. In the catalog: the shards are placed in B; the new version is announced
    (NOTIFY horae_catalog).
-4. A's transaction deletes the moved rows and commits. A writer that waited on them finds
+5. A's transaction deletes the moved rows and commits. A writer that waited on them finds
    them gone, reads the catalog again (it has moved on) and writes to B.
 
 History (ended executions) stays in A, readable: reads by job or by id ask every group, and
-retention drops it in time. A failure before step 3 rolls A back and leaves B's copy
-unreferenced (cleared by the next move in); the move can be run again.
+retention drops it in time. A failure before step 4 rolls A back and unmarks the shards
+there, leaving B's copy unreferenced; one after it leaves A's copy fenced (nothing can be
+dispatched or created there). Every move starts by repairing both (`_repair`), so running
+the move again is the remedy. Moves are serialised by a session advisory lock.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeAlias
 
 import asyncpg
@@ -90,21 +93,22 @@ async def add_group(home_url: str, name: str, url: str, *, ahead_days: int = 3) 
 
 @translated
 async def move_shards(home_url: str, shards: Sequence[int], target: str) -> list[Moved]:
-    """Move `shards` into group `target`, one source group at a time (see the module)."""
+    """Move `shards` into group `target`, one source group at a time (see the module). First
+    repairs what a failed move may have left in any group."""
     home = await connect(home_url)
     try:
-        async with home.transaction():
-            await home.execute(Q["lock_catalog"])
-            catalog = await read_catalog(home)
-            _check_move(catalog, shards, target)
-            moves: list[Moved] = []
-            by_source: dict[str, list[int]] = {}
-            for s in sorted(set(shards)):
-                if catalog.group_of(s) != target:
-                    by_source.setdefault(catalog.group_of(s), []).append(s)
-            for source, moving in sorted(by_source.items()):
-                moves.append(await _move(home, home_url, catalog, moving, source, target))
-            return moves
+        await home.execute(Q["lock_catalog_session"])
+        catalog = await read_catalog(home)
+        _check_move(catalog, shards, target)
+        await _repair(home_url, catalog)
+        moves: list[Moved] = []
+        by_source: dict[str, list[int]] = {}
+        for s in sorted(set(shards)):
+            if catalog.group_of(s) != target:
+                by_source.setdefault(catalog.group_of(s), []).append(s)
+        for source, moving in sorted(by_source.items()):
+            moves.append(await _move(home, home_url, catalog, moving, source, target))
+        return moves
     finally:
         await home.close()
 
@@ -119,37 +123,57 @@ def _check_move(catalog: Catalog, shards: Sequence[int], target: str) -> None:
         raise ConfigError(f"shards {bad}: this installation has shards 0..{catalog.shards - 1}")
 
 
+async def _repair(home_url: str, catalog: Catalog) -> None:
+    """In each group: a shard marked moved out that the catalog still places there (a move
+    that failed before the switch) is unmarked; the live rows and jobs of shards placed
+    elsewhere (a move that failed after it, or a copy never switched to) are cleared."""
+    for group in catalog.groups():
+        conn = await _raw(group_url(group, catalog.addresses[group], home_url))
+        try:
+            marked = {r["shard"] for r in await conn.fetch(Q["moved_out_shards"])}
+            here = set(catalog.shards_of(group))
+            elsewhere = sorted(set(range(catalog.shards)) - here)
+            async with conn.transaction():
+                await conn.execute(Q["unfence_shards"], sorted(marked & here))
+                await conn.execute(Q["clear_live_executions"], elsewhere)
+                await conn.execute(Q["clear_jobs"], elsewhere)
+        finally:
+            await conn.close()
+
+
 async def _move(
     home: Connection, home_url: str, catalog: Catalog, shards: list[int], source: str, target: str
 ) -> Moved:
+    """1. fence the source (committed: from now on nothing new starts there); 2. lock and
+    read the rows there; 3. copy them to the target (committed); 4. switch the catalog
+    (committed); 5. delete them at the source (committed). A failure before 4 unfences the
+    source; one after it leaves fenced leftovers the next move's repair clears."""
     owner = f"move:{source}->{target}"
     # Raw connections (json as text, as stored): rows are copied as they are, in binary COPY.
     src = await _raw(group_url(source, catalog.addresses[source], home_url))
     dst = await _raw(group_url(target, catalog.addresses[target], home_url))
     try:
         started = utc_now()
-        fence = src.transaction()
-        await fence.start()
-        try:
+        async with src.transaction():
             await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
             await src.execute(Q["fence_shards_out"], shards, owner, started)
-            jobs = await src.fetch(Q["moving_jobs"], shards)
-            executions = await src.fetch(Q["moving_executions"], shards)
-            async with dst.transaction():
-                await dst.execute(Q["clear_live_executions"], shards)
-                await dst.execute(Q["clear_jobs"], shards)
-                await _copy(dst, "jobs", jobs)
-                await _copy(dst, "executions", executions)
-                await dst.execute(Q["fence_shards_in"], shards, owner, started)
-                await dst.execute(Q["announce_shards"], shards)
-            await home.execute(Q["place_shards"], shards, target)
-            await home.fetchval(Q["bump_catalog"])
-            await src.execute(Q["clear_live_executions"], shards)
-            await src.execute(Q["clear_jobs"], shards)
+        switched = False
+        try:
+            async with src.transaction():
+                await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
+                jobs = await src.fetch(Q["moving_jobs"], shards)
+                executions = await src.fetch(Q["moving_executions"], shards)
+                await _copy_in(dst, shards, owner, started, jobs, executions)
+                async with home.transaction():
+                    await home.execute(Q["place_shards"], shards, target)
+                    await home.fetchval(Q["bump_catalog"])
+                switched = True
+                await src.execute(Q["clear_live_executions"], shards)
+                await src.execute(Q["clear_jobs"], shards)
         except BaseException:
-            await fence.rollback()
+            if not switched:
+                await src.execute(Q["unfence_shards"], shards)
             raise
-        await fence.commit()
         paused = utc_now() - started
         log.debug(
             "moved shards %s from %s to %s: %d jobs, %d live executions, %.2fs",
@@ -159,6 +183,25 @@ async def _move(
     finally:
         await src.close()
         await dst.close()
+
+
+async def _copy_in(
+    dst: Connection,
+    shards: list[int],
+    owner: str,
+    started: datetime,
+    jobs: Sequence[asyncpg.Record],
+    executions: Sequence[asyncpg.Record],
+) -> None:
+    """One transaction in the target: what a failed move left cleared, the rows copied, the
+    shards given a new epoch there, their schedulers told."""
+    async with dst.transaction():
+        await dst.execute(Q["clear_live_executions"], shards)
+        await dst.execute(Q["clear_jobs"], shards)
+        await _copy(dst, "jobs", jobs)
+        await _copy(dst, "executions", executions)
+        await dst.execute(Q["fence_shards_in"], shards, owner, started)
+        await dst.execute(Q["announce_shards"], shards)
 
 
 async def _raw(dsn: str) -> Connection:

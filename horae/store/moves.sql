@@ -6,6 +6,15 @@ INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at, moved_out)
 SELECT x, 1, $2, $3, true FROM unnest($1::smallint[]) AS x ORDER BY x
 ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3, moved_out = true
 
+-- name: moved_out_shards
+-- The shards marked moved out of this group.
+SELECT shard FROM shard_epochs WHERE moved_out ORDER BY shard
+
+-- name: unfence_shards
+-- Shards $1 live here after all (a move that failed before the catalog switched): they may
+-- be taken and get jobs here again.
+UPDATE shard_epochs SET moved_out = false WHERE shard = ANY($1::smallint[]) AND moved_out
+
 -- name: move_lock_timeout
 -- For the rest of the mover's transaction: wait at most $1 ms for a lock.
 SELECT set_config('lock_timeout', $1, true)

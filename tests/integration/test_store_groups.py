@@ -174,3 +174,46 @@ def test_rebalance_evens_the_shards_with_the_fewest_moves() -> None:
     even = Catalog(2, {MAIN: None, "b": "x", "c": "y"}, tuple([MAIN] * 4 + ["b"] * 4))
     moves = rebalanced(even)
     assert len(moves) == 2 and sorted(moves.values()) == ["c", "c"]
+
+
+async def test_the_next_move_repairs_what_a_failed_move_left_in_either_group(
+    db_url: str, second_url: str
+) -> None:
+    home, there = await connect(db_url), await connect(second_url)
+    try:
+        stay, left = job_in(6), job_in(8)
+        await create(home, stay)
+        await create(home, left)
+        # A move of shard 6 that died before the catalog switched: the source fenced, the
+        # rows copied to the target. One of shard 8 that died after it: shard 8 now lives
+        # in the second group, but the first still holds its rows, fenced.
+        await home.execute("INSERT INTO shard_epochs (shard, epoch, moved_out) VALUES"
+                           " (6, 1, true), (8, 1, true)")  # fmt: skip
+        raw_home, raw_there = await asyncpg.connect(db_url), await asyncpg.connect(second_url)
+        try:  # json as stored: the driver's own codecs copy it in binary
+            for table in ("jobs", "executions"):
+                copied = await raw_home.fetch(f"SELECT * FROM {table} WHERE shard IN (6, 8)")
+                await raw_there.copy_records_to_table(
+                    table, records=[tuple(r) for r in copied], columns=list(copied[0].keys())
+                )
+        finally:
+            await raw_home.close()
+            await raw_there.close()
+        await home.execute("UPDATE shard_placement SET group_name = 'second' WHERE shard = 8")
+
+        await move_shards(db_url, [10], SECOND)  # any move repairs first
+
+        assert await home.fetchval("SELECT moved_out FROM shard_epochs WHERE shard = 6") is False
+        await create(home, job_in(6))  # shard 6 takes new jobs in the first group again
+        assert await there.fetchval("SELECT count(*) FROM jobs WHERE shard = 6") == 0
+        assert await home.fetchval("SELECT count(*) FROM jobs WHERE shard = 8") == 0
+        assert (
+            await home.fetchval(
+                "SELECT count(*) FROM executions WHERE shard = 8 AND status = 'scheduled'"
+            )
+            == 0
+        )
+        assert await there.fetchval("SELECT count(*) FROM jobs WHERE shard = 8") == 1
+    finally:
+        await home.close()
+        await there.close()

@@ -25,6 +25,9 @@ CREATE TABLE catalog_version (
     version    bigint NOT NULL DEFAULT 1
 );
 
+-- A move reads (and a repair clears) a shard's jobs by shard.
+CREATE INDEX jobs_shard ON jobs (shard);
+
 -- A shard moved out of this group: its rows here are history (read-only), the scheduler may
 -- not take it here, and jobs are no longer created for it here (horae_shards_moved_out).
 ALTER TABLE shard_epochs ADD COLUMN moved_out boolean NOT NULL DEFAULT false;
