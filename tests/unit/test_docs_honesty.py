@@ -172,7 +172,7 @@ def test_every_command_and_flag_the_documents_show_exists() -> None:
     [
         ("jobs ls --tenant T [--bogus-flag X]", "has no option --bogus-flag"),
         ("jobs pause|resume|frobnicate JOB", "no command `horae jobs frobnicate`"),
-        ("store gc", "no command `horae store`"),
+        ("warehouse gc", "no command `horae warehouse`"),
         ("migrate everything", "takes no argument 'everything'"),
         ("schedule preview '0 9 * * 1' --tz Europe/Paris -q 5", "has no option -q"),
     ],
