@@ -64,8 +64,11 @@ def session_state(queries: dict[str, str]) -> list[str]:
 
 def test_named_queries_leave_no_session_state_on_pooled_connections() -> None:
     # store/db.py releases pooled connections without asyncpg's RESET ALL / UNLISTEN *:
-    # that is only sound while no query sets session state.
-    assert session_state(Q) == []
+    # that is only sound while no query sets session state. The one exception runs on a
+    # connection of its own, never a pool's: a move of shards (store/moves.py) holds the
+    # catalog's lock across its steps and closes the connection after.
+    assert session_state(Q) == ["lock_catalog_session"]
+    assert "pool" not in (HORAE / "store" / "moves.py").read_text()
 
 
 def test_the_session_state_scan_finds_it() -> None:
