@@ -38,8 +38,10 @@ def render(plane: ControlPlane, namespace: str, values: Path | None, *sets: str)
     return result.stdout
 
 
-def third_party_crds(plane: ControlPlane) -> None:
-    for group, version, kind, plural in THIRD_PARTY_CRDS:
+def third_party_crds(
+    plane: ControlPlane, kinds: list[tuple[str, str, str, str]] = THIRD_PARTY_CRDS
+) -> None:
+    for group, version, kind, plural in kinds:
         crd = {
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.{group}"},
@@ -293,3 +295,27 @@ def test_a_bad_store_group_name_fails_at_install_naming_it(
     result = helm(control_plane, "template", "horae", str(CHART), "-f", str(path))
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+
+
+def test_the_cloudnativepg_store_group_example_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """docs/operations.md's walkthrough applies examples/store-groups/cloudnativepg.yaml:
+    its Clusters (CloudNativePG's kind, registered here schemaless) and its admin Pod
+    (checked field by field, strictly) must be accepted as written."""
+    third_party_crds(control_plane, [("postgresql.cnpg.io", "v1", "Cluster", "clusters")])
+    example = REPO / "examples" / "store-groups" / "cloudnativepg.yaml"
+    objects = [o for o in yaml.safe_load_all(example.read_text()) if o]
+    assert [o["kind"] for o in objects] == ["Cluster", "Cluster", "Pod"]
+    main, second, pod = objects
+    assert main["spec"] == second["spec"]  # every group alike: the same owner and roles
+    for o in objects:
+        o["metadata"]["namespace"] = namespace
+    text = yaml.safe_dump_all(objects)
+    applied = control_plane.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-",
+                                    input=text, check=False)  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("(server dry run)") == 3, applied.stdout
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {e["name"] for e in container["env"]} == {"HORAE_DATABASE_URL", "PGPASSWORD"}
