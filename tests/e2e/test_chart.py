@@ -38,8 +38,10 @@ def render(plane: ControlPlane, namespace: str, values: Path | None, *sets: str)
     return result.stdout
 
 
-def third_party_crds(plane: ControlPlane) -> None:
-    for group, version, kind, plural in THIRD_PARTY_CRDS:
+def third_party_crds(
+    plane: ControlPlane, kinds: list[tuple[str, str, str, str]] = THIRD_PARTY_CRDS
+) -> None:
+    for group, version, kind, plural in kinds:
         crd = {
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.{group}"},
@@ -210,3 +212,110 @@ def test_each_component_reaches_postgres_through_its_own_secret(
         assert database_secret({"containers": [pool]}) == "horae-postgres-worker"
     secrets = {database_secret(spec) for _, spec in pods(objects)}
     assert len(secrets) == (5 if values else 4)  # the pool's pods are the operator's
+
+
+def group_urls(spec: dict[str, Any]) -> dict[str, str]:
+    """HORAE_STORE_GROUP_<NAME>_URL -> the Secret it is read from, of a pod spec."""
+    return {e["name"]: e["valueFrom"]["secretKeyRef"]["name"]
+            for c in spec["containers"] for e in c.get("env", [])
+            if e["name"].startswith("HORAE_STORE_GROUP_")}  # fmt: skip
+
+
+def postgres_workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every workload that talks to PostgreSQL, by kind/name: the chart's Deployments and
+    hook Job, and the WorkerPool (whose env the operator gives its Deployment)."""
+    found = dict(pods(objects))
+    found.update({f"WorkerPool/{o['metadata']['name']}": {"containers": [o["spec"]]}
+                  for o in objects if o["kind"] == "WorkerPool"})  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize("keda", [False, True], ids=["workerpool", "keda"])
+def test_each_store_group_reaches_every_component_through_its_own_secret(
+    control_plane: ControlPlane, tmp_path: Path, keda: bool
+) -> None:
+    """`store.groups`: the migration hook gets each group's owner URL, and every component
+    its own login's URL in that group (HORAE_STORE_GROUP_<NAME>_URL, `-` as `_`, the
+    variable `horae.store.groups.group_env` names); a group without a component's URL gives
+    that component none (it uses the catalog's address with its own credentials)."""
+    components = ("api", "operator", "scheduler", "worker")
+    values = {
+        "keda": {"enabled": keda},
+        "store": {"groups": [
+            {"name": "second", "existingSecret": "pg2-app",
+             "roles": {c: {"existingSecret": f"pg2-{c}"} for c in components}},
+            {"name": "eu-west-3", "existingSecret": "pg3-app", "key": "dsn",
+             "roles": {c: {"existingSecret": f"pg3-{c}", "key": "url"} for c in components}},
+            {"name": "third", "existingSecret": "pg4-app"},
+        ]},
+    }  # fmt: skip
+    path = tmp_path / "groups.yaml"
+    path.write_text(yaml.safe_dump(values))
+    objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", path)) if o]
+    workloads = postgres_workloads(objects)
+    pool = "Deployment/default" if keda else "WorkerPool/default"
+    who = {"Deployment/horae-api": "api", "Deployment/horae-operator": "operator",
+           "Deployment/horae-scheduler": "scheduler", pool: "worker"}  # fmt: skip
+    assert sorted(workloads) == sorted([*who, "Job/horae-migrate"])
+    second, west, third = (
+        "HORAE_STORE_GROUP_SECOND_URL", "HORAE_STORE_GROUP_EU_WEST_3_URL",
+        "HORAE_STORE_GROUP_THIRD_URL",
+    )  # fmt: skip
+    hook = workloads["Job/horae-migrate"]
+    assert group_urls(hook) == {second: "pg2-app", west: "pg3-app", third: "pg4-app"}
+    for name, component in who.items():
+        expected = {second: f"pg2-{component}", west: f"pg3-{component}"}
+        assert group_urls(workloads[name]) == expected, name
+    keys = {(e["name"], e["valueFrom"]["secretKeyRef"]["key"])
+            for spec in workloads.values() for c in spec["containers"]
+            for e in c.get("env", []) if e["name"].startswith("HORAE_STORE_GROUP_")}  # fmt: skip
+    assert keys == {(second, "uri"), (west, "dsn"), (west, "url"), (third, "uri")}
+    from horae.store.groups import group_env
+
+    assert {group_env(g) for g in ("second", "eu-west-3", "third")} == {second, west, third}
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [(["Second"], 'store.groups[0].name "Second": a store group\'s name is 1 to 32 lowercase'),
+     (["second", "a_b"], 'store.groups[1].name "a_b": a store group\'s name'),
+     (["x-"], 'store.groups[0].name "x-"'), (["a" * 33], "1 to 32 lowercase"),
+     (["main"], 'store.groups[0].name "main": main is the first group'),
+     (["second", "second"], 'store.groups[1].name "second": listed twice')],
+)  # fmt: skip
+def test_a_bad_store_group_name_fails_at_install_naming_it(
+    control_plane: ControlPlane, tmp_path: Path, groups: list[str], message: str
+) -> None:
+    """The catalog's rule for a group's name (migration 007), checked before anything is
+    installed: a component would otherwise look for a variable no group has."""
+    path = tmp_path / "groups.yaml"
+    path.write_text(yaml.safe_dump(
+        {"store": {"groups": [{"name": g, "existingSecret": "s"} for g in groups]}}
+    ))  # fmt: skip
+    result = helm(control_plane, "template", "horae", str(CHART), "-f", str(path))
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_the_cloudnativepg_store_group_example_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """docs/operations.md's walkthrough applies examples/store-groups/cloudnativepg.yaml:
+    its Clusters (CloudNativePG's kind, registered here schemaless) and its admin Pod
+    (checked field by field, strictly) must be accepted as written."""
+    third_party_crds(control_plane, [("postgresql.cnpg.io", "v1", "Cluster", "clusters")])
+    example = REPO / "examples" / "store-groups" / "cloudnativepg.yaml"
+    objects = [o for o in yaml.safe_load_all(example.read_text()) if o]
+    assert [o["kind"] for o in objects] == ["Cluster", "Cluster", "Pod"]
+    main, second, pod = objects
+    assert main["spec"] == second["spec"]  # every group alike: the same owner and roles
+    for o in objects:
+        o["metadata"]["namespace"] = namespace
+    text = yaml.safe_dump_all(objects)
+    applied = control_plane.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-",
+                                    input=text, check=False)  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("(server dry run)") == 3, applied.stdout
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {e["name"] for e in container["env"]} == {"HORAE_DATABASE_URL", "PGPASSWORD"}

@@ -58,6 +58,45 @@ capabilities: {drop: [ALL]}
   value: {{ $root.Values.metrics.port | quote }}
 - name: HORAE_LOG_LEVEL
   value: INFO
+{{- include "horae.storeGroupEnv" (list $root (index . 1)) }}
+{{- end -}}
+
+{{/* Store groups beyond `main` (store.groups): HORAE_STORE_GROUP_<NAME>_URL, the variable
+     horae.store.groups.group_env names. Called with (list $ who): "migrations" gets each
+     group's owner URL (existingSecret); a component gets its own (roles.<component>) when
+     given, and otherwise nothing: it then connects to the address the catalog keeps with
+     its own credentials (those of its HORAE_DATABASE_URL). Names are checked here, by the
+     catalog's rule, so a typo fails at install rather than leaving a group unreached. */}}
+{{- define "horae.storeGroupEnv" -}}
+{{- $root := index . 0 -}}
+{{- $who := index . 1 -}}
+{{- $seen := dict -}}
+{{- range $i, $group := $root.Values.store.groups }}
+{{- $name := toString $group.name -}}
+{{- if not (regexMatch "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$" $name) }}
+{{- fail (printf "store.groups[%d].name %q: a store group's name is 1 to 32 lowercase letters, digits and '-', starting with a letter and not ending with '-' (the name given to `horae store add-group`)" $i $name) }}
+{{- end }}
+{{- if eq $name "main" }}
+{{- fail (printf "store.groups[%d].name \"main\": main is the first group, the database of database.existingSecret and database.roles; list only the groups added with `horae store add-group`" $i) }}
+{{- end }}
+{{- if hasKey $seen $name }}
+{{- fail (printf "store.groups[%d].name %q: listed twice" $i $name) }}
+{{- end }}
+{{- $_ := set $seen $name true }}
+{{- $key := $group.key | default "uri" }}
+{{- $secret := "" }}
+{{- if eq $who "migrations" }}
+{{- $secret = $group.existingSecret }}
+{{- else if hasKey ($group.roles | default (dict)) $who }}
+{{- $role := index $group.roles $who }}
+{{- $secret = $role.existingSecret }}
+{{- $key = $role.key | default $key }}
+{{- end }}
+{{- if $secret }}
+- name: HORAE_STORE_GROUP_{{ $name | upper | replace "-" "_" }}_URL
+  valueFrom: {secretKeyRef: {name: {{ $secret }}, key: {{ $key }}}}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "horae.scheduling" -}}
