@@ -129,8 +129,9 @@ SERVERS = {"postgres": "postgres", "beam.smp": "rabbitmq", "kube-apiserver": "ku
            "etcd": "etcd"}  # fmt: skip
 
 
-def processes() -> Iterator[tuple[int, int, str, float]]:
-    """(pid, parent pid, command name, CPU seconds used so far) of every process."""
+def processes() -> Iterator[tuple[int, int, str, float, float]]:
+    """(pid, parent pid, command name, CPU seconds used so far, CPU seconds of its children
+    that ended and it reaped) of every process."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -142,7 +143,8 @@ def processes() -> Iterator[tuple[int, int, str, float]]:
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         seconds = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-        yield int(entry), int(fields[1]), comm, seconds
+        reaped = (int(fields[13]) + int(fields[14])) / TICK  # cutime, cstime
+        yield int(entry), int(fields[1]), comm, seconds, reaped
 
 
 def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
@@ -153,7 +155,7 @@ def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
     The difference of two snapshots is where a run's CPU went."""
     out: dict[str, float] = dict.fromkeys([*named, *SERVERS.values()], 0.0)
     by_pid = {pid: name for name, pid in named.items()}
-    for pid, _, comm, seconds in processes():
+    for pid, _, comm, seconds, _ in processes():
         if pid in by_pid:
             out[by_pid[pid]] += seconds
         elif comm in SERVERS:
@@ -163,14 +165,17 @@ def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
 
 def cluster_cpu(postmasters: dict[str, int]) -> dict[str, float]:
     """CPU seconds used so far by each named PostgreSQL cluster: its postmaster (by pid) and
-    the processes it forked (backends, checkpointer, walwriter, autovacuum, ...). The
-    clusters' split of cpu_snapshot's "postgres"."""
+    the processes it forked (backends, checkpointer, walwriter, autovacuum, ...), those that
+    ended too (the postmaster reaps them: its children's time). The clusters' split of
+    cpu_snapshot's "postgres", which counts live processes only: a backend that ends within
+    a window takes its CPU time out of that figure, not out of this one."""
     out = dict.fromkeys(postmasters, 0.0)
     by_pid = {pid: name for name, pid in postmasters.items()}
-    for pid, ppid, _, seconds in processes():
-        name = by_pid.get(pid) or by_pid.get(ppid)
-        if name is not None:
-            out[name] += seconds
+    for pid, ppid, _, seconds, reaped in processes():
+        if pid in by_pid:
+            out[by_pid[pid]] += seconds + reaped
+        elif ppid in by_pid:
+            out[by_pid[ppid]] += seconds
     return out
 
 
