@@ -1,6 +1,7 @@
-"""What the end-to-end benchmarks share: a fresh database on the local PostgreSQL, a
-control plane of their own (hack/k8s-up.sh), a fresh RabbitMQ prefix, and `horae`
-processes started beside the benchmark and stopped after it."""
+"""What the end-to-end benchmarks share: a fresh database on the local PostgreSQL (or, for a
+store split over two store groups, one on each of the two local clusters), a control plane
+of their own (hack/k8s-up.sh), a fresh RabbitMQ prefix, and `horae` processes started beside
+the benchmark and stopped after it."""
 
 from __future__ import annotations
 
@@ -21,12 +22,17 @@ import asyncpg
 from bench.load import peak_rss_mib
 from horae.broker import Names
 from horae.store.migrate import migrate
+from horae.store.moves import add_group, move_shards
 from tests.support.kube import start_control_plane, stop_control_plane
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5433/horae")
 BROKER = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
+SECOND_DB = os.environ.get(
+    "HORAE_SECOND_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5434/horae"
+)  # the second cluster's base database (hack/services.sh: horae2)
 HORAE = str(Path(sys.executable).parent / "horae")
+SHARDS = 64  # the installation's default, which the benchmarks keep
 
 
 def pct(values: list[float], p: float) -> float:
@@ -34,11 +40,27 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+@dataclass(frozen=True)
+class Group:
+    """One store group of a run: its scratch database, and its cluster's base database
+    (where pg_stat_statements is read and the scratch database is created and dropped)."""
+
+    name: str
+    url: str
+    base_url: str
+
+    @property
+    def database(self) -> str:
+        return urlsplit(self.url).path.lstrip("/")
+
+
 @dataclass
 class System:
     db_url: str
     env: dict[str, str]
     named: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    groups: list[Group] = field(default_factory=list)
+    """The store's groups, the first (`main`, at db_url) first."""
 
     @property
     def processes(self) -> list[subprocess.Popen[bytes]]:
@@ -65,18 +87,39 @@ class System:
 
 
 @asynccontextmanager
-async def scratch_database(prefix: str) -> AsyncIterator[str]:
-    """A migrated database of its own next to BASE_DB (its URL), dropped afterwards."""
+async def scratch_database(
+    prefix: str, base: str = BASE_DB, *, migrated: bool = True
+) -> AsyncIterator[str]:
+    """A database of its own next to `base` (its URL), migrated unless told not to (a
+    group's is migrated as it is added), dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(BASE_DB)
+    admin = await asyncpg.connect(base)
     await admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        url = urlunsplit(urlsplit(BASE_DB)._replace(path="/" + name))
-        await migrate(url)
+        url = urlunsplit(urlsplit(base)._replace(path="/" + name))
+        if migrated:
+            await migrate(url)
         yield url
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@asynccontextmanager
+async def scratch_store(prefix: str, groups: int = 1) -> AsyncIterator[list[Group]]:
+    """A migrated store: one group on BASE_DB's cluster, or two (the second, `second`, on
+    SECOND_DB's cluster, holding the odd shards), set up before any process starts."""
+    if groups not in (1, 2):
+        raise ValueError(f"groups: 1 or 2, not {groups}")
+    async with scratch_database(prefix) as main:
+        store = [Group("main", main, BASE_DB)]
+        if groups == 1:
+            yield store
+            return
+        async with scratch_database(prefix, SECOND_DB, migrated=False) as url:
+            await add_group(main, "second", url)
+            await move_shards(main, list(range(1, SHARDS, 2)), "second")
+            yield [*store, Group("second", url, SECOND_DB)]
 
 
 async def delete_topology(prefix: str) -> None:
@@ -97,15 +140,16 @@ async def delete_topology(prefix: str) -> None:
 
 
 @asynccontextmanager
-async def horae_system(name: str) -> AsyncIterator[System]:
-    async with scratch_database(f"horae_{name}") as db_url:
+async def horae_system(name: str, groups: int = 1) -> AsyncIterator[System]:
+    async with scratch_store(f"horae_{name}", groups) as store:
+        db_url = store[0].url
         plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
         prefix = f"{name}{uuid.uuid4().hex[:6]}"
         system = System(db_url, {
             **os.environ, **plane.env, "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": BROKER,
             "HORAE_BROKER_PREFIX": prefix, "HORAE_NAMESPACE": "default",
             "HORAE_LOG_LEVEL": os.environ.get("HORAE_LOG_LEVEL", "WARNING"),
-        })  # fmt: skip
+        }, groups=store)  # fmt: skip
         try:
             yield system
         finally:

@@ -4,6 +4,12 @@ through the job API (`POST /jobs:batch`), run by real `horae` processes on this 
     .venv/bin/python -m bench.horae_driver --scenario sustained --rate 2000 --seconds 120
     .venv/bin/python -m bench.horae_driver --scenario top --count 20000
     .venv/bin/python -m bench.horae_driver --scenario failover --rate 1000
+    .venv/bin/python -m bench.horae_driver --scenario sustained --rate 2000 --groups 2
+
+`--groups 2` splits the store over the two local PostgreSQL clusters (bench.harness:
+the odd shards in group `second`, on HORAE_SECOND_DATABASE_URL's cluster) before anything
+starts; every count, lag, statement and WAL figure is then read from both, and the Result
+gains each group's own figures (`groups`).
 
 Processes: one API, one scheduler (two for `failover`), two workers with 64 concurrent
 handlers each (a no-op). Start lag is `started_at - due_at` from the executions table
@@ -28,12 +34,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
-import asyncpg
 
-from bench.harness import BASE_DB, REPO, System, horae_system
+from bench.harness import REPO, SHARDS, System, horae_system
 from bench.load import TENANTS as TENANT_COUNT
 from bench.load import Arrival, Result, by_second, cpu_delta, cpu_snapshot, sustained, top_of_hour
-from horae.store.db import connect_pool
+from bench.stores import Stores, Usage, figures, summary
 
 TASKS = REPO / "bench" / "noop_tasks.py"
 TOKEN = "bench-token"
@@ -41,36 +46,6 @@ TENANTS = [f"t{i}" for i in range(TENANT_COUNT)]  # one bearer token each: f"{TO
 PORT = 18081
 AHEAD = 2.0  # seconds: each second's arrivals are created this long before it starts
 BATCH = 1000  # jobs per POST /jobs:batch (the API's limit)
-
-
-async def statements(db_url: str) -> int:
-    """Statements run in this run's database so far (pg_stat_statements, read through the
-    base database, where hack/services.sh created the extension)."""
-    conn = await asyncpg.connect(BASE_DB)
-    try:
-        return int(await conn.fetchval(
-            "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s "
-            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1",
-            db_url.rsplit("/", 1)[1],
-        ))  # fmt: skip
-    finally:
-        await conn.close()
-
-
-async def top_statements(db_url: str, limit: int = 12) -> list[tuple[int, float, str]]:
-    """(calls, total ms, query) of the most-called statements in this run's database."""
-    conn = await asyncpg.connect(BASE_DB)
-    try:
-        rows = await conn.fetch(
-            "SELECT s.calls, s.total_exec_time, s.query FROM pg_stat_statements s "
-            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1 "
-            "ORDER BY s.calls DESC LIMIT $2",
-            db_url.rsplit("/", 1)[1], limit,
-        )  # fmt: skip
-        return [(r["calls"], r["total_exec_time"], " ".join(r["query"].split())[:100])
-                for r in rows]  # fmt: skip
-    finally:
-        await conn.close()
 
 
 def log(msg: str) -> None:
@@ -90,8 +65,11 @@ def start_horae(system: System, *, schedulers: int, workers: int, concurrency: i
                      "--concurrency", str(concurrency))  # fmt: skip
 
 
-async def ready(pool: asyncpg.Pool, http: aiohttp.ClientSession, schedulers: int) -> None:
-    """The API answers and every shard has an owner."""
+async def ready(stores: Stores, http: aiohttp.ClientSession, system: System) -> None:
+    """The API answers and every shard has a scheduler for owner, in the group it lives in
+    (a group a shard moved out of keeps its row, marked moved out; the group it moved to
+    names the move as owner until a scheduler takes it)."""
+    schedulers = [name for name in system.named if name.startswith("scheduler")]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -99,18 +77,24 @@ async def ready(pool: asyncpg.Pool, http: aiohttp.ClientSession, schedulers: int
                 api_up = r.status == 200
         except aiohttp.ClientError:
             api_up = False
-        owned = await pool.fetchval("SELECT count(*) FROM shard_epochs WHERE owner IS NOT NULL")
-        if api_up and owned == 64:
+        owned = await stores.each(
+            "SELECT count(*) FROM shard_epochs WHERE owner = ANY($1::text[]) AND NOT moved_out",
+            schedulers,
+        )
+        if api_up and sum(owned.values()) == SHARDS:
             await asyncio.sleep(2)  # workers: queues declared and consuming
             return
         await asyncio.sleep(0.5)
-    raise SystemExit("horae did not become ready in 60 s")
+    held = ", ".join(f"{n} {c}" for n, c in owned.items())
+    raise SystemExit(f"horae did not become ready in 60 s (API up: {api_up}; shards held by a "
+                     f"scheduler, by group: {held}; of {SHARDS})")  # fmt: skip
 
 
-async def owns_shards(pool: asyncpg.Pool, identity: str, timeout: float = 30) -> None:
+async def owns_shards(stores: Stores, identity: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if await pool.fetchval("SELECT count(*) FROM shard_epochs WHERE owner = $1", identity):
+        query = "SELECT count(*) FROM shard_epochs WHERE owner = $1 AND NOT moved_out"
+        if await stores.sum(query, identity):
             return
         await asyncio.sleep(0.2)
     log(f"{identity} holds no shard after {timeout:g} s")
@@ -144,12 +128,10 @@ async def feed(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
         await create(http, group)
 
 
-async def settle(pool: asyncpg.Pool, expected: int, last_due: datetime, grace: float) -> None:
+async def settle(stores: Stores, expected: int, last_due: datetime, grace: float) -> None:
     """Until every execution has started (or `grace` seconds after the last due time)."""
     while True:
-        started = await pool.fetchval(
-            "SELECT count(*) FROM executions WHERE started_at IS NOT NULL"
-        )
+        started = await stores.sum("SELECT count(*) FROM executions WHERE started_at IS NOT NULL")
         late = (datetime.now(UTC) - last_due).total_seconds()
         if started >= expected or late > grace:
             return
@@ -157,11 +139,12 @@ async def settle(pool: asyncpg.Pool, expected: int, last_due: datetime, grace: f
 
 
 async def lags(
-    pool: asyncpg.Pool, first_due: datetime, due_from: datetime | None = None,
+    stores: Stores, first_due: datetime, due_from: datetime | None = None,
     due_to: datetime | None = None,
 ) -> tuple[list[float], list[float], int]:  # fmt: skip
-    """(start lags, starts since first_due, executions due) for executions due in a window."""
-    rows = await pool.fetch(
+    """(start lags, starts since first_due, executions due) for executions due in a window,
+    in every group."""
+    rows = await stores.concat(
         "SELECT due_at, started_at FROM executions "
         "WHERE ($1::timestamptz IS NULL OR due_at >= $1) "
         "AND ($2::timestamptz IS NULL OR due_at < $2)",
@@ -173,6 +156,22 @@ async def lags(
         [(r["started_at"] - first_due).total_seconds() for r in started],
         len(rows),
     )
+
+
+async def succeeded(stores: Stores) -> dict[str, int]:
+    """Succeeded executions, per group."""
+    return await stores.each("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+
+
+async def log_top_statements(stores: Stores) -> None:
+    for group, top in (await stores.top_statements()).items():
+        for calls, ms, query in top:
+            log(f"statement {group:>6} {calls:8} calls {ms:9.0f} ms  {query}")
+
+
+def processes(schedulers: int, groups: int) -> str:
+    store = f"; the store over {groups} groups (one PostgreSQL cluster each)" if groups > 1 else ""
+    return f"1 API, {schedulers} scheduler, 2 workers x 64{store}"
 
 
 def result(
@@ -189,7 +188,7 @@ class SteadyLoad:
     (created through the API, each second's arrivals AHEAD seconds before it)."""
 
     system: System
-    pool: asyncpg.Pool
+    stores: Stores
     http: aiohttp.ClientSession
     arrivals: list[Arrival]
     first_due: datetime
@@ -202,54 +201,60 @@ class SteadyLoad:
         await asyncio.sleep((self.first_due - datetime.now(UTC)).total_seconds() + offset)
 
     async def settle(self) -> None:
-        await settle(self.pool, len(self.arrivals), self.arrivals[-1].due, grace=60)
+        await settle(self.stores, len(self.arrivals), self.arrivals[-1].due, grace=60)
 
 
 @asynccontextmanager
 async def steady_load(
-    name: str, rate: int, seconds: int, *, schedulers: int, env: dict[str, str] | None = None
-) -> AsyncIterator[SteadyLoad]:
-    """1 API, `schedulers` schedulers and 2 workers x 64 handlers, with `env` on top."""
-    async with horae_system(name) as system:
+    name: str, rate: int, seconds: int, *, schedulers: int, env: dict[str, str] | None = None,
+    groups: int = 1,
+) -> AsyncIterator[SteadyLoad]:  # fmt: skip
+    """1 API, `schedulers` schedulers and 2 workers x 64 handlers, with `env` on top, on a
+    store of `groups` groups."""
+    async with horae_system(name, groups) as system:
         system.env |= env or {}
         start_horae(system, schedulers=schedulers, workers=2, concurrency=64)
-        pool = await connect_pool(system.db_url, size=2)
+        stores = await Stores.open(system.groups)
         try:
             async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
-                await ready(pool, http, schedulers)
+                await ready(stores, http, system)
                 first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
-                yield SteadyLoad(system, pool, http, sustained(rate, seconds, first_due),
+                yield SteadyLoad(system, stores, http, sustained(rate, seconds, first_due),
                                  first_due)  # fmt: skip
         finally:
-            await pool.close()
+            await stores.close()
 
 
-async def run_sustained(rate: int, seconds: int, schedulers: int = 1) -> None:
-    async with steady_load("sustained", rate, seconds, schedulers=schedulers) as load:
-        system, pool, arrivals = load.system, load.pool, load.arrivals
-        before = await statements(system.db_url)
-        wal_before = await pool.fetchval("SELECT pg_current_wal_lsn()::text")
+async def run_sustained(rate: int, seconds: int, schedulers: int = 1, groups: int = 1) -> None:
+    async with steady_load(
+        "sustained", rate, seconds, schedulers=schedulers, groups=groups
+    ) as load:
+        system, stores, arrivals = load.system, load.stores, load.arrivals
+        before = await stores.usage()
         cpu_before = cpu_snapshot(system.pids())
         log(f"sustained {rate}/s for {seconds}s from {load.first_due:%H:%M:%S}")
         await load.feed()
         await load.settle()
         cpu = cpu_delta(cpu_before, cpu_snapshot(system.pids()))
-        finished = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        done = await succeeded(stores)
+        finished = sum(done.values())
         # the statements of the whole pipeline: create, dispatch, claim, record
         await asyncio.sleep(3)  # outcomes still being committed
-        run_statements = (await statements(system.db_url)) - before
-        wal = await pool.fetchval(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", wal_before
-        )  # the whole cluster's WAL: nothing else should run during a benchmark
-        for calls, ms, query in await top_statements(system.db_url):
-            log(f"statement {calls:8} calls {ms:9.0f} ms  {query}")
-        lag, starts, _ = await lags(pool, load.first_due)
+        # each cluster's whole WAL: nothing else should run during a benchmark
+        window = await stores.since(before)
+        run_statements = sum(window.statements.values())
+        wal = sum(window.wal_bytes.values())
+        await log_top_statements(stores)
+        lag, starts, _ = await lags(stores, load.first_due)
         peak = system.peak_rss_mib()
+    per_group = figures(window, done)
+    notes = (f"{processes(schedulers, groups)}; {finished} succeeded with full history; "
+             f"WAL {wal / max(1, finished) / 1024:.1f} KiB per execution")  # fmt: skip
+    if groups > 1:
+        notes += f"; {summary(per_group)}"
     print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
                  statements_per_execution=run_statements / max(1, finished), cpu_seconds=cpu,
-                 notes=f"1 API, {schedulers} scheduler, 2 workers x 64; {finished} succeeded "
-                       f"with full history; WAL {float(wal) / max(1, finished) / 1024:.1f} KiB "
-                       "per execution").to_json(), flush=True)  # fmt: skip
+                 notes=notes, groups=per_group).to_json(), flush=True)  # fmt: skip
 
 
 @dataclass
@@ -257,43 +262,52 @@ class Spike:
     """One-offs created through the API, all due at `due`, and the system they run on."""
 
     system: System
-    pool: asyncpg.Pool
+    stores: Stores
     due: datetime
     cpu_before: dict[str, float]
     """CPU times (bench.load.cpu_snapshot) from before the jobs were created."""
+    before: Usage
+    """The clusters' statements, WAL and CPU from before the jobs were created."""
 
 
 @asynccontextmanager
-async def spike_load(count: int, lead: float) -> AsyncIterator[Spike]:
-    """1 API, 1 scheduler and 2 workers x 64; `count` jobs of 10 tenants created `lead`
-    seconds before the instant they are all due. Yields once they are created."""
-    async with horae_system("top") as system:
+async def spike_load(count: int, lead: float, groups: int = 1) -> AsyncIterator[Spike]:
+    """1 API, 1 scheduler and 2 workers x 64, on a store of `groups` groups; `count` jobs of
+    10 tenants created `lead` seconds before the instant they are all due. Yields once they
+    are created."""
+    async with horae_system("top", groups) as system:
         start_horae(system, schedulers=1, workers=2, concurrency=64)
-        pool = await connect_pool(system.db_url, size=2)
+        stores = await Stores.open(system.groups)
         try:
             async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
-                await ready(pool, http, 1)
+                await ready(stores, http, system)
                 due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=lead)
                 t0 = time.monotonic()
+                before = await stores.usage()
                 cpu_before = cpu_snapshot(system.pids())
                 await create(http, top_of_hour(count, due))
                 log(f"top: {count} created in {time.monotonic() - t0:.1f}s, all due "
                     f"{due:%H:%M:%S}")  # fmt: skip
-            yield Spike(system, pool, due, cpu_before)
+            yield Spike(system, stores, due, cpu_before, before)
         finally:
-            await pool.close()
+            await stores.close()
 
 
-async def run_top(count: int, lead: float) -> None:
-    async with spike_load(count, lead) as spike:
-        system, pool, due = spike.system, spike.pool, spike.due
-        await settle(pool, count, due, grace=120)
+async def run_top(count: int, lead: float, groups: int = 1) -> None:
+    async with spike_load(count, lead, groups) as spike:
+        system, stores, due = spike.system, spike.stores, spike.due
+        await settle(stores, count, due, grace=120)
         cpu = cpu_delta(spike.cpu_before, cpu_snapshot(system.pids()))
-        lag, starts, _ = await lags(pool, due)
+        done = await succeeded(stores)
+        await asyncio.sleep(3)  # outcomes still being committed
+        per_group = figures(await stores.since(spike.before), done)
+        lag, starts, _ = await lags(stores, due)
         peak = system.peak_rss_mib()
+    notes = f"{processes(1, groups)}; created through the API {lead:.0f} s ahead"
+    if groups > 1:
+        notes += f"; {summary(per_group)}"
     print(result("top", count, lag, starts, count=count, peak_rss_mib=peak, cpu_seconds=cpu,
-                 notes="1 API, 1 scheduler, 2 workers x 64; created through the API "
-                       f"{lead:.0f} s ahead").to_json(), flush=True)  # fmt: skip
+                 notes=notes, groups=per_group).to_json(), flush=True)  # fmt: skip
 
 
 async def run_failover(rate: int, lease: float) -> None:
@@ -302,7 +316,7 @@ async def run_failover(rate: int, lease: float) -> None:
     (a rolling restart). Start lags of executions due in the 20 s after each event."""
     env = {"HORAE_LEASE_DURATION_SECONDS": str(lease)}
     async with steady_load("failover", rate, 80, schedulers=2, env=env) as load:
-        system, pool = load.system, load.pool
+        system, stores = load.system, load.stores
         feeding = asyncio.create_task(load.feed())
         await load.until(20)
         killed_at = datetime.now(UTC)
@@ -317,13 +331,13 @@ async def run_failover(rate: int, lease: float) -> None:
             system.signal(old, signal.SIGTERM)
             await asyncio.to_thread(system.wait, old)
             system.start(new, "scheduler")
-            await owns_shards(pool, new)
+            await owns_shards(stores, new)
             log(f"{old} stopped (SIGTERM), {new} started and holds shards")
         await feeding
         await load.settle()
         window = timedelta(seconds=20)
-        kill = await lags(pool, load.first_due, killed_at, killed_at + window)
-        roll = await lags(pool, load.first_due, rolled_at, rolled_at + window)
+        kill = await lags(stores, load.first_due, killed_at, killed_at + window)
+        roll = await lags(stores, load.first_due, rolled_at, rolled_at + window)
         peak = system.peak_rss_mib()
     for name, (lag, starts, due) in (("failover-kill", kill), ("failover-rolling", roll)):
         notes = (f"executions due in the 20 s after the event; {rate}/s steady, "
@@ -340,11 +354,16 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--lead", type=float, default=20.0)
     parser.add_argument("--lease", type=float, default=3.0, help="shard lease seconds")
+    parser.add_argument("--groups", type=int, choices=[1, 2], default=1,
+                        help="store groups (2: the second on HORAE_SECOND_DATABASE_URL's "
+                             "cluster, holding the odd shards); sustained and top")  # fmt: skip
     args = parser.parse_args()
+    if args.groups != 1 and args.scenario == "failover":
+        parser.error("--groups: sustained and top only")
     if args.scenario == "sustained":
-        asyncio.run(run_sustained(args.rate, args.seconds))
+        asyncio.run(run_sustained(args.rate, args.seconds, groups=args.groups))
     elif args.scenario == "top":
-        asyncio.run(run_top(args.count, args.lead))
+        asyncio.run(run_top(args.count, args.lead, args.groups))
     else:
         asyncio.run(run_failover(args.rate, args.lease))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -76,6 +77,10 @@ class Result:
     statements_per_execution: float | None = None
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # over the measured window
     notes: str = ""
+    groups: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per store group (a system whose store is split over several databases): its own
+    figures, e.g. executions, statements_per_execution, wal_kib_per_execution,
+    postgres_cpu_seconds. Empty for the others (and in results from before it existed)."""
 
     @property
     def p50(self) -> float:
@@ -124,12 +129,9 @@ SERVERS = {"postgres": "postgres", "beam.smp": "rabbitmq", "kube-apiserver": "ku
            "etcd": "etcd"}  # fmt: skip
 
 
-def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by each named process and, summed over
-    their processes, by the shared servers (PostgreSQL, RabbitMQ, kube-apiserver, etcd).
-    The difference of two snapshots is where a run's CPU went."""
-    out: dict[str, float] = dict.fromkeys([*named, *SERVERS.values()], 0.0)
-    by_pid = {pid: name for name, pid in named.items()}
+def processes() -> Iterator[tuple[int, int, str, float, float]]:
+    """(pid, parent pid, command name, CPU seconds used so far, CPU seconds of its children
+    that ended and it reaped) of every process."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -141,11 +143,39 @@ def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         seconds = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-        pid = int(entry)
+        reaped = (int(fields[13]) + int(fields[14])) / TICK  # cutime, cstime
+        yield int(entry), int(fields[1]), comm, seconds, reaped
+
+
+def cpu_snapshot(named: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each named process and, summed over
+    their processes, by the shared servers (PostgreSQL, RabbitMQ, kube-apiserver, etcd).
+    "postgres" counts every PostgreSQL cluster on the machine (a process is one of the
+    server's by its command name alone, whatever its cluster or user).
+    The difference of two snapshots is where a run's CPU went."""
+    out: dict[str, float] = dict.fromkeys([*named, *SERVERS.values()], 0.0)
+    by_pid = {pid: name for name, pid in named.items()}
+    for pid, _, comm, seconds, _ in processes():
         if pid in by_pid:
             out[by_pid[pid]] += seconds
         elif comm in SERVERS:
             out[SERVERS[comm]] += seconds
+    return out
+
+
+def cluster_cpu(postmasters: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each named PostgreSQL cluster: its postmaster (by pid) and
+    the processes it forked (backends, checkpointer, walwriter, autovacuum, ...), those that
+    ended too (the postmaster reaps them: its children's time). The clusters' split of
+    cpu_snapshot's "postgres", which counts live processes only: a backend that ends within
+    a window takes its CPU time out of that figure, not out of this one."""
+    out = dict.fromkeys(postmasters, 0.0)
+    by_pid = {pid: name for name, pid in postmasters.items()}
+    for pid, ppid, _, seconds, reaped in processes():
+        if pid in by_pid:
+            out[by_pid[pid]] += seconds + reaped
+        elif ppid in by_pid:
+            out[by_pid[ppid]] += seconds
     return out
 
 

@@ -198,8 +198,8 @@ async def run_spike(count: int, sample: float) -> str:
             asyncio.gather(*recording), timeline(pids, sample, spike.due)
         )
         cpu = cpu_delta(before, cpu_snapshot(pids))
-        await settle(spike.pool, count, spike.due, grace=120)
-        lag, _, _ = await lags(spike.pool, spike.due)
+        await settle(spike.stores, count, spike.due, grace=120)
+        lag, _, _ = await lags(spike.stores, spike.due)
     log(f"collapsed stacks in {raw}")
     lines = [
         f"# Profile of a top-of-the-hour spike ({stamp})",
