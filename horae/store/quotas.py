@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horae.errors import QuotaExceeded
+from horae.store.groups import MAIN
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -58,8 +59,6 @@ class Elsewhere:
 async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsewhere | None:
     """What `tenants` use outside `group`, and their quotas from the first group; None
     with one group (the write's own group then knows everything)."""
-    from horae.store.groups import MAIN
-
     if len(store.groups()) < 2 or not tenants:
         return None
     names = sorted(tenants)

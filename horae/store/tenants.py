@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from horae.store import quotas
 from horae.store.boundary import translated
+from horae.store.groups import MAIN
 from horae.store.queries import Q
 from horae.store.rows import TenantRow
 
@@ -57,8 +58,6 @@ async def list_tenants(conn: Conn, name: str | None = None) -> list[TenantRow]:
 async def in_every_group(store: Store, name: str | None = None) -> list[TenantRow]:
     """`list_tenants` from the first group (the settings), with what each tenant uses summed
     over every group."""
-    from horae.store.groups import MAIN
-
     async with store.home.acquire() as conn:
         found = await list_tenants(conn, name)
     names = [t.name for t in found]
