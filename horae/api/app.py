@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -24,8 +25,7 @@ from horae.api.routes import build_router
 from horae.config import Settings
 from horae.errors import ConfigError, StoreUnavailable
 from horae.kube import Reviews, load_api_client
-from horae.store.db import Database
-from horae.store.installation import read_installation
+from horae.store.groups import Store
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +89,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        services.database = database = await Database.open(dsn, size=pool_size)
-        async with database.acquire() as conn:
-            services.shards = (await read_installation(conn)).shards
-        log.info("job API ready (pid %d)", os.getpid())
+        services.groups = store = await Store.open(dsn, size=pool_size)
+        stop = asyncio.Event()
+        following = asyncio.create_task(store.follow(stop), name="follow-catalog")
+        log.info("job API ready (pid %d; store groups %s)", os.getpid(), store.describe())
         try:
             yield
         finally:
-            await database.close()
+            stop.set()
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+            await store.close()
 
     app = FastAPI(
         title="Horae job API",
@@ -118,7 +121,7 @@ def create_app(
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> Response:
         try:
-            await services.store().ping()
+            await services.store().home.ping()
         except Exception:
             return JSONResponse({"status": "unready"}, status_code=503)
         return JSONResponse({"status": "ready"})

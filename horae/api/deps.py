@@ -1,6 +1,6 @@
 """What the routes depend on, as FastAPI dependencies: the application's `Services` (the
-store, the installation's shard count, the authenticator, the group commit of single
-creates) and `Access`, which answers the caller's tenant once it may act there.
+store's groups, the authenticator, the group commit of single creates) and `Access`, which
+answers the caller's tenant once it may act there.
 
 No `from __future__ import annotations` here: FastAPI reads these signatures at runtime.
 """
@@ -17,37 +17,53 @@ from horae.api.gate import CALLER_KEY, unauthorized
 from horae.api.problems import Problem, invalid
 from horae.batching import GroupCommit
 from horae.clock import utc_now
-from horae.store import jobs as store
-from horae.store.db import Database
+from horae.errors import ShardMoved
+from horae.store import routing
+from horae.store.groups import Store
 from horae.store.new_jobs import NewJob
 
 
 @dataclass
 class Services:
-    """What every route may use; `database` and `shards` are set once the application has
-    connected (its lifespan)."""
+    """What every route may use; `groups` is set once the application has connected (its
+    lifespan)."""
 
     auth: Authenticator
-    database: Database | None = None
-    shards: int = 0
-    """The installation's shard count, read from the database at start."""
-    creates: GroupCommit[NewJob, uuid.UUID] = field(init=False)
-    """Concurrent single creates, committed together; each caller is answered only after
-    the COMMIT that holds its job. A flush that fails, for any reason, is tried again job
-    by job (`isolate`), so one tenant's bad job cannot fail another's."""
+    groups: Store | None = None
+    """Every store group's pool and the catalog that routes a job to one."""
+    _creates: dict[str, GroupCommit[NewJob, uuid.UUID]] = field(default_factory=dict, init=False)
+    """Concurrent single creates, committed together per store group (one transaction of
+    that group each); each caller is answered only after the COMMIT that holds its job. A
+    flush that fails, for any reason, is tried again job by job (`isolate`), so one tenant's
+    bad job cannot fail another's."""
 
-    def __post_init__(self) -> None:
-        self.creates = GroupCommit(self._create_many, max_batch=500, isolate=True)
-
-    def store(self) -> Database:
-        if self.database is None:
+    def store(self) -> Store:
+        if self.groups is None:
             raise Problem(503, "Unavailable", "not connected to the database yet")
-        return self.database
+        return self.groups
 
-    async def _create_many(self, new: Sequence[NewJob]) -> list[uuid.UUID]:
-        async with self.store().acquire() as conn:
-            await store.create_jobs(conn, new, shards=self.shards, now=utc_now())
-        return [job.job_id for job in new]
+    async def create(self, new: NewJob) -> uuid.UUID:
+        """Create one job with whatever other single creates of its group are pending; once
+        more in its shard's new group when the shard moved meanwhile."""
+        store = self.store()
+        for retried in (False, True):
+            group = store.catalog.group_of(store.shard_of(new.job_id))
+            try:
+                return await self._group_commit(group).submit(new)
+            except ShardMoved:
+                if retried or not await store.moved():
+                    raise
+        raise AssertionError("unreachable")
+
+    def _group_commit(self, group: str) -> GroupCommit[NewJob, uuid.UUID]:
+        if group not in self._creates:
+
+            async def flush(new: Sequence[NewJob]) -> list[uuid.UUID]:
+                await routing.create_in(self.store(), group, new, now=utc_now())
+                return [job.job_id for job in new]
+
+            self._creates[group] = GroupCommit(flush, max_batch=500, isolate=True)
+        return self._creates[group]
 
 
 def services(request: Request) -> Services:
@@ -55,12 +71,12 @@ def services(request: Request) -> Services:
     return found
 
 
-def database(request: Request) -> Database:
+def store(request: Request) -> Store:
     return services(request).store()
 
 
 ServicesDep = Annotated[Services, Depends(services)]
-DatabaseDep = Annotated[Database, Depends(database)]
+StoreDep = Annotated[Store, Depends(store)]
 
 
 class Access:

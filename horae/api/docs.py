@@ -55,6 +55,26 @@ A job created from a `ScheduledJob` (`source: crd`) is its manifest's: `PATCH`,
 change instead (`kubectl edit scheduledjob/NAME -n NAMESPACE`). Reading it, its
 executions, `:trigger` and re-running its executions work as for any job.
 
+## Store groups
+
+An installation may spread its shards over several PostgreSQL databases ("store
+groups"); a job lives in the group of its shard, which its id decides. Callers see one
+store, except in two places:
+
+- `POST /jobs:batch` is one transaction per group holding some of the batch: all or
+  none within each group (with one group, all or none). With several groups, an error
+  may come after the groups before it committed their share; list the tenant's jobs to
+  see which exist.
+- Quotas count a tenant's jobs in every group, each group's creates under that group's
+  lock: creates running at the same moment in different groups do not see each other,
+  so a tenant may pass a quota by at most what those concurrent creates add.
+
+`GET /jobs` merges every group's jobs into one order (creation time, then id) with the
+same cursor, so each page is exact and every job appears once across pages. A job's
+executions include the history left in a group its shard moved out of. A job created
+with an `Idempotency-Key` gets an id derived from the tenant and the key, so a repeat
+always meets the first in one group.
+
 ## Errors
 
 Every error is `application/problem+json` (RFC 9457):

@@ -19,7 +19,6 @@ import typer
 from horae.cli.support import (
     JobRef,
     OutputOption,
-    database,
     fail,
     find_job,
     one_of,
@@ -27,6 +26,7 @@ from horae.cli.support import (
     print_data,
     run,
     settings,
+    store_groups,
 )
 from horae.models import JobState
 
@@ -138,18 +138,18 @@ def jobs_ls(
     limit: Annotated[int, typer.Option(min=1, max=500, help="At most N jobs.")] = 100,
     output: OutputOption = "table",
 ) -> None:
-    """List a tenant's jobs in creation order."""
+    """List a tenant's jobs in creation order (from every store group)."""
     from horae.api.schemas import JobOut
-    from horae.store import reads
+    from horae.store import routing
 
     one_of("--state", state, (s.value for s in JobState))
     fmt = output_format(output)
     cfg = settings()
 
     async def go() -> None:
-        async with database(cfg.database.url) as conn:
-            rows = await reads.list_jobs(
-                conn, tenant, after=None, limit=limit, state=JobState(state) if state else None
+        async with store_groups(cfg.database.url) as store:
+            rows = await routing.list_jobs(
+                store, tenant, after=None, limit=limit, state=JobState(state) if state else None
             )
         jobs = [JobOut.from_row(r) for r in rows]
         if fmt != "table":
@@ -185,8 +185,8 @@ def jobs_get(job: JobArgument, output: OutputOption = "table") -> None:
     cfg = settings()
 
     async def go() -> None:
-        async with database(cfg.database.url) as conn:
-            row = await find_job(conn, ref)
+        async with store_groups(cfg.database.url) as store:
+            row = await find_job(store, ref)
         _print_job(_job_out(row, with_next_runs=True), fmt)
 
     run(go())
@@ -273,9 +273,8 @@ def jobs_create(
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
     from horae.models import JobSource
-    from horae.store import jobs as jobs_store
-    from horae.store import reads
-    from horae.store.installation import read_installation
+    from horae.store import routing
+    from horae.store.new_jobs import NewJob
 
     spec = _spec(
         task=task,
@@ -293,18 +292,10 @@ def jobs_create(
     cfg = settings()
 
     async def go() -> None:
-        async with database(cfg.database.url) as conn:
-            installation = await read_installation(conn)
-            job_id = await jobs_store.create_job(
-                conn,
-                spec,
-                tenant=tenant,
-                source=JobSource.API,
-                shards=installation.shards,
-                now=datetime.now(UTC),
-                name=name,
-            )
-            row = await reads.get_job(conn, job_id)
+        new = NewJob(spec=spec, tenant=tenant, source=JobSource.API, name=name)
+        async with store_groups(cfg.database.url) as store:
+            await routing.create_jobs(store, [new], now=datetime.now(UTC))
+            row = await routing.get_job(store, new.job_id)
         _print_job(_job_out(row, with_next_runs=True), fmt)
 
     run(go())
@@ -329,6 +320,7 @@ def jobs_resume(job: JobArgument) -> None:
 @jobs_app.command("cancel")
 def jobs_cancel(job: JobArgument) -> None:
     """Cancel a job for good: pending executions are cancelled, history is kept."""
+    from horae.errors import NotFound
     from horae.store import jobs as jobs_store
     from horae.store import reads
 
@@ -336,26 +328,30 @@ def jobs_cancel(job: JobArgument) -> None:
         if await jobs_store.cancel_job(conn, job_id, now=now):
             return "cancelled"
         if await reads.find_job(conn, job_id) is None:
-            raise fail(f"job {job} not found", 1)
+            raise NotFound(f"job {job} not found")  # (or moved: tried in its new group)
         return "was already cancelled"
 
     _transition(job, None, cancel)
 
 
 def _transition(job: str, done: str | None, operation: Callable[..., Awaitable[object]]) -> None:
-    """Run one lifecycle operation on JOB; `done` is what to report (None: what it returns)."""
+    """Run one lifecycle operation on JOB, in its store group; `done` is what to report
+    (None: what it returns)."""
     from horae.errors import Conflict, NotFound
+    from horae.store import routing
 
     ref = JobRef.parse(job)
     cfg = settings()
 
     async def go() -> None:
-        async with database(cfg.database.url) as conn:
-            job_id = await ref.resolve(conn)
+        async with store_groups(cfg.database.url) as store:
+            job_id = await ref.resolve(store)
             if job_id is None:
                 raise fail(f"job {ref.text} not found", 1)
             try:
-                result = await operation(conn, job_id, now=datetime.now(UTC))
+                result = await routing.on_job(
+                    store, job_id, lambda conn: operation(conn, job_id, now=datetime.now(UTC))
+                )
             except NotFound:
                 raise fail(f"job {ref.text} not found", 1) from None
             except Conflict as exc:

@@ -1,5 +1,5 @@
 """What the `horae` subcommands share: settings, the event loop, one-line errors, the
-`-o table|json|yaml` output formats, a database connection and job references.
+`-o table|json|yaml` output formats, the store (every group's pool) and job references.
 
 Only the command line uses this module; nothing here parses arguments itself.
 """
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from horae.store.db import Conn
+    from horae.store.groups import Store
     from horae.store.rows import JobRow
 
 FORMATS = ("table", "json", "yaml")
@@ -108,6 +109,25 @@ async def database(url: str) -> AsyncIterator[Conn]:
         raise fail(f"cannot use the database at HORAE_DATABASE_URL: {cause}", 1) from None
 
 
+@asynccontextmanager
+async def store_groups(url: str) -> AsyncIterator[Store]:
+    """The store for one command: every group's pool (two connections at most each), routed
+    by the catalog in the database `url` names; an unreachable database is a one-line
+    error."""
+    from horae.errors import StoreError
+    from horae.store.groups import Store
+
+    try:
+        store = await Store.open(url, size=2)
+    except StoreError as exc:
+        cause = exc.__cause__ or exc
+        raise fail(f"cannot use the database at HORAE_DATABASE_URL: {cause}", 1) from None
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 @dataclass(frozen=True)
 class JobRef:
     """A job named on the command line: its id, or NAMESPACE/NAME of its ScheduledJob."""
@@ -128,24 +148,26 @@ class JobRef:
             return cls(text, namespace=namespace, name=name)
         raise fail(f"JOB must be a job id or NAMESPACE/NAME, got {text!r}")
 
-    async def resolve(self, conn: Conn) -> uuid.UUID | None:
-        """The job id; for NAMESPACE/NAME the ScheduledJob's live (not cancelled) job."""
-        from horae.store import reads
+    async def resolve(self, store: Store) -> uuid.UUID | None:
+        """The job id; for NAMESPACE/NAME the ScheduledJob's live (not cancelled) job, in
+        whichever store group holds it."""
+        from horae.store import routing
 
         if self.job_id is not None:
             return self.job_id
-        return await reads.find_live_crd_job(conn, self.namespace, self.name)
+        return await routing.find_live_crd_job(store, self.namespace, self.name)
 
 
-async def find_job(conn: Conn, ref: JobRef) -> JobRow:
-    """The job `ref` names; an unknown job is a one-line error and exit code 1."""
+async def find_job(store: Store, ref: JobRef) -> JobRow:
+    """The job `ref` names, from its store group; an unknown job is a one-line error and
+    exit code 1."""
     from horae.errors import NotFound
-    from horae.store import reads
+    from horae.store import routing
 
-    job_id = await ref.resolve(conn)
+    job_id = await ref.resolve(store)
     try:
         if job_id is None:
             raise NotFound(ref.text)
-        return await reads.get_job(conn, job_id)
+        return await routing.get_job(store, job_id)
     except NotFound:
         raise fail(f"job {ref.text} not found", 1) from None

@@ -12,12 +12,12 @@ from horae.cli.support import (
     JobRef,
     OutputOption,
     console,
-    database,
     fail,
     find_job,
     one_of,
     output_format,
     print_data,
+    store_groups,
 )
 from horae.cli.support import run as _run
 from horae.cli.support import settings as _settings
@@ -142,14 +142,16 @@ def tenants_set(
     settings = _settings()
 
     async def go() -> None:
-        async with database(settings.database.url) as conn:
-            row = await tenants.set_tenant_limit(
-                conn,
-                tenant,
-                max_running,
-                max_jobs=max_jobs,
-                max_fires_per_minute=max_fires_per_minute,
-            )
+        async with store_groups(settings.database.url) as store:
+            async with store.home.acquire() as conn:  # settings live in the first group
+                await tenants.set_tenant_limit(
+                    conn,
+                    tenant,
+                    max_running,
+                    max_jobs=max_jobs,
+                    max_fires_per_minute=max_fires_per_minute,
+                )
+            [row] = await tenants.in_every_group(store, tenant)
         typer.echo(_tenant_line(row).replace("\t", " ").replace(" ", ": ", 1))
 
     _run(go())
@@ -157,15 +159,16 @@ def tenants_set(
 
 @tenants_app.command("ls")
 def tenants_ls(output: OutputOption = "table") -> None:
-    """List tenants with their limits and quotas (defaults filled in) and what they use."""
+    """List tenants with their limits and quotas (defaults filled in) and what they use
+    (summed over every store group)."""
     from horae.store import tenants
 
     fmt = output_format(output)
     settings = _settings()
 
     async def go() -> None:
-        async with database(settings.database.url) as conn:
-            rows = await tenants.list_tenants(conn)
+        async with store_groups(settings.database.url) as store:
+            rows = await tenants.in_every_group(store)
         if fmt != "table":
             print_data([{k: getattr(row, k) for k in TENANT_KEYS} for row in rows], fmt)
             return
@@ -211,7 +214,7 @@ def executions(
 
     from horae.api.schemas import ExecutionOut
     from horae.models import ExecutionStatus
-    from horae.store import reads
+    from horae.store import routing
 
     refs = [JobRef.parse(ref) for ref in jobs]
     one_of("--status", status, (s.value for s in ExecutionStatus))
@@ -222,14 +225,16 @@ def executions(
     settings = _settings()
 
     async def go() -> None:
-        async with database(settings.database.url) as conn:
+        async with store_groups(settings.database.url) as store:
             # Every job named must exist: a typo is exit code 1, not an empty table.
-            found_jobs = [(ref.text, (await find_job(conn, ref)).id) for ref in refs]
+            found_jobs = [(ref.text, (await find_job(store, ref)).id) for ref in refs]
 
             async def fetch() -> list[tuple[str, ExecutionRow]]:
                 rows: list[tuple[str, ExecutionRow]] = []
                 for text, job_id in found_jobs:
-                    found = await reads.for_job(conn, job_id, status=wanted, limit=limit)
+                    found = await routing.executions_of_job(
+                        store, job_id, status=wanted, limit=limit
+                    )
                     rows.extend((text, r) for r in found)
                 rows.sort(key=lambda x: x[1].due_at, reverse=True)
                 return rows
@@ -261,6 +266,7 @@ def rerun(
 
     from horae.errors import Conflict, NotFound
     from horae.store import jobs as jobs_store
+    from horae.store import quotas, routing
 
     try:
         execution_id = uuid.UUID(execution)
@@ -271,9 +277,21 @@ def rerun(
     async def go() -> None:
         from datetime import UTC, datetime
 
-        async with database(settings.database.url) as conn:
+        async with store_groups(settings.database.url) as store:
+            # Found in whichever group holds it; re-run in its job's group.
+            found = await routing.get_execution(store, execution_id, None)
+            if found is None:
+                raise fail(f"execution {execution_id} not found", 1)
+            group = store.catalog.group_of(found.shard)
+            elsewhere = await quotas.elsewhere(store, group, [found.tenant])
             try:
-                new_id = await jobs_store.rerun_execution(conn, execution_id, now=datetime.now(UTC))
+                new_id = await routing.on_job(
+                    store,
+                    found.job_id,
+                    lambda conn: jobs_store.rerun_execution(
+                        conn, execution_id, now=datetime.now(UTC), elsewhere=elsewhere
+                    ),
+                )
             except (NotFound, Conflict) as exc:
                 raise fail(str(exc), 1) from None
         typer.echo(str(new_id))

@@ -20,8 +20,8 @@ from typing import Any
 from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects
 from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION
-from horae.store import reads
-from horae.store.db import Database
+from horae.store import routing
+from horae.store.groups import Store
 from horae.store.rows import ExecutionRow, JobRow
 
 log = logging.getLogger(__name__)
@@ -90,12 +90,12 @@ def _signature(status: dict[str, Any]) -> str:
 class ExecutionMirrors:
     def __init__(
         self,
-        pool: Database,
+        store: Store,
         objects: CustomObjects,
         *,
         writes_per_second: float = 20.0,
     ) -> None:
-        self._pool = pool
+        self._store = store
         self._objects = objects
         self._limiter = RateLimiter(writes_per_second)
         self.history_limits: dict[uuid.UUID, int] = {}
@@ -113,8 +113,8 @@ class ExecutionMirrors:
         job_id, namespace, job_name = job.id, job.tenant, job.name
         assert job_name is not None, "a ScheduledJob's job is named (jobs_crd_named)"
         limit = self.history_limits.get(job_id, DEFAULT_HISTORY_LIMIT)
-        async with self._pool.acquire() as conn:
-            rows = await reads.recent_of_job(conn, job_id, limit) if limit else []
+        # From every store group: history stays in a group the job's shard left.
+        rows = await routing.recent_of_job(self._store, job_id, limit) if limit else []
         known = self._known.get(job_id)
         if known is None:
             known = self._known[job_id] = await self._existing(namespace, job_name)

@@ -31,8 +31,7 @@ from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
 from horae.probes import Probes
-from horae.store.db import Database
-from horae.store.installation import read_installation
+from horae.store.groups import Store
 
 log = logging.getLogger(__name__)
 
@@ -149,18 +148,16 @@ def _leader_lease(settings: Settings, api: client.ApiClient) -> SingletonLease:
 async def _start_leading(
     settings: Settings, api: client.ApiClient
 ) -> tuple[kopf.Memo, list[asyncio.Task[None]]]:
-    """The leader's collaborators, as kopf's memo (`memo.pool` the store's connection
-    pool), and its background tasks, started: the status mirror, the resync pass and the
-    WorkerPool autoscaler."""
+    """The leader's collaborators, as kopf's memo (`memo.store` the store's groups), and its
+    background tasks, started: the catalog's follower, the status mirror, the resync pass
+    and the WorkerPool autoscaler."""
     cfg = settings.operator
-    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
-    async with pool.acquire() as conn:
-        shards = (await read_installation(conn)).shards
+    store = await Store.open(settings.database.url, size=settings.database.pool_size)
     objects = CustomObjects(api)
-    mirrors = ExecutionMirrors(pool, objects)
+    mirrors = ExecutionMirrors(store, objects)
     events = Events(api)
-    mirror = StatusMirror(settings.database.url, pool, objects, events, mirrors)
-    resync = Resync(pool, objects, mirrors, shards=shards, period=cfg.resync_period.total_seconds())
+    mirror = StatusMirror(settings.database.url, store, objects, events, mirrors)
+    resync = Resync(store, objects, mirrors, period=cfg.resync_period.total_seconds())
     deployments = Deployments(api)
     accounts = ServiceAccounts(api)
     autoscaler = workerpool.Autoscaler(
@@ -174,8 +171,7 @@ async def _start_leading(
     )
     memo = kopf.Memo(
         namespace=settings.kube.namespace,  # Horae's own: where shared WorkerPools may be
-        pool=pool,
-        shards=shards,
+        store=store,
         mirrors=mirrors,
         events=events,
         deployments=deployments,
@@ -183,6 +179,7 @@ async def _start_leading(
         autoscaler=autoscaler,
     )
     background = [
+        asyncio.create_task(store.follow(asyncio.Event()), name="follow-catalog"),
         asyncio.create_task(mirror.run(), name="status-mirror"),
         asyncio.create_task(resync.run(), name="resync"),
         asyncio.create_task(autoscaler.run(), name="autoscaler"),
@@ -224,7 +221,7 @@ async def run(settings: Settings) -> None:
         for task in [leading, operator, *background]:
             task.cancel()
         await asyncio.gather(leading, operator, *background, return_exceptions=True)
-        await memo.pool.close()
+        await memo.store.close()
     probes.unready("stopping")
     await lease.release()  # a clean stop: hand leadership over at once
     beat.cancel()

@@ -18,16 +18,13 @@ from typing import Any
 
 import pydantic
 
-from horae.clock import utc_now
 from horae.errors import QuotaExceeded
 from horae.kube import CustomObjects
-from horae.models import JobSource
 from horae.operator.executions import ExecutionMirrors
-from horae.operator.scheduledjob import ready_status, sync_job
+from horae.operator.scheduledjob import cancel, ready_status, sync_job
 from horae.resources import ScheduledJobSpec
-from horae.store import jobs as store
-from horae.store import reads
-from horae.store.db import Database
+from horae.store import routing
+from horae.store.groups import Store
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +32,15 @@ log = logging.getLogger(__name__)
 class Resync:
     def __init__(
         self,
-        pool: Database,
+        store: Store,
         objects: CustomObjects,
         mirrors: ExecutionMirrors,
         *,
-        shards: int,
         period: float,
     ) -> None:
-        self._pool = pool
+        self._groups = store
         self._objects = objects
         self._mirrors = mirrors
-        self._shards = shards
         self._period = period
 
     async def run(self) -> None:
@@ -72,9 +67,9 @@ class Resync:
             for r in resources
             if not r["metadata"].get("deletionTimestamp")
         }
-        async with self._pool.acquire() as conn:
-            jobs = {row.id: row for row in await reads.live_crd_jobs(conn)}
-            known = await reads.existing_ids(conn, list(live))
+        # Every store group's: jobs live in the group of their shard.
+        jobs = await routing.live_crd_jobs(self._groups)
+        known = await routing.existing_ids(self._groups, list(live))
         stored = 0
         for uid in sorted(set(live) - known):
             meta = live[uid]["metadata"]
@@ -99,8 +94,7 @@ class Resync:
         current = await self._objects.get("scheduledjobs", namespace, name)
         if current is not None and current["metadata"]["uid"] == str(job_id):
             return False  # created after the list, or being deleted: kopf handles it
-        async with self._pool.acquire() as conn:
-            await store.cancel_job(conn, job_id, now=utc_now(), by=JobSource.CRD)
+        await cancel(self._groups, job_id)
         await self._mirrors.forget(job_id, namespace, name)
         log.warning("resync: cancelled job %s: ScheduledJob %s/%s is gone", job_id, namespace, name)
         return True
@@ -114,10 +108,7 @@ class Resync:
             return False  # invalid: its reconcile reported why in its status
         self._mirrors.history_limits[uid] = spec.history_limit
         try:
-            async with self._pool.acquire() as conn:
-                row = await sync_job(
-                    conn, uid, meta["namespace"], meta["name"], spec, shards=self._shards
-                )
+            row = await sync_job(self._groups, uid, meta["namespace"], meta["name"], spec)
         except QuotaExceeded:
             return False  # its reconcile reports it (Ready=False QuotaExceeded) and retries
         await self._objects.patch_status(

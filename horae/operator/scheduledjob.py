@@ -22,11 +22,11 @@ from horae.errors import QuotaExceeded
 from horae.models import JobSource
 from horae.operator.conditions import condition, refuse
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
-from horae.store import jobs as store
-from horae.store import reads
+from horae.store import jobs, quotas, routing
+from horae.store.new_jobs import NewJob
 
 if TYPE_CHECKING:
-    from horae.store.db import Conn
+    from horae.store.groups import Store
     from horae.store.rows import JobRow
 
 log = logging.getLogger(__name__)
@@ -85,37 +85,54 @@ def ready_status(row: JobRow, generation: Any) -> dict[str, Any]:
 
 
 async def sync_job(
-    conn: Conn,
+    store: Store,
     uid: uuid.UUID,
     namespace: str,
     name: str,
     spec: ScheduledJobSpec,
-    *,
-    shards: int,
 ) -> JobRow:
-    """Make the store's job match the resource; returns the job row."""
+    """Make the store's job match the resource (in the store group of the uid's shard);
+    returns the job row."""
     job_spec = spec.job_spec()
     now = utc_now()
-    row = await reads.find_job(conn, uid)
+    row = await routing.find_job(store, uid)
     if row is None:
-        await store.cancel_crd_namesake(conn, namespace, name, keep=uid, now=now)
-        await store.create_job(
-            conn,
-            job_spec,
+        await routing.cancel_crd_namesake(store, namespace, name, keep=uid, now=now)
+        new = NewJob(
+            spec=job_spec,
             tenant=namespace,
             source=JobSource.CRD,
-            shards=shards,
-            now=now,
             job_id=uid,
             name=name,
             paused=spec.suspend,
         )
+        await routing.create_jobs(store, [new], now=now)
     else:
         if row.spec != job_spec:
-            await store.edit_job(conn, uid, job_spec, now=now, by=JobSource.CRD)
+            group = store.catalog.group_of(row.shard)
+            elsewhere = await quotas.elsewhere(store, group, [namespace])
+            await routing.on_job(
+                store,
+                uid,
+                lambda conn: jobs.edit_job(
+                    conn, uid, job_spec, now=now, by=JobSource.CRD, elsewhere=elsewhere
+                ),
+            )
         if spec.suspend != (row.state == "paused"):
-            await store.set_paused(conn, uid, spec.suspend, now=now)
-    return await reads.get_job(conn, uid)
+            await routing.on_job(
+                store, uid, lambda conn: jobs.set_paused(conn, uid, spec.suspend, now=now)
+            )
+    return await routing.get_job(store, uid)
+
+
+async def cancel(store: Store, job_id: uuid.UUID) -> bool:
+    """Cancel a ScheduledJob's job, in its store group; False if it was cancelled or absent."""
+    return await routing.on_job(
+        store,
+        job_id,
+        lambda conn: jobs.cancel_job(conn, job_id, now=utc_now(), by=JobSource.CRD),
+        missing=lambda done: not done,
+    )
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -149,10 +166,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
             raise kopf.PermanentError(message) from exc
         memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
         try:
-            async with memo.pool.acquire() as conn:
-                row = await sync_job(
-                    conn, uuid.UUID(uid), namespace, name, parsed, shards=memo.shards
-                )
+            row = await sync_job(memo.store, uuid.UUID(uid), namespace, name, parsed)
         except QuotaExceeded as exc:
             # Not stored (or not changed); tried again, so that it is stored once an
             # administrator raises the quota or the tenant frees some of it.
@@ -171,6 +185,5 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
     async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         assert namespace is not None, "ScheduledJob is namespaced"
-        async with memo.pool.acquire() as conn:
-            await store.cancel_job(conn, uuid.UUID(uid), now=utc_now(), by=JobSource.CRD)
+        await cancel(memo.store, uuid.UUID(uid))
         await memo.mirrors.forget(uuid.UUID(uid), namespace, name)

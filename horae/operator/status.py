@@ -3,7 +3,9 @@
 
 Workers and the store notify the job id whenever an execution of a job
 changes; this loop coalesces the ids for a short interval and patches each
-CRD job's status once, so a busy job does not flood the API server.
+CRD job's status once, so a busy job does not flood the API server. A NOTIFY is
+delivered only to listeners of the database it was sent in, so there is one listener
+per store group (and one more for a group added later).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.scheduledjob import conditions_of, status_of
-from horae.store import reads
-from horae.store.db import Database, Listener
+from horae.store import routing
+from horae.store.db import Listener
+from horae.store.groups import Store, group_url
 from horae.store.rows import JobRow
 
 log = logging.getLogger(__name__)
@@ -29,13 +32,13 @@ class StatusMirror:
     def __init__(
         self,
         dsn: str,
-        pool: Database,
+        store: Store,
         objects: CustomObjects,
         events: Events | None = None,
         mirrors: ExecutionMirrors | None = None,
     ) -> None:
         self._dsn = dsn
-        self._pool = pool
+        self._store = store
         self._objects = objects
         self._events = events
         self._mirrors = mirrors
@@ -51,34 +54,55 @@ class StatusMirror:
         self._wake.set()
 
     async def run(self) -> None:
+        listeners: dict[str, asyncio.Task[None]] = {}
+        try:
+            while True:
+                for group in self._store.groups():
+                    if group not in listeners or listeners[group].done():
+                        listeners[group] = asyncio.create_task(
+                            self._listen(group), name=f"job-events-{group}"
+                        )
+                try:  # (no wait_for: its task would hold kopf's shutdown up)
+                    async with asyncio.timeout(5):
+                        await self._wake.wait()
+                except TimeoutError:
+                    continue
+                await asyncio.sleep(BATCH_INTERVAL)
+                self._wake.clear()
+                try:
+                    await self.flush()
+                except Exception:
+                    log.exception("status mirror failed to flush; going on")
+        finally:
+            for task in listeners.values():
+                task.cancel()
+            await asyncio.gather(*listeners.values(), return_exceptions=True)
+
+    async def _listen(self, group: str) -> None:
+        """LISTEN horae_job_events in one store group, reconnecting when the connection
+        is lost."""
         while True:
             try:
-                listener = Listener(self._dsn)
+                address = self._store.catalog.addresses[group]
+                listener = Listener(group_url(group, address, self._dsn))
                 await listener.open()
                 try:
                     await listener.listen("horae_job_events", self._on_notify)
-                    while not listener.closed():
-                        try:  # (no wait_for: its task would hold kopf's shutdown up)
-                            async with asyncio.timeout(5):
-                                await self._wake.wait()
-                        except TimeoutError:
-                            continue
-                        await asyncio.sleep(BATCH_INTERVAL)
-                        self._wake.clear()
-                        await self.flush()
+                    while True:  # a ping notices a connection that died quietly
+                        await asyncio.sleep(5)
+                        await listener.ping()
                 finally:
                     await listener.close()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("status mirror failed; reconnecting")
+                log.exception("status mirror lost group %s; reconnecting", group)
                 await asyncio.sleep(1)
 
     async def flush(self) -> None:
         ids, self._pending = self._pending, set()
         for job_id in ids:
-            async with self._pool.acquire() as conn:
-                row = await reads.find_job(conn, job_id)
+            row = await routing.find_job(self._store, job_id)
             if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
                 continue  # (a ScheduledJob's job is always named: jobs_crd_named)
             present = await self._objects.patch_status(

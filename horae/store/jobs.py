@@ -35,14 +35,22 @@ if TYPE_CHECKING:
 
 
 @translated
-async def create_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
+async def create_jobs(
+    conn: Conn,
+    jobs: Sequence[NewJob],
+    *,
+    shards: int,
+    now: datetime,
+    elsewhere: quotas.Elsewhere | None = None,
+) -> None:
     """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
     otherwise, and nothing is written): the quota check, then one statement. Conflict when a
     job's id or Idempotency-Key is taken; ShardMoved when a job's shard moved to another
-    store group (nothing is written: the caller re-reads the catalog)."""
+    store group (nothing is written: the caller re-reads the catalog). `elsewhere`: the
+    tenants' use in the other store groups (`routing.create_jobs` reads it)."""
     try:
         async with conn.transaction():
-            await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs])
+            await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs], elsewhere)
             placed = sorted({shard_of(j.job_id, shards) for j in jobs})
             moved = await conn.fetchval(Q["shards_moved_out"], placed)
             if moved:
@@ -67,6 +75,7 @@ async def create_job(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     paused: bool = False,
+    elsewhere: quotas.Elsewhere | None = None,
 ) -> uuid.UUID:
     """Insert one job and its first execution in one transaction."""
     job = NewJob(
@@ -79,7 +88,7 @@ async def create_job(
         request_hash=request_hash,
         paused=paused,
     )
-    await create_jobs(conn, [job], shards=shards, now=now)
+    await create_jobs(conn, [job], shards=shards, now=now, elsewhere=elsewhere)
     return job.job_id
 
 
@@ -123,16 +132,18 @@ async def edit_job(
     now: datetime,
     tenant: str | None = None,
     by: JobSource = JobSource.API,
+    elsewhere: quotas.Elsewhere | None = None,
 ) -> int:
     """Replace the spec (version + 1), cancel pending executions, schedule the next one.
-    `by`: the API (and CLI) or the operator, each changing only its own jobs."""
+    `by`: the API (and CLI) or the operator, each changing only its own jobs; `elsewhere`:
+    the tenant's use in the other store groups."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
         if row.state == JobState.CANCELLED:
             raise Conflict(f"job {job_id} is cancelled")
         revived = row.state == JobState.COMPLETED  # an edit makes a completed job active
         added = rate(spec) - (0.0 if revived else row.fires_per_minute)
-        await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))])
+        await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))], elsewhere)
         await conn.execute(
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
@@ -313,7 +324,12 @@ RERUNNABLE = frozenset({ExecutionStatus.DEAD, ExecutionStatus.FAILED, ExecutionS
 
 @translated
 async def rerun_execution(
-    conn: Conn, execution_id: uuid.UUID, *, now: datetime, tenant: str | None = None
+    conn: Conn,
+    execution_id: uuid.UUID,
+    *,
+    now: datetime,
+    tenant: str | None = None,
+    elsewhere: quotas.Elsewhere | None = None,
 ) -> uuid.UUID:
     """Run a failed occurrence again, now: one more attempt of the same occurrence (so its
     handler sees the same idempotency key), whatever the job's schedule and even when the
@@ -347,7 +363,7 @@ async def rerun_execution(
         if job.state == JobState.COMPLETED:
             # Claims run only active jobs' executions; the re-run's outcome completes the
             # one-off again. Live until then, it counts against its tenant's quotas.
-            await quotas.check(conn, [(job.tenant, 1, job.fires_per_minute)])
+            await quotas.check(conn, [(job.tenant, 1, job.fires_per_minute)], elsewhere)
             await conn.execute(Q["set_job_state"], job.id, JobState.ACTIVE.value, now, now)
         new_id = await insert_execution(
             conn,

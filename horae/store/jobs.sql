@@ -161,3 +161,16 @@ CROSS JOIN LATERAL (
 -- Which of shards $1 moved out of this store group (share-locked until the transaction ends,
 -- so a move cannot start while these jobs are inserted).
 SELECT horae_shards_moved_out($1::smallint[])
+
+-- name: tenants_usage
+-- What tenants $1 use in this store group (the others' share of `list_tenants`): executions
+-- running right now, live jobs and those jobs' fires per minute.
+SELECT u.name,
+       (SELECT count(*) FROM executions e WHERE e.tenant = u.name
+        AND e.status = 'running')::int AS running,
+       used.jobs, used.fires_per_minute
+FROM unnest($1::text[]) AS u(name)
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS jobs, coalesce(sum(j.fires_per_minute), 0)::float8 AS fires_per_minute
+    FROM jobs j WHERE j.tenant = u.name AND j.state IN ('active', 'paused')
+) used

@@ -3,19 +3,31 @@ fires per minute they may add up to (`horae.schedule.fires_per_minute`: a cron j
 densest, a one-off 1). An administrator sets them per tenant; a tenant without its own has
 the defaults below. Every write that adds a job or a rate checks them here, under a
 per-tenant lock, so two concurrent creates cannot both take the last place.
+
+With several store groups, a tenant's jobs are spread over them, and so is its use: a write
+checks what it adds against the tenant's use summed over every group, with the quotas an
+administrator set in the first group (`main`, where tenants' settings live). The lock is
+each group's own, and the other groups' use is read just before the write's transaction:
+creates running at the same moment in different groups do not see each other, so a tenant
+may overshoot a quota by at most what such concurrent writes in the other groups add (a
+single create adds one job, a batch at most its size in that group); within one group the
+quota holds exactly.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horae.errors import QuotaExceeded
+from horae.store.groups import MAIN
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
+    from horae.store.groups import Store
 
 DEFAULT_MAX_JOBS = 100_000
 """Live jobs per tenant unless an administrator set another quota."""
@@ -33,10 +45,46 @@ def in_force(max_jobs: int | None, max_fires_per_minute: int | None) -> tuple[in
     )
 
 
-async def check(conn: Conn, adding: Iterable[tuple[str, int, float]]) -> None:
+@dataclass(frozen=True)
+class Elsewhere:
+    """Tenants' use in the store groups other than the one written, and their quotas as
+    set in the first group (None: the default)."""
+
+    used: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    """Tenant -> (live jobs, fires per minute) in the other groups."""
+    settings: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    """Tenant -> (max_jobs, max_fires_per_minute) as set in the first group."""
+
+
+async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsewhere | None:
+    """What `tenants` use outside `group`, and their quotas from the first group; None
+    with one group (the write's own group then knows everything)."""
+    if len(store.groups()) < 2 or not tenants:
+        return None
+    names = sorted(tenants)
+    used: dict[str, tuple[int, float]] = {t: (0, 0.0) for t in names}
+    settings: dict[str, tuple[int | None, int | None]] = {}
+    for name, db in store.each():
+        if name == group and name != MAIN:
+            continue  # the write's own group: counted under its lock
+        async with db.acquire() as conn:
+            rows = await conn.fetch(Q["tenant_quotas"], names)
+        for row in rows:
+            if name == MAIN:
+                settings[row["name"]] = (row["max_jobs"], row["max_fires_per_minute"])
+            if name != group:
+                jobs, rate = used[row["name"]]
+                used[row["name"]] = (jobs + row["jobs"], rate + row["fires_per_minute"])
+    return Elsewhere(used, settings)
+
+
+async def check(
+    conn: Conn, adding: Iterable[tuple[str, int, float]], elsewhere: Elsewhere | None = None
+) -> None:
     """Raise QuotaExceeded unless every tenant can take what is added: (tenant, jobs,
     fires per minute) triples, summed per tenant. Call inside the transaction that writes
-    them: the tenants' quota locks are held until it ends."""
+    them: the tenants' quota locks are held until it ends. `elsewhere`: the tenants' use in
+    the other store groups, and their quotas (see the module)."""
     jobs: dict[str, int] = defaultdict(int)
     rates: dict[str, float] = defaultdict(float)
     for tenant, count, rate in adding:
@@ -48,11 +96,12 @@ async def check(conn: Conn, adding: Iterable[tuple[str, int, float]]) -> None:
     await conn.execute(Q["lock_tenant_quotas"], tenants)
     for row in await conn.fetch(Q["tenant_quotas"], tenants):
         tenant = row["name"]
-        max_jobs, max_rate = in_force(row["max_jobs"], row["max_fires_per_minute"])
-        if jobs[tenant] > 0 and row["jobs"] + jobs[tenant] > max_jobs:
-            raise QuotaExceeded(tenant, "max_jobs", max_jobs, row["jobs"], jobs[tenant])
+        own = (row["max_jobs"], row["max_fires_per_minute"])
+        max_jobs, max_rate = in_force(*(elsewhere.settings.get(tenant, own) if elsewhere else own))
+        other_jobs, other_rate = elsewhere.used.get(tenant, (0, 0.0)) if elsewhere else (0, 0.0)
+        used_jobs, used_rate = row["jobs"] + other_jobs, row["fires_per_minute"] + other_rate
+        if jobs[tenant] > 0 and used_jobs + jobs[tenant] > max_jobs:
+            raise QuotaExceeded(tenant, "max_jobs", max_jobs, used_jobs, jobs[tenant])
         # (a small tolerance: sums of floats)
-        if rates[tenant] > 0 and row["fires_per_minute"] + rates[tenant] > max_rate + 1e-6:
-            raise QuotaExceeded(
-                tenant, "max_fires_per_minute", max_rate, row["fires_per_minute"], rates[tenant]
-            )
+        if rates[tenant] > 0 and used_rate + rates[tenant] > max_rate + 1e-6:
+            raise QuotaExceeded(tenant, "max_fires_per_minute", max_rate, used_rate, rates[tenant])

@@ -13,8 +13,7 @@ import asyncpg
 from horae.kube import CustomObjects, load_api_client
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
-from horae.store.db import Database
-from horae.store.installation import read_installation
+from horae.store.groups import Store
 from tests.support.kube import ControlPlane
 from tests.support.processes import REPO
 
@@ -46,6 +45,7 @@ def _without_instant_rules(plane: ControlPlane) -> str:
 async def test_one_scheduledjob_that_cannot_be_stored_does_not_stop_the_pass(
     control_plane: ControlPlane,
     namespace: str,
+    db_url: str,
     pool: asyncpg.Pool,
     component_kubeconfigs: dict[str, Path],
 ) -> None:
@@ -71,14 +71,13 @@ async def test_one_scheduledjob_that_cannot_be_stored_does_not_stop_the_pass(
         for i in range(4)
     ]
 
-    async with pool.acquire() as conn:
-        shards = (await read_installation(conn)).shards
     objects = CustomObjects(load_api_client(str(component_kubeconfigs["operator"])))
-    database = Database(pool)
-    resync = Resync(
-        database, objects, ExecutionMirrors(database, objects), shards=shards, period=60
-    )
-    stored, cancelled = await resync.once()
+    store = await Store.open(db_url, size=2)
+    try:
+        resync = Resync(store, objects, ExecutionMirrors(store, objects), period=60)
+        stored, cancelled = await resync.once()
+    finally:
+        await store.close()
 
     assert (stored, cancelled) == (4, 0)
     rows = await pool.fetch("SELECT id FROM jobs WHERE tenant = $1", namespace)
