@@ -214,24 +214,29 @@ class Store:
         every `POLL_SECONDS` as the safety net)."""
         changed = asyncio.Event()
         listener = Listener(self._home_url)
-        while not stop.is_set():
-            try:
-                if listener.closed():
-                    await listener.open()
-                    await listener.listen(CHANNEL, lambda *_: changed.set())
-                    changed.set()  # missed while not listening
-                if changed.is_set():
-                    changed.clear()
-                    await self.refresh()
-                else:
-                    await listener.ping()
-            except Exception:  # the loop must outlive any one failure
-                log.warning("cannot follow the store catalog; retrying", exc_info=True)
-            try:
-                await asyncio.wait_for(changed.wait(), timeout=POLL_SECONDS)
-            except TimeoutError:
-                changed.set()
-        await listener.close()
+        try:
+            while not stop.is_set():
+                await self._follow_once(listener, changed)
+                try:
+                    await asyncio.wait_for(changed.wait(), timeout=POLL_SECONDS)
+                except TimeoutError:
+                    changed.set()
+        finally:
+            await listener.close()
+
+    async def _follow_once(self, listener: Listener, changed: asyncio.Event) -> None:
+        try:
+            if listener.closed():
+                await listener.open()
+                await listener.listen(CHANNEL, lambda *_: changed.set())
+                changed.set()  # missed while not listening
+            if changed.is_set():
+                changed.clear()
+                await self.refresh()
+            else:
+                await listener.ping()
+        except Exception:  # the loop must outlive any one failure
+            log.warning("cannot follow the store catalog; retrying", exc_info=True)
 
     async def close(self) -> None:
         for database in self._databases.values():

@@ -26,12 +26,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
 
 import asyncpg
 
-from horae.clock import utc_now
 from horae.errors import ConfigError
 from horae.store.boundary import translated
 from horae.store.db import SERVER_SETTINGS, connect
@@ -41,6 +40,11 @@ from horae.store.migrate import GroupMigrated, migrate_group
 from horae.store.queries import Q
 
 log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
 
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
 
@@ -78,7 +82,7 @@ async def add_group(home_url: str, name: str, url: str, *, ahead_days: int = 3) 
             shards=installation.shards,
             retention_days=installation.retention_days,
             ahead_days=ahead_days,
-            today=utc_now().date(),
+            today=_now().date(),
             catalog=False,
         )
         async with home.transaction():
@@ -153,7 +157,7 @@ async def _move(
     src = await _raw(group_url(source, catalog.addresses[source], home_url))
     dst = await _raw(group_url(target, catalog.addresses[target], home_url))
     try:
-        started = utc_now()
+        started = _now()
         async with src.transaction():
             await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
             await src.execute(Q["fence_shards_out"], shards, owner, started)
@@ -174,7 +178,7 @@ async def _move(
             if not switched:
                 await src.execute(Q["unfence_shards"], shards)
             raise
-        paused = utc_now() - started
+        paused = _now() - started
         log.debug(
             "moved shards %s from %s to %s: %d jobs, %d live executions, %.2fs",
             shards, source, target, len(jobs), len(executions), paused.total_seconds(),
@@ -284,7 +288,7 @@ async def store_status(home_url: str) -> tuple[Catalog, list[GroupStatus]]:
                 jobs=row["jobs"],
                 live=row["live"],
                 executions=row["executions_estimate"],
-                lag=max(timedelta(), utc_now() - oldest) if oldest else timedelta(),
+                lag=max(timedelta(), _now() - oldest) if oldest else timedelta(),
                 bytes=row["bytes"],
             )
         )
