@@ -175,8 +175,10 @@ SELECT id FROM horae_finish($1::uuid[], $2::timestamptz[], $3::execution_status[
     AS f(id)
 
 -- name: tenant_limits
--- The limits of those of these tenants that have one (a tenant not answered is unlimited).
-SELECT name, max_running FROM tenants WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
+-- The limits in this store group (the allowance when set) of those of these tenants that have
+-- one (a tenant not answered is unlimited).
+SELECT name, coalesce(allowance, max_running) AS max_running FROM tenants
+WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
 ORDER BY name
 
 -- name: tenants_running
