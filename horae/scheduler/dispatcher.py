@@ -40,6 +40,7 @@ from horae.scheduler.limits import TenantGate, late
 from horae.store import dispatch as store
 from horae.store.db import Database
 from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch, Skip
+from horae.store.groups import MAIN
 from horae.store.rows import LiveExecution
 
 if TYPE_CHECKING:
@@ -102,8 +103,11 @@ class Dispatcher:
         on_fenced: Callable[[int], Awaitable[None]],
         lead: timedelta = timedelta(),
         max_rows: int = 100_000,
+        group: str = MAIN,
     ) -> None:
         self._pool = pool
+        self.group = group
+        """The store group whose shards this dispatcher holds (metrics' `group` label)."""
         self._publisher = publisher
         self._identity = identity
         self._window = window
@@ -153,11 +157,20 @@ class Dispatcher:
         if added:
             self._wake.set()
         self._refresh_now.set()
-        metrics.owned_shards.set(len(self.epochs))
+        metrics.report_owned(self.group, len(self.epochs))
 
     async def lose(self, shard: int) -> None:
         self.epochs.pop(shard, None)
-        metrics.owned_shards.set(len(self.epochs))
+        metrics.report_owned(self.group, len(self.epochs))
+
+    def resize(self, max_rows: int) -> None:
+        """Hold at most `max_rows` from now on (a replica's cap is split over its groups, and
+        a group was added): a heap above it is trimmed at once."""
+        self._max_rows = max(1, max_rows)
+        self._page = min(PRELOAD_PAGE, self._max_rows)
+        if len(self._heap) > self._max_rows:
+            self._trim()
+            self._report_size()
 
     def reload(self) -> None:
         """Re-read the whole window (after the LISTEN connection came back)."""
@@ -189,10 +202,12 @@ class Dispatcher:
             self._trim()
         if added:
             self._wake.set()
-        metrics.preload_size.set(len(self._heap))
-        self.peak = max(self.peak, len(self._heap))
-        metrics.preload_peak.set(self.peak)
+        self._report_size()
         return added
+
+    def _report_size(self) -> None:
+        self.peak = max(self.peak, len(self._heap))
+        metrics.report_preload(self.group, len(self._heap), self.peak)
 
     def _trim(self) -> None:
         """Keep the `max_rows` earliest (due_at, id) and forget the others; the cursor
@@ -321,7 +336,7 @@ class Dispatcher:
                     self._forget(batch)
                     self._full_needed = True
                     await asyncio.sleep(0.5)
-                metrics.preload_size.set(len(self._heap))
+                self._report_size()
                 if self._capped:  # room again: read on beyond the cursor
                     self._refresh_now.set()
                 continue
@@ -389,37 +404,46 @@ class Dispatcher:
             return
         now = utc_now()
         plans, batch = await self._plan(batch, ours, now)
-        to_publish = [d for keep, _, _ in plans.values() for d in keep]
-        started = time.monotonic()
-        if to_publish:
-            try:
-                await self._publisher.publish_batch([message(d) for d in to_publish])
-            except Exception:
-                log.exception("publish failed; the batch stays scheduled and is re-read")
-                self._forget(batch)
-                self._full_needed = True
-                await asyncio.sleep(0.5)
-                return
-        published = utc_now()
-        publish_took = time.monotonic() - started
-        for d in to_publish:
-            metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())
-        rounds = {
-            shard: ShardDispatch(self.epochs[shard], keep, skips, cancel)
-            for shard, (keep, skips, cancel) in plans.items()
-            if shard in self.epochs
-        }
-        async with self._pool.acquire() as conn:
-            queued, fenced = await store.record_dispatch(conn, rounds, published)
+        epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
+        try:
+            rounds, queued, took = await self._publish_and_record(plans, epochs)
+        except Exception:
+            log.exception("dispatch failed; the batch stays scheduled and is re-read")
+            self._forget(batch)
+            self._full_needed = True
+            await asyncio.sleep(0.5)
+            return
         self._forget(batch)
-        await self._settle(fenced | (set(plans) - set(rounds)), rounds)
+        await self._settle(set(plans) - set(rounds), rounds)
         log.debug(
             "dispatched %d (%d queued): publish %.3fs, record %.3fs",
-            len(to_publish),
+            sum(len(r.queued) for r in rounds.values()),
             queued,
-            publish_took,
-            time.monotonic() - started - publish_took,
+            *took,
         )
+
+    async def _publish_and_record(
+        self, plans: dict[int, _Plan], epochs: dict[int, int]
+    ) -> tuple[dict[int, ShardDispatch], int, tuple[float, float]]:
+        """Publish the plans of the shards still ours and record them, all in one fenced
+        transaction (`store.fenced`): a shard taken meanwhile, by another replica or by a
+        move to another store group, waits for it, so nothing published here is published
+        again by the shard's next owner. (The rounds recorded, rows queued, (publish, record)
+        seconds.)"""
+        started = time.monotonic()
+        async with self._pool.acquire() as conn, store.fenced(conn, epochs) as held:
+            rounds = {s: ShardDispatch(epochs[s], *plans[s]) for s in sorted(held)}
+            to_publish = [d for plan in rounds.values() for d in plan.queued]
+            if to_publish:
+                await self._publisher.publish_batch([message(d) for d in to_publish])
+            published = utc_now()
+            publish_took = time.monotonic() - started
+            for d in to_publish:
+                metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())
+            queued = await store.record_round(conn, rounds, published)
+        record_took = time.monotonic() - started - publish_took
+        metrics.dispatch_record.labels(self.group).observe(record_took)
+        return rounds, queued, (publish_took, record_took)
 
     def _ours(self, batch: list[Due]) -> list[Due]:
         """What of `batch` this replica may dispatch: executions of shards it holds and
@@ -473,5 +497,6 @@ class Dispatcher:
         for shard, plan in rounds.items():
             if shard not in fenced:
                 metrics.dispatched.inc(len(plan.queued))
+                metrics.group_dispatched.labels(self.group).inc(len(plan.queued))
                 for s in plan.skipped:
                     metrics.skipped.labels(s.kind).inc()
