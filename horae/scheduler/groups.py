@@ -24,6 +24,7 @@ from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.reaper import Reaper
+from horae.store import dispatch
 from horae.store.groups import Store
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,9 @@ class ShardRouter:
             share = max(1, self._max_rows // len(self._parts))
             for each in self._parts.values():
                 each.dispatcher.resize(share)
-            log.info("store group %s: dispatching its shards (%d rows at most)", group, share)
+            log.info(
+                "store group %s: dispatching its shards (each group %d rows at most)", group, share
+            )
         return parts
 
     def all_parts(self) -> list[GroupParts]:
@@ -151,12 +154,26 @@ class ShardRouter:
         if self.held.get(shard) != group:
             return  # moved on already: the fence is the move's
         try:
-            if await self._store.moved():
+            await self._store.moved()  # the catalog, re-read if it changed
+            if self._store.catalog.version != self._version:  # (maybe by `Store.follow`)
                 await self.follow()
         except HoraeError:
             log.warning("cannot read the store catalog after a fence", exc_info=True)
-        if self.held.get(shard) == group and self.release is not None:
+        if self.held.get(shard) != group:
+            return
+        if await self._moved_out(group, shard):
+            # The catalog has not caught up with the move yet: taken in the new group as
+            # soon as it does (`run`), under the Lease held meanwhile.
+            log.info("shard %d moved out of store group %s", shard, group, extra={"shard": shard})
+        elif self.release is not None:
             await self.release(shard)
+
+    async def _moved_out(self, group: str, shard: int) -> bool:
+        try:
+            async with self._store.database(group).acquire() as conn:
+                return await dispatch.moved_out(conn, shard)
+        except HoraeError:
+            return False
 
     # -- the catalog -------------------------------------------------------------
     async def follow(self) -> None:

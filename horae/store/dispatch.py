@@ -121,6 +121,12 @@ async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
 
 
 @translated
+async def moved_out(conn: Conn, shard: int) -> bool:
+    """Whether `shard` moved out of this store group (a move fenced its dispatch here out)."""
+    return bool(await conn.fetchval(Q["shard_moved_out"], shard))
+
+
+@translated
 async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[LiveExecution]:
     """Queued or running executions of these jobs."""
     rows = await conn.fetch(Q["live_executions_of_jobs"], list(job_ids))

@@ -253,3 +253,7 @@ SELECT * FROM executions
 WHERE job_id = $1 AND status <> 'scheduled'
 ORDER BY due_at DESC, id DESC
 LIMIT $2
+
+-- name: shard_moved_out
+-- Whether shard $1 moved out of this store group (its dispatch here was fenced out by a move).
+SELECT coalesce((SELECT moved_out FROM shard_epochs WHERE shard = $1), false)
