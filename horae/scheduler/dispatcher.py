@@ -1,12 +1,14 @@
 """Preload owned shards' windows into a timer heap and publish each execution at its due moment,
 or up to the dispatch lead before it (workers hold an early one until it is due).
 
-Order of writes per batch: publish with confirms, then one fenced transaction
-that marks the batch `queued`, records skipped occurrences and schedules cron
-jobs' next occurrences. A crash between the two leaves the rows `scheduled`, so
-they are published again (a duplicate message the worker's claim drops), never
-lost. A fenced-out transaction means another replica took the shard: it is
-dropped at once.
+Order of writes per batch, in one transaction fenced by the shards' epochs: the epochs
+share-locked, then publish with confirms (the shards still ours only), then mark the batch
+`queued`, record skipped occurrences and schedule cron jobs' next occurrences. A shard taken
+meanwhile (another replica, a move to another store group) waits for it, so it is never
+published twice that way. A crash between publish and commit leaves the rows `scheduled`,
+so they are published again (a duplicate message the worker's claim drops), never lost. A
+shard fenced out (taken by another replica, or moved) is dropped at once.
+Each dispatcher works on one store group's database (`groups`).
 
 Preload reads through the partial index with a cursor: each refresh reads only
 rows beyond the last one seen; rows inserted behind the cursor (near-term
@@ -35,16 +37,15 @@ from typing import TYPE_CHECKING
 from horae import metrics
 from horae.broker import Publisher
 from horae.clock import utc_now
-from horae.models import ExecutionMessage
-from horae.scheduler.limits import TenantGate, late
+from horae.scheduler.limits import TenantGate
+from horae.scheduler.rounds import Plan, decide, guarded, message
 from horae.store import dispatch as store
 from horae.store.db import Database
-from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch, Skip
+from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch
 from horae.store.groups import MAIN
-from horae.store.rows import LiveExecution
 
 if TYPE_CHECKING:
-    from horae.store.db import Conn
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -60,32 +61,9 @@ DEEP_REFRESH_EVERY = 600.0
 for executions overdue since longer ago (e.g. after a long outage)."""
 
 
-_Plan = tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]
-"""A shard's part of a batch, as `Dispatcher._decide` splits it: publish, skip, and the
-predecessors to cancel."""
-
-
-def guarded(d: Due) -> bool:
-    """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
-    predecessor) depends on what still runs at its due moment, so it is decided then."""
-    return d.concurrency_policy != "Allow" and d.attempt == 1
-
-
 def _order(entry: tuple[datetime, int, Due]) -> tuple[datetime, int]:
     """The preload cursor's order, (due_at, id), of a heap entry."""
     return entry[2].due_at, entry[1]
-
-
-def message(d: Due) -> ExecutionMessage:
-    return ExecutionMessage(
-        execution_id=d.id,
-        job_id=d.job_id,
-        task=d.task,
-        tenant=d.tenant,
-        due_at=d.due_at,
-        occurrence_at=d.occurrence_at,
-        attempt=d.attempt,
-    )
 
 
 class Dispatcher:
@@ -358,46 +336,6 @@ class Dispatcher:
         for d in dues:
             self._known.discard((d.id, d.due_at))
 
-    async def _decide(
-        self, conn: Conn, dues: list[Due], now: datetime
-    ) -> tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]:
-        """Split a shard's batch into (publish, skip, cancel predecessors)."""
-        skips: list[Skip] = []
-        keep: list[Due] = []
-        for d in dues:
-            if late(d, now):
-                behind = (now - d.due_at).total_seconds()
-                why = (
-                    f"not started within startingDeadlineSeconds={d.starting_deadline_seconds} "
-                    f"({behind:.1f}s late)"
-                )
-                skips.append(Skip(d, "deadline", why))
-            else:
-                keep.append(d)
-        judged = [d for d in keep if guarded(d)]
-        cancel: list[tuple[uuid.UUID, datetime]] = []
-        if judged:
-            live = await store.live_of_jobs(conn, [d.job_id for d in judged])
-            by_job: dict[uuid.UUID, list[LiveExecution]] = defaultdict(list)
-            for row in live:
-                by_job[row.job_id].append(row)
-            for d in judged:
-                running = [r for r in by_job.get(d.job_id, []) if r.id != d.id]
-                if not running:
-                    continue
-                if d.concurrency_policy == "Forbid":
-                    keep.remove(d)
-                    skips.append(
-                        Skip(
-                            d,
-                            "forbid",
-                            "concurrencyPolicy=Forbid: the previous occurrence is still running",
-                        )
-                    )
-                else:
-                    cancel += [(r.id, r.due_at) for r in running]
-        return keep, skips, cancel
-
     async def _dispatch(self, batch: list[Due]) -> None:
         ours = self._ours(batch)
         if not ours:
@@ -423,7 +361,7 @@ class Dispatcher:
         )
 
     async def _publish_and_record(
-        self, plans: dict[int, _Plan], epochs: dict[int, int]
+        self, plans: dict[int, Plan], epochs: dict[int, int]
     ) -> tuple[dict[int, ShardDispatch], int, tuple[float, float]]:
         """Publish the plans of the shards still ours and record them, all in one fenced
         transaction (`store.fenced`): a shard taken meanwhile, by another replica or by a
@@ -469,10 +407,10 @@ class Dispatcher:
 
     async def _plan(
         self, batch: list[Due], ours: list[Due], now: datetime
-    ) -> tuple[dict[int, _Plan], list[Due]]:
-        """Each shard's plan for `ours` (`_decide`), once the tenant gate admitted them;
+    ) -> tuple[dict[int, Plan], list[Due]]:
+        """Each shard's plan for `ours` (`rounds.decide`), once the tenant gate admitted them;
         those it holds back go back to the heap and leave `batch` (returned)."""
-        plans: dict[int, _Plan] = {}
+        plans: dict[int, Plan] = {}
         async with self._pool.acquire() as conn:
             go, wait = await self._gate.admit(conn, ours, now)
             if wait:
@@ -483,7 +421,7 @@ class Dispatcher:
             for d in go:
                 by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
-                plans[shard] = await self._decide(conn, dues, now)
+                plans[shard] = await decide(conn, dues, now)
         return plans, batch
 
     async def _settle(self, fenced: set[int], rounds: dict[int, ShardDispatch]) -> None:
