@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -81,7 +82,9 @@ class ShardRouter:
         self._parts: dict[str, GroupParts] = {}
         self.held: dict[int, str] = {}
         """Each shard this replica holds a Lease of: the group it was taken in."""
-        self._lock = asyncio.Lock()
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        """One per shard: its gain, loss and moves between groups happen one at a time (the
+        lease loop takes many shards at once)."""
         self._version = store.catalog.version
         self._stop: asyncio.Event | None = None
         self.release: Fenced | None = None
@@ -124,7 +127,7 @@ class ShardRouter:
 
     # -- the lease loop's callbacks ---------------------------------------------
     async def gain(self, shard: int) -> None:
-        async with self._lock:
+        async with self._locks[shard]:
             await self._take(shard)
 
     async def _take(self, shard: int) -> None:
@@ -138,7 +141,7 @@ class ShardRouter:
             raise NotYet(f"it moved out of store group {group}; taken in its new one") from None
 
     async def lose(self, shard: int) -> None:
-        async with self._lock:
+        async with self._locks[shard]:
             group = self.held.pop(shard, None)
             if group is not None:
                 await self._drop(group, shard)
@@ -180,28 +183,31 @@ class ShardRouter:
         """Bring every held shard to the group the catalog places it in now, and start the
         parts of groups added. A shard that cannot be taken in its new group yet gives its
         Lease up, to be taken again at a later round."""
-        failed: list[int] = []
-        async with self._lock:
-            catalog = self._store.catalog
-            for group in catalog.groups():
-                self.parts(group)
-            for shard, group in sorted(self.held.items()):
-                now_in = catalog.group_of(shard)
-                if now_in == group:
-                    continue
-                log.info(
-                    "shard %d moved from %s to %s", shard, group, now_in, extra={"shard": shard}
-                )
-                await self._drop(group, shard)
-                try:
-                    await self._take(shard)
-                except (NotYet, HoraeError) as exc:
-                    log.warning("shard %d not taken in %s yet: %s", shard, now_in, exc)
-                    failed.append(shard)
-            self._version = catalog.version
+        catalog = self._store.catalog
+        for group in catalog.groups():
+            self.parts(group)
+        moving = [s for s, g in sorted(self.held.items()) if catalog.group_of(s) != g]
+        failed = [s for s in await asyncio.gather(*(self._move(s) for s in moving)) if s >= 0]
+        self._version = catalog.version
         for shard in failed:
             if self.release is not None:
                 await self.release(shard)
+
+    async def _move(self, shard: int) -> int:
+        """Take `shard` in the group the catalog now places it in; -1, or the shard when it
+        could not be taken there yet."""
+        async with self._locks[shard]:
+            group, now_in = self.held.get(shard), self._store.catalog.group_of(shard)
+            if group is None or group == now_in:
+                return -1  # lost meanwhile, or moved already
+            log.info("shard %d moved from %s to %s", shard, group, now_in, extra={"shard": shard})
+            await self._drop(group, shard)
+            try:
+                await self._take(shard)
+            except (NotYet, HoraeError) as exc:
+                log.warning("shard %d not taken in %s yet: %s", shard, now_in, exc)
+                return shard
+            return -1
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the catalog `Store.follow` keeps up to date."""
