@@ -361,3 +361,35 @@ async def test_partitions_are_made_ahead_in_every_group(
         assert await conn.fetchval(exists, ahead)
     finally:
         await conn.close()
+
+
+async def test_a_group_added_while_the_scheduler_runs_is_dispatched_too(
+    db_url: str, broker_url: str, broker_prefix: str, control_plane: ControlPlane,
+    namespace: str,
+) -> None:  # fmt: skip
+    name = f"horae_g_{uuid.uuid4().hex[:10]}"
+    try:
+        async with scheduler(db_url, broker_url, broker_prefix, control_plane, namespace) as s:
+            assert s.store.groups() == [MAIN]
+            second_url = await split_store(db_url, name)  # the odd shards move there
+
+            async def second_started() -> bool:
+                return SECOND in s.store.groups() and all(
+                    s.router.held.get(shard) == SECOND for shard in range(1, 64, 2)
+                )
+
+            await until(second_started, timeout=15, what="the odd shards taken in `second`")
+            job_ids = await create_due(
+                s.store, list(range(64)), 64, start=timedelta(seconds=1),
+                spread=timedelta(seconds=1),
+            )  # fmt: skip
+
+            async def all_queued() -> bool:
+                found = [*await rows(db_url, job_ids), *await rows(second_url, job_ids)]
+                return len(found) == 64 and all(r["status"] == "queued" for r in found)
+
+            await until(all_queued, timeout=30, what="every execution queued in its group")
+        second = await rows(second_url, job_ids)
+        assert sorted(r["shard"] for r in second) == list(range(1, 64, 2))
+    finally:
+        await drop_database(SECOND_DB, name)
