@@ -32,6 +32,18 @@ preload_peak = Gauge(
     "HORAE_PRELOAD_MAX_ROWS).",
 )
 dispatched = Counter("horae_dispatched_total", "Executions published to the queue.")
+group_dispatched = Counter(
+    "horae_group_dispatched_total",
+    "Executions published to the queue, by the store group that holds them.",
+    ["group"],
+)
+dispatch_record = Histogram(
+    "horae_dispatch_record_seconds",
+    "How long one dispatch round's record (the fenced transaction marking its executions "
+    "queued) took, by store group.",
+    ["group"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
 skipped = Counter("horae_skipped_total", "Occurrences skipped at dispatch.", ["reason"])
 reaped = Counter("horae_reaped_total", "Executions recovered by the reaper.", ["kind"])
 outcomes = Counter("horae_outcomes_total", "Execution outcomes recorded.", ["status"])
@@ -53,3 +65,21 @@ held_back = Counter(
     "horae_tenant_held_back_total",
     "Executions kept back at dispatch, for a while, because their tenant ran its max_running.",
 )
+
+
+_owned: dict[str, int] = {}
+_held: dict[str, tuple[int, int]] = {}
+
+
+def report_owned(group: str, shards: int) -> None:
+    """A scheduler's shards held in `group`: the gauge shows those of every group."""
+    _owned[group] = shards
+    owned_shards.set(sum(_owned.values()))
+
+
+def report_preload(group: str, held: int, peak: int) -> None:
+    """A group's dispatcher holds `held` executions, `peak` at most so far: the gauges show
+    the replica's (the peak as the sum of the groups' peaks, an upper bound)."""
+    _held[group] = (held, peak)
+    preload_size.set(sum(h for h, _ in _held.values()))
+    preload_peak.set(sum(p for _, p in _held.values()))

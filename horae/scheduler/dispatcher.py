@@ -1,12 +1,14 @@
 """Preload owned shards' windows into a timer heap and publish each execution at its due moment,
 or up to the dispatch lead before it (workers hold an early one until it is due).
 
-Order of writes per batch: publish with confirms, then one fenced transaction
-that marks the batch `queued`, records skipped occurrences and schedules cron
-jobs' next occurrences. A crash between the two leaves the rows `scheduled`, so
-they are published again (a duplicate message the worker's claim drops), never
-lost. A fenced-out transaction means another replica took the shard: it is
-dropped at once.
+Order of writes per batch, in one transaction fenced by the shards' epochs: the epochs
+share-locked, then publish with confirms (the shards still ours only), then mark the batch
+`queued`, record skipped occurrences and schedule cron jobs' next occurrences. A shard taken
+meanwhile (another replica, a move to another store group) waits for it, so it is never
+published twice that way. A crash between publish and commit leaves the rows `scheduled`,
+so they are published again (a duplicate message the worker's claim drops), never lost. A
+shard fenced out (taken by another replica, or moved) is dropped at once.
+Each dispatcher works on one store group's database (`groups`).
 
 Preload reads through the partial index with a cursor: each refresh reads only
 rows beyond the last one seen; rows inserted behind the cursor (near-term
@@ -35,15 +37,15 @@ from typing import TYPE_CHECKING
 from horae import metrics
 from horae.broker import Publisher
 from horae.clock import utc_now
-from horae.models import ExecutionMessage
-from horae.scheduler.limits import TenantGate, late
+from horae.scheduler.limits import TenantGate
+from horae.scheduler.rounds import Plan, decide, guarded, message
 from horae.store import dispatch as store
 from horae.store.db import Database
-from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch, Skip
-from horae.store.rows import LiveExecution
+from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch
+from horae.store.groups import MAIN
 
 if TYPE_CHECKING:
-    from horae.store.db import Conn
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -59,32 +61,9 @@ DEEP_REFRESH_EVERY = 600.0
 for executions overdue since longer ago (e.g. after a long outage)."""
 
 
-_Plan = tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]
-"""A shard's part of a batch, as `Dispatcher._decide` splits it: publish, skip, and the
-predecessors to cancel."""
-
-
-def guarded(d: Due) -> bool:
-    """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
-    predecessor) depends on what still runs at its due moment, so it is decided then."""
-    return d.concurrency_policy != "Allow" and d.attempt == 1
-
-
 def _order(entry: tuple[datetime, int, Due]) -> tuple[datetime, int]:
     """The preload cursor's order, (due_at, id), of a heap entry."""
     return entry[2].due_at, entry[1]
-
-
-def message(d: Due) -> ExecutionMessage:
-    return ExecutionMessage(
-        execution_id=d.id,
-        job_id=d.job_id,
-        task=d.task,
-        tenant=d.tenant,
-        due_at=d.due_at,
-        occurrence_at=d.occurrence_at,
-        attempt=d.attempt,
-    )
 
 
 class Dispatcher:
@@ -102,8 +81,11 @@ class Dispatcher:
         on_fenced: Callable[[int], Awaitable[None]],
         lead: timedelta = timedelta(),
         max_rows: int = 100_000,
+        group: str = MAIN,
     ) -> None:
         self._pool = pool
+        self.group = group
+        """The store group whose shards this dispatcher holds (metrics' `group` label)."""
         self._publisher = publisher
         self._identity = identity
         self._window = window
@@ -153,11 +135,20 @@ class Dispatcher:
         if added:
             self._wake.set()
         self._refresh_now.set()
-        metrics.owned_shards.set(len(self.epochs))
+        metrics.report_owned(self.group, len(self.epochs))
 
     async def lose(self, shard: int) -> None:
         self.epochs.pop(shard, None)
-        metrics.owned_shards.set(len(self.epochs))
+        metrics.report_owned(self.group, len(self.epochs))
+
+    def resize(self, max_rows: int) -> None:
+        """Hold at most `max_rows` from now on (a replica's cap is split over its groups, and
+        a group was added): a heap above it is trimmed at once."""
+        self._max_rows = max(1, max_rows)
+        self._page = min(PRELOAD_PAGE, self._max_rows)
+        if len(self._heap) > self._max_rows:
+            self._trim()
+            self._report_size()
 
     def reload(self) -> None:
         """Re-read the whole window (after the LISTEN connection came back)."""
@@ -189,10 +180,12 @@ class Dispatcher:
             self._trim()
         if added:
             self._wake.set()
-        metrics.preload_size.set(len(self._heap))
-        self.peak = max(self.peak, len(self._heap))
-        metrics.preload_peak.set(self.peak)
+        self._report_size()
         return added
+
+    def _report_size(self) -> None:
+        self.peak = max(self.peak, len(self._heap))
+        metrics.report_preload(self.group, len(self._heap), self.peak)
 
     def _trim(self) -> None:
         """Keep the `max_rows` earliest (due_at, id) and forget the others; the cursor
@@ -321,7 +314,7 @@ class Dispatcher:
                     self._forget(batch)
                     self._full_needed = True
                     await asyncio.sleep(0.5)
-                metrics.preload_size.set(len(self._heap))
+                self._report_size()
                 if self._capped:  # room again: read on beyond the cursor
                     self._refresh_now.set()
                 continue
@@ -343,83 +336,52 @@ class Dispatcher:
         for d in dues:
             self._known.discard((d.id, d.due_at))
 
-    async def _decide(
-        self, conn: Conn, dues: list[Due], now: datetime
-    ) -> tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]:
-        """Split a shard's batch into (publish, skip, cancel predecessors)."""
-        skips: list[Skip] = []
-        keep: list[Due] = []
-        for d in dues:
-            if late(d, now):
-                behind = (now - d.due_at).total_seconds()
-                why = (
-                    f"not started within startingDeadlineSeconds={d.starting_deadline_seconds} "
-                    f"({behind:.1f}s late)"
-                )
-                skips.append(Skip(d, "deadline", why))
-            else:
-                keep.append(d)
-        judged = [d for d in keep if guarded(d)]
-        cancel: list[tuple[uuid.UUID, datetime]] = []
-        if judged:
-            live = await store.live_of_jobs(conn, [d.job_id for d in judged])
-            by_job: dict[uuid.UUID, list[LiveExecution]] = defaultdict(list)
-            for row in live:
-                by_job[row.job_id].append(row)
-            for d in judged:
-                running = [r for r in by_job.get(d.job_id, []) if r.id != d.id]
-                if not running:
-                    continue
-                if d.concurrency_policy == "Forbid":
-                    keep.remove(d)
-                    skips.append(
-                        Skip(
-                            d,
-                            "forbid",
-                            "concurrencyPolicy=Forbid: the previous occurrence is still running",
-                        )
-                    )
-                else:
-                    cancel += [(r.id, r.due_at) for r in running]
-        return keep, skips, cancel
-
     async def _dispatch(self, batch: list[Due]) -> None:
         ours = self._ours(batch)
         if not ours:
             return
         now = utc_now()
         plans, batch = await self._plan(batch, ours, now)
-        to_publish = [d for keep, _, _ in plans.values() for d in keep]
-        started = time.monotonic()
-        if to_publish:
-            try:
-                await self._publisher.publish_batch([message(d) for d in to_publish])
-            except Exception:
-                log.exception("publish failed; the batch stays scheduled and is re-read")
-                self._forget(batch)
-                self._full_needed = True
-                await asyncio.sleep(0.5)
-                return
-        published = utc_now()
-        publish_took = time.monotonic() - started
-        for d in to_publish:
-            metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())
-        rounds = {
-            shard: ShardDispatch(self.epochs[shard], keep, skips, cancel)
-            for shard, (keep, skips, cancel) in plans.items()
-            if shard in self.epochs
-        }
-        async with self._pool.acquire() as conn:
-            queued, fenced = await store.record_dispatch(conn, rounds, published)
+        epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
+        try:
+            rounds, queued, took = await self._publish_and_record(plans, epochs)
+        except Exception:
+            log.exception("dispatch failed; the batch stays scheduled and is re-read")
+            self._forget(batch)
+            self._full_needed = True
+            await asyncio.sleep(0.5)
+            return
         self._forget(batch)
-        await self._settle(fenced | (set(plans) - set(rounds)), rounds)
+        await self._settle(set(plans) - set(rounds), rounds)
         log.debug(
             "dispatched %d (%d queued): publish %.3fs, record %.3fs",
-            len(to_publish),
+            sum(len(r.queued) for r in rounds.values()),
             queued,
-            publish_took,
-            time.monotonic() - started - publish_took,
+            *took,
         )
+
+    async def _publish_and_record(
+        self, plans: dict[int, Plan], epochs: dict[int, int]
+    ) -> tuple[dict[int, ShardDispatch], int, tuple[float, float]]:
+        """Publish the plans of the shards still ours and record them, all in one fenced
+        transaction (`store.fenced`): a shard taken meanwhile, by another replica or by a
+        move to another store group, waits for it, so nothing published here is published
+        again by the shard's next owner. (The rounds recorded, rows queued, (publish, record)
+        seconds.)"""
+        started = time.monotonic()
+        async with self._pool.acquire() as conn, store.fenced(conn, epochs) as held:
+            rounds = {s: ShardDispatch(epochs[s], *plans[s]) for s in sorted(held)}
+            to_publish = [d for plan in rounds.values() for d in plan.queued]
+            if to_publish:
+                await self._publisher.publish_batch([message(d) for d in to_publish])
+            published = utc_now()
+            publish_took = time.monotonic() - started
+            for d in to_publish:
+                metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())
+            queued = await store.record_round(conn, rounds, published)
+        record_took = time.monotonic() - started - publish_took
+        metrics.dispatch_record.labels(self.group).observe(record_took)
+        return rounds, queued, (publish_took, record_took)
 
     def _ours(self, batch: list[Due]) -> list[Due]:
         """What of `batch` this replica may dispatch: executions of shards it holds and
@@ -445,10 +407,10 @@ class Dispatcher:
 
     async def _plan(
         self, batch: list[Due], ours: list[Due], now: datetime
-    ) -> tuple[dict[int, _Plan], list[Due]]:
-        """Each shard's plan for `ours` (`_decide`), once the tenant gate admitted them;
+    ) -> tuple[dict[int, Plan], list[Due]]:
+        """Each shard's plan for `ours` (`rounds.decide`), once the tenant gate admitted them;
         those it holds back go back to the heap and leave `batch` (returned)."""
-        plans: dict[int, _Plan] = {}
+        plans: dict[int, Plan] = {}
         async with self._pool.acquire() as conn:
             go, wait = await self._gate.admit(conn, ours, now)
             if wait:
@@ -459,7 +421,7 @@ class Dispatcher:
             for d in go:
                 by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
-                plans[shard] = await self._decide(conn, dues, now)
+                plans[shard] = await decide(conn, dues, now)
         return plans, batch
 
     async def _settle(self, fenced: set[int], rounds: dict[int, ShardDispatch]) -> None:
@@ -473,5 +435,6 @@ class Dispatcher:
         for shard, plan in rounds.items():
             if shard not in fenced:
                 metrics.dispatched.inc(len(plan.queued))
+                metrics.group_dispatched.labels(self.group).inc(len(plan.queued))
                 for s in plan.skipped:
                     metrics.skipped.labels(s.kind).inc()

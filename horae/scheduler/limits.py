@@ -25,8 +25,9 @@ from horae.store.dispatch import Due
 if TYPE_CHECKING:
     from horae.store.db import Conn
 
-LIMITS_TTL = 5.0
-"""Seconds a tenant's `max_running` is remembered (a changed limit applies this late)."""
+LIMITS_TTL = 1.0
+"""Seconds a tenant's `max_running` (its allowance in this group) is remembered: a changed
+limit applies this late (the rebalancer moves allowances about every second)."""
 FIRST_WAIT = timedelta(milliseconds=250)
 LONGEST_WAIT = timedelta(seconds=1)
 

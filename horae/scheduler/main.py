@@ -1,4 +1,5 @@
-"""`horae scheduler`: lease loop, preload refresh and dispatch, until SIGTERM."""
+"""`horae scheduler`: lease loop, and per store group preload refresh, dispatch and reaper,
+until SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,22 +15,16 @@ from kubernetes import client
 
 from horae import broker, metrics
 from horae.config import Settings
-from horae.errors import ShardBusy
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.probes import Probes
+from horae.scheduler.allowances import Rebalancer
 from horae.scheduler.dispatcher import Dispatcher
-from horae.scheduler.leases import (
-    MEMBER_LABEL,
-    SHARD_LABEL,
-    NotYet,
-    ShardLeases,
-    frees_shards,
-)
+from horae.scheduler.groups import Fenced, GroupParts, ShardRouter
+from horae.scheduler.leases import MEMBER_LABEL, SHARD_LABEL, ShardLeases, frees_shards
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
 from horae.scheduler.reaper import Reaper
-from horae.store.db import Database
-from horae.store.installation import read_installation
+from horae.store.groups import Store, group_url
 
 log = logging.getLogger(__name__)
 
@@ -40,85 +35,92 @@ WATCHED = (SHARD_LABEL, MEMBER_LABEL)
 """The label selectors of the Lease watches, each a thread of its own."""
 
 
-async def take_shard(dispatcher: Dispatcher, listener: ShardListener, shard: int) -> None:
-    """Start dispatching a shard just won: LISTEN on its channel first, then read its window.
-    A row committed after the read announces itself to a channel already listened on; in the
-    other order, one committed between the read and the LISTEN (due soon, so behind the
-    cursor) waited for the next full re-read, up to 30 s: the 28 s start lag seen after a
-    scheduler was killed under load."""
-    await listener.add(shard)
-    try:
-        await dispatcher.gain(shard)
-    except ShardBusy:
-        raise NotYet("a dispatch of its previous owner still holds its epoch") from None
-
-
 @dataclass(frozen=True)
-class _Parts:
-    """The scheduler's long-running parts, wired to each other."""
+class Scheduler:
+    """The scheduler's long-running parts, wired to each other: the shard Leases, each store
+    group's dispatcher, listener and reaper (`ShardRouter`), partition maintenance and the
+    allowance rebalancer."""
 
-    dispatcher: Dispatcher
-    listener: ShardListener
+    store: Store
+    router: ShardRouter
     shard_leases: ShardLeases
-    reaper: Reaper
     maintenance: Maintenance
+    allowances: Rebalancer
 
     def start(self, stop: asyncio.Event, probes: Probes) -> list[asyncio.Task[None]]:
         """Run every part as a task until `stop` is set (the probes' beat until cancelled)."""
         return [
             asyncio.create_task(probes.beat(), name="beat"),
-            asyncio.create_task(self.listener.run(stop), name="listener"),
+            asyncio.create_task(self.store.follow(stop), name="catalog"),
+            *self.router.start(stop),
             asyncio.create_task(self.shard_leases.run(stop), name="leases"),
-            asyncio.create_task(self.dispatcher.run_refresh(stop), name="refresh"),
-            asyncio.create_task(self.dispatcher.run_dispatch(stop), name="dispatch"),
-            asyncio.create_task(self.reaper.run(stop), name="reaper"),
             asyncio.create_task(self.maintenance.run(stop, period=10.0), name="maintenance"),
+            asyncio.create_task(
+                self.allowances.run(stop, lambda: self.maintenance.holder), name="allowances"
+            ),
         ]
 
+    async def shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Stop every task (those of groups' parts too), then hand the Leases back."""
+        for task in [*tasks, *self.router.tasks()]:
+            task.cancel()
+        await asyncio.gather(*tasks, *self.router.tasks(), return_exceptions=True)
+        await self.shard_leases.release_all()
+        await self.maintenance.release()
 
-def _shard_parts(
+
+def build(
     settings: Settings,
-    pool: Database,
+    store: Store,
     publisher: broker.Publisher,
     api: client.ApiClient,
-    *,
-    shards: int,
     probes: Probes,
-) -> tuple[Dispatcher, ShardListener, ShardLeases]:
-    """The dispatcher, the listener and the shard Leases, wired: a shard Lease gained or
-    lost starts or stops the shard's dispatch and LISTEN; a dispatch fenced out releases
-    the shard's Lease."""
+) -> Scheduler:
+    """Wire the parts: a shard Lease gained or lost starts or stops the shard's dispatch and
+    LISTEN in its group; a dispatch fenced out (not by a move) releases the shard's Lease."""
     cfg = settings.scheduler
+    shards = store.catalog.shards
     shard_leases: ShardLeases
+
+    def group_parts(group: str, fenced: Fenced) -> GroupParts:
+        database = store.database(group)
+        dispatcher = Dispatcher(
+            database,
+            publisher,
+            identity=cfg.identity,
+            window=cfg.preload_window,
+            max_rows=cfg.preload_max_rows,
+            refresh_period=cfg.refresh_period,
+            lead=cfg.dispatch_lead,
+            lease_valid=lambda s: shard_leases.valid(s),
+            on_fenced=fenced,
+            group=group,
+        )
+        url = group_url(group, store.catalog.addresses[group], settings.database.url)
+        listener = ShardListener(url, dispatcher.notified, dispatcher.reload)
+        reaper = Reaper(
+            database,
+            publisher,
+            epochs=lambda: dispatcher.epochs,
+            redelivery_timeout=cfg.redelivery_timeout,
+            dead_webhook=cfg.dead_webhook,
+        )
+        return GroupParts(group, dispatcher, listener, reaper)
+
+    router = ShardRouter(store, group_parts, max_rows=cfg.preload_max_rows)
 
     async def lost(shard: int) -> None:
         metrics.lease_transitions.labels("lost").inc()
-        await dispatcher.lose(shard)
-        await listener.remove(shard)
+        await router.lose(shard)
 
     async def gained(shard: int) -> None:
         metrics.lease_transitions.labels("gained").inc()
-        await take_shard(dispatcher, listener, shard)
-
-    async def fenced(shard: int) -> None:
-        await shard_leases.release(shard)
+        await router.gain(shard)
 
     def took_part() -> None:
         """Ready once this replica has taken part in a round of shard Leases."""
         probes.ready(f"holds {len(shard_leases.held)} of {shards} shards")
 
-    dispatcher = Dispatcher(
-        pool,
-        publisher,
-        identity=cfg.identity,
-        window=cfg.preload_window,
-        max_rows=cfg.preload_max_rows,
-        refresh_period=cfg.refresh_period,
-        lead=cfg.dispatch_lead,
-        lease_valid=lambda s: shard_leases.valid(s),
-        on_fenced=fenced,
-    )
-    listener = ShardListener(settings.database.url, dispatcher.notified, dispatcher.reload)
     shard_leases = ShardLeases(
         Leases(api, settings.kube.namespace),
         identity=cfg.identity,
@@ -129,33 +131,15 @@ def _shard_parts(
         on_lost=lost,
         on_tick=took_part,
     )
-    return dispatcher, listener, shard_leases
-
-
-def _housekeeping(
-    settings: Settings,
-    pool: Database,
-    publisher: broker.Publisher,
-    api: client.ApiClient,
-    dispatcher: Dispatcher,
-) -> tuple[Reaper, Maintenance]:
-    """The reaper (on the shards the dispatcher holds) and partition maintenance."""
-    cfg = settings.scheduler
-    reaper = Reaper(
-        pool,
-        publisher,
-        epochs=lambda: dispatcher.epochs,
-        redelivery_timeout=cfg.redelivery_timeout,
-        dead_webhook=cfg.dead_webhook,
-    )
+    router.release = shard_leases.release
     maintenance = Maintenance(
-        pool,
+        store,
         Leases(api, settings.kube.namespace),
         identity=cfg.identity,
         lease_duration=timedelta(seconds=30),
         ahead_days=settings.database.partitions_ahead_days,
     )
-    return reaper, maintenance
+    return Scheduler(store, router, shard_leases, maintenance, Rebalancer(store))
 
 
 def _take_over_the_loop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -195,9 +179,7 @@ def _watch(
 
 async def run(settings: Settings) -> None:
     cfg = settings.scheduler
-    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
-    async with pool.acquire() as conn:
-        shards = (await read_installation(conn)).shards
+    store = await Store.open(settings.database.url, size=settings.database.pool_size)
     connection = await broker.connect(settings.broker.url)
     publisher = broker.Publisher(connection, broker.Names(settings.broker.prefix))
     await publisher.start()
@@ -210,26 +192,23 @@ async def run(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     _take_over_the_loop(loop, stop)
     probes = Probes()
-    dispatcher, listener, shard_leases = _shard_parts(
-        settings, pool, publisher, api, shards=shards, probes=probes
-    )
-    reaper, maintenance = _housekeeping(settings, pool, publisher, api, dispatcher)
-    parts = _Parts(dispatcher, listener, shard_leases, reaper, maintenance)
+    scheduler = build(settings, store, publisher, api, probes)
     probes.serve(settings.metrics_port)
-    watch_stop = _watch(api, settings.kube.namespace, parts.shard_leases, loop)
-    log.info("scheduler %s starting with %d shards", cfg.identity, shards)
+    watch_stop = _watch(api, settings.kube.namespace, scheduler.shard_leases, loop)
+    log.info(
+        "scheduler %s starting with %d shards (%s)",
+        cfg.identity,
+        store.catalog.shards,
+        store.describe(),
+    )
 
-    tasks = parts.start(stop, probes)
+    tasks = scheduler.start(stop, probes)
     await stop.wait()
     probes.unready("stopping")
-    held = len(parts.shard_leases.held)
+    held = len(scheduler.shard_leases.held)
     log.info("scheduler %s stopping: releasing %d shards", cfg.identity, held)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
     watch_stop.set()
-    await parts.shard_leases.release_all()
-    await parts.maintenance.release()
+    await scheduler.shutdown(tasks)
     await connection.close()
-    await pool.close()
+    await store.close()
     api.close()

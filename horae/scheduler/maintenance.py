@@ -1,6 +1,7 @@
 """Partition maintenance, done by one replica at a time (its own Lease `horae-maintenance`):
 create the daily execution partitions ahead and drop those past the installation's retention
-(kept in the database, so every replica and `horae migrate` agree on it)."""
+(kept in the database, so every replica and `horae migrate` agree on it), in every store
+group. The holder of this Lease also rebalances tenants' allowances (`allowances`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import timedelta
 from horae.clock import utc_now
 from horae.kube import Leases, SingletonLease
 from horae.store.db import Database
+from horae.store.groups import Store
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions
 
@@ -24,7 +26,7 @@ LEASE_NAME = "horae-maintenance"
 class Maintenance:
     def __init__(
         self,
-        pool: Database,
+        store: Store,
         leases: Leases,
         *,
         identity: str,
@@ -32,7 +34,7 @@ class Maintenance:
         ahead_days: int,
         every: timedelta = timedelta(hours=1),
     ) -> None:
-        self._pool = pool
+        self._store = store
         self._duration = lease_duration.total_seconds()
         self._ahead = ahead_days
         self._every = every.total_seconds()
@@ -49,18 +51,33 @@ class Maintenance:
     async def tick(self) -> None:
         self.holder = await self._lease.hold()
         if self.holder and time.monotonic() - self._last_run >= self._every:
-            async with self._pool.acquire() as conn:
-                # The installation's retention, read each time: `horae migrate` may have
-                # changed it since this replica started.
-                retention = (await read_installation(conn)).retention_days
-                created, dropped = await maintain_partitions(
-                    conn,
-                    today=utc_now().date(),
-                    ahead_days=self._ahead,
-                    retention_days=retention,
-                )
-            self._last_run = time.monotonic()
-            log.info("partitions: created %s, dropped %d", [str(d) for d in created], dropped)
+            failed = 0
+            for group, database in self._store.each():
+                try:
+                    await self._maintain(group, database)
+                except Exception:  # one group down must not hold up the others
+                    log.exception("partition maintenance of store group %s failed", group)
+                    failed += 1
+            if not failed:
+                self._last_run = time.monotonic()
+
+    async def _maintain(self, group: str, database: Database) -> None:
+        async with database.acquire() as conn:
+            # The installation's retention, read each time: `horae migrate` may have
+            # changed it since this replica started.
+            retention = (await read_installation(conn)).retention_days
+            created, dropped = await maintain_partitions(
+                conn,
+                today=utc_now().date(),
+                ahead_days=self._ahead,
+                retention_days=retention,
+            )
+        log.info(
+            "partitions of store group %s: created %s, dropped %d",
+            group,
+            [str(d) for d in created],
+            dropped,
+        )
 
     async def run(self, stop: asyncio.Event, period: float) -> None:
         while not stop.is_set():

@@ -24,7 +24,7 @@ from horae.broker import Publisher
 from horae.clock import DatabaseClock
 from horae.errors import StoreError
 from horae.models import RetryPolicy
-from horae.scheduler.dispatcher import message
+from horae.scheduler.rounds import message
 from horae.store import dispatch as store
 from horae.store.db import Database
 from horae.store.dispatch import Due

@@ -1,5 +1,6 @@
 """The scheduler's execution transitions: preload a shard's window, take a shard (a new
-fencing epoch), record a dispatch round fenced by the epochs held (queued, skipped,
+fencing epoch), record a dispatch round fenced by the epochs held, held from before its
+publish to its record (queued, skipped,
 predecessors to cancel, cron jobs' next occurrences), and the reaper's: republish
 unclaimed queued executions, end those whose lease ran out. Each is a conditional
 statement whose row count decides; every write is fenced by the shard's epoch.
@@ -7,8 +8,10 @@ statement whose row count decides; every write is fenced by the shard's epoch.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -17,7 +20,7 @@ import asyncpg
 
 from horae.errors import ShardBusy, ShardMoved
 from horae.models import ExecutionStatus
-from horae.store.boundary import translated
+from horae.store.boundary import translated, translating
 from horae.store.occurrences import next_occurrence
 from horae.store.queries import Q
 from horae.store.rows import ExpiredRun, LiveExecution, job_of
@@ -80,7 +83,8 @@ async def preload(
 
 @translated
 async def tenant_limits(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
-    """The `max_running` of those of `tenants` that have one."""
+    """The `max_running` of those of `tenants` that have one: in this store group, its
+    allowance when the rebalancer set one (`allowances`)."""
     rows = await conn.fetch(Q["tenant_limits"], sorted(tenants))
     return {row["name"]: row["max_running"] for row in rows}
 
@@ -117,6 +121,12 @@ async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
 
 
 @translated
+async def moved_out(conn: Conn, shard: int) -> bool:
+    """Whether `shard` moved out of this store group (a move fenced its dispatch here out)."""
+    return bool(await conn.fetchval(Q["shard_moved_out"], shard))
+
+
+@translated
 async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[LiveExecution]:
     """Queued or running executions of these jobs."""
     rows = await conn.fetch(Q["live_executions_of_jobs"], list(job_ids))
@@ -140,50 +150,74 @@ class ShardDispatch:
     cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
 
 
+@asynccontextmanager
+async def fenced(conn: Conn, epochs: Mapping[int, int]) -> AsyncIterator[set[int]]:
+    """A transaction holding our `epochs` (shard -> epoch) share-locked throughout: yields
+    the shards still ours (a shard missing moved on: another replica took it, or it moved
+    to another store group). A replica taking a shard, or a move, waits for the
+    transaction, so what the caller publishes inside it for those shards, and then records
+    (`record_round`), is never published again by the shard's next owner. Errors raised in
+    the block (a failed publish) roll it back and pass as they are."""
+    tx = conn.transaction()
+    order = sorted(epochs)
+    async with translating():
+        await tx.start()
+        try:
+            rows = await conn.fetch(Q["lock_epochs"], order, [epochs[s] for s in order])
+        except BaseException:
+            await tx.rollback()
+            raise
+    try:
+        yield {r["shard"] for r in rows}
+    except BaseException:
+        with contextlib.suppress(Exception):
+            async with translating():
+                await tx.rollback()
+        raise
+    async with translating():
+        await tx.commit()
+
+
 @translated
+async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: datetime) -> int:
+    """Inside `fenced`, for shards it answered: mark the published executions queued, record
+    skipped occurrences, request cancellation of replaced predecessors, and schedule cron
+    jobs' next occurrences. Rows a worker already claimed stay as they are; their next
+    occurrence is still scheduled (idempotently). Returns how many rows became queued."""
+    ours = [shards[s] for s in sorted(shards)]
+    queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
+    status = await conn.execute(
+        Q["mark_queued"],
+        [d.id for d, _ in queued],
+        [d.due_at for d, _ in queued],
+        [epoch for _, epoch in queued],
+        now,
+    )
+    skipped = [s for plan in ours for s in plan.skipped]
+    if skipped:
+        await conn.execute(
+            Q["skip_executions"],
+            [s.due.id for s in skipped],
+            [s.due.due_at for s in skipped],
+            [s.kind for s in skipped],
+            [s.message for s in skipped],
+            now,
+        )
+    cancel = [c for plan in ours for c in plan.cancel]
+    if cancel:
+        await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
+    await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now)
+    return int(status.split()[-1])
+
+
 async def record_dispatch(
     conn: Conn, shards: dict[int, ShardDispatch], now: datetime
 ) -> tuple[int, set[int]]:
-    """Fenced, one transaction for every shard of a dispatch round: mark the published
-    executions queued, record skipped occurrences, request cancellation of replaced
-    predecessors, and schedule cron jobs' next occurrences.
-
-    The epoch rows are share-locked for the whole transaction, so a replica taking
-    a shard (which bumps its epoch) waits for this to commit, and a shard whose
-    epoch has moved is left alone. Rows a worker already claimed stay as they are;
-    their next occurrence is still scheduled (idempotently).
-    Returns how many rows became queued, and the shards we were fenced out of.
-    """
-    async with conn.transaction():
-        order = sorted(shards)
-        held = {
-            r["shard"]
-            for r in await conn.fetch(Q["lock_epochs"], order, [shards[s].epoch for s in order])
-        }
-        ours = [shards[s] for s in order if s in held]
-        queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
-        status = await conn.execute(
-            Q["mark_queued"],
-            [d.id for d, _ in queued],
-            [d.due_at for d, _ in queued],
-            [epoch for _, epoch in queued],
-            now,
-        )
-        skipped = [s for plan in ours for s in plan.skipped]
-        if skipped:
-            await conn.execute(
-                Q["skip_executions"],
-                [s.due.id for s in skipped],
-                [s.due.due_at for s in skipped],
-                [s.kind for s in skipped],
-                [s.message for s in skipped],
-                now,
-            )
-        cancel = [c for plan in ours for c in plan.cancel]
-        if cancel:
-            await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
-        await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now)
-        return int(status.split()[-1]), set(shards) - held
+    """`fenced` and `record_round` in one, for executions published already: how many rows
+    became queued, and the shards we were fenced out of."""
+    async with fenced(conn, {s: plan.epoch for s, plan in shards.items()}) as held:
+        queued = await record_round(conn, {s: shards[s] for s in held}, now)
+    return queued, set(shards) - held
 
 
 @translated

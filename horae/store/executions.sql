@@ -175,8 +175,10 @@ SELECT id FROM horae_finish($1::uuid[], $2::timestamptz[], $3::execution_status[
     AS f(id)
 
 -- name: tenant_limits
--- The limits of those of these tenants that have one (a tenant not answered is unlimited).
-SELECT name, max_running FROM tenants WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
+-- The limits in this store group (the allowance when set) of those of these tenants that have
+-- one (a tenant not answered is unlimited).
+SELECT name, coalesce(allowance, max_running) AS max_running FROM tenants
+WHERE name = ANY($1::text[]) AND max_running IS NOT NULL
 ORDER BY name
 
 -- name: tenants_running
@@ -251,3 +253,7 @@ SELECT * FROM executions
 WHERE job_id = $1 AND status <> 'scheduled'
 ORDER BY due_at DESC, id DESC
 LIMIT $2
+
+-- name: shard_moved_out
+-- Whether shard $1 moved out of this store group (its dispatch here was fenced out by a move).
+SELECT coalesce((SELECT moved_out FROM shard_epochs WHERE shard = $1), false)

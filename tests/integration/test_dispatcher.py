@@ -17,9 +17,9 @@ import pytest_asyncio
 from horae import broker
 from horae.models import ConcurrencyPolicy, ExecutionBatch, JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
+from horae.scheduler.groups import take_shard
 from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
-from horae.scheduler.main import take_shard
 from horae.scheduler.reaper import Reaper
 from horae.store import dispatch, jobs
 from horae.store.db import Database, connect

@@ -1,0 +1,80 @@
+"""What a dispatch round does with each due execution of a shard, before it is published:
+skip one past its starting deadline, and judge a first attempt of a Forbid or Replace job
+by what of its job still runs (skip it, or cancel its predecessors)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from horae.models import ExecutionMessage
+from horae.scheduler.limits import late
+from horae.store import dispatch as store
+from horae.store.dispatch import Due, Skip
+from horae.store.rows import LiveExecution
+
+if TYPE_CHECKING:
+    from horae.store.db import Conn
+
+Plan = tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]
+"""A shard's part of a batch, as `decide` splits it: publish, skip, and the predecessors to
+cancel."""
+
+
+def guarded(d: Due) -> bool:
+    """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
+    predecessor) depends on what still runs at its due moment, so it is decided then."""
+    return d.concurrency_policy != "Allow" and d.attempt == 1
+
+
+def message(d: Due) -> ExecutionMessage:
+    return ExecutionMessage(
+        execution_id=d.id,
+        job_id=d.job_id,
+        task=d.task,
+        tenant=d.tenant,
+        due_at=d.due_at,
+        occurrence_at=d.occurrence_at,
+        attempt=d.attempt,
+    )
+
+
+async def decide(conn: Conn, dues: list[Due], now: datetime) -> Plan:
+    """Split a shard's batch into (publish, skip, cancel predecessors)."""
+    skips: list[Skip] = []
+    keep: list[Due] = []
+    for d in dues:
+        if late(d, now):
+            behind = (now - d.due_at).total_seconds()
+            why = (
+                f"not started within startingDeadlineSeconds={d.starting_deadline_seconds} "
+                f"({behind:.1f}s late)"
+            )
+            skips.append(Skip(d, "deadline", why))
+        else:
+            keep.append(d)
+    judged = [d for d in keep if guarded(d)]
+    cancel: list[tuple[uuid.UUID, datetime]] = []
+    if judged:
+        live = await store.live_of_jobs(conn, [d.job_id for d in judged])
+        by_job: dict[uuid.UUID, list[LiveExecution]] = defaultdict(list)
+        for row in live:
+            by_job[row.job_id].append(row)
+        for d in judged:
+            running = [r for r in by_job.get(d.job_id, []) if r.id != d.id]
+            if not running:
+                continue
+            if d.concurrency_policy == "Forbid":
+                keep.remove(d)
+                skips.append(
+                    Skip(
+                        d,
+                        "forbid",
+                        "concurrencyPolicy=Forbid: the previous occurrence is still running",
+                    )
+                )
+            else:
+                cancel += [(r.id, r.due_at) for r in running]
+    return keep, skips, cancel
