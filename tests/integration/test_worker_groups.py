@@ -292,3 +292,46 @@ async def test_a_heartbeat_follows_a_running_execution_to_the_group_its_shard_mo
     await moved_while_running(
         db_url, broker_url, broker_prefix, groups, lease="3", heartbeat_first=True
     )
+
+
+async def test_a_claim_that_waited_for_a_moves_locks_finds_its_execution_in_the_new_group(
+    db_url: str, broker_url: str, broker_prefix: str, groups: dict[str, asyncpg.Connection]
+) -> None:
+    # The move deletes the rows in `main` before its catalog commits: the claim, which waited
+    # for the move's lock on its row, finds it gone and must read the catalog only once the
+    # move has committed it, or it would drop its message as a duplicate.
+    calls: list[uuid.UUID] = []
+    async with a_worker(db_url, broker_url, broker_prefix, recording(calls), "30") as served:
+        message = await one_off(groups[MAIN], 2)
+        holder = await connect(db_url)
+        try:
+            held = holder.transaction()
+            await held.start()
+            await holder.execute(
+                "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE", message.execution_id
+            )
+            move = asyncio.create_task(move_shards(db_url, [2], SECOND))
+            consuming = asyncio.create_task(consume_on_a_stale_catalog(served))
+            await served.publisher.publish_batch([message])
+
+            async def both_wait() -> bool:  # the move, then the claim, wait for the row
+                waiting = await groups[MAIN].fetchval(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                return bool(waiting == 2)
+
+            await until(both_wait, timeout=10, what="the move and the claim waiting")
+            await held.commit()
+            await asyncio.wait_for(move, timeout=20)
+        finally:
+            await holder.close()
+
+        async def succeeded() -> bool:
+            return await rows_of(groups[SECOND], message.job_id) == [(1, "succeeded")]
+
+        await until(succeeded, timeout=20, what="the execution succeeded in group second")
+        served.stop.set()
+        await asyncio.wait_for(consuming, timeout=10)
+    assert calls == [message.execution_id]
+    assert await rows_of(groups[MAIN], message.job_id) == []
