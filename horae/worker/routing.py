@@ -38,6 +38,9 @@ class Routes:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._checks: GroupCommit[None, None] = GroupCommit(self._check)
+        """Writes that found nothing at once share one look at the catalog (as claims share
+        a transaction): a burst of duplicates costs one, not a connection each."""
 
     @property
     def home(self) -> Database:
@@ -56,11 +59,18 @@ class Routes:
     async def moved(self, asked: str, shards: Iterable[int]) -> dict[int, str]:
         """Of `shards`, whose rows a write did not find in group `asked`: those now in
         another group, with that group (none: nothing moved, the write found what there is)."""
+        await self._checks.submit(None)
+        now = {s: self.group_of(s) for s in set(shards)}
+        return {s: g for s, g in now.items() if g != asked}
+
+    async def _check(self, waiters: Sequence[None]) -> list[None]:
+        """Wait for a change of the catalog in progress, then read it again if it changed.
+        Only a check that starts after a write's answer may serve it: `GroupCommit` runs
+        those that arrive while one is in flight in the next."""
         async with self._store.home.acquire() as conn:
             await executions.await_catalog(conn)
         await self._store.moved()
-        now = {s: self.group_of(s) for s in set(shards)}
-        return {s: g for s, g in now.items() if g != asked}
+        return [None] * len(waiters)
 
     def by_group(self, shards: Mapping[uuid.UUID, int]) -> dict[str, list[uuid.UUID]]:
         """Executions (id: shard) by the group of their shards."""

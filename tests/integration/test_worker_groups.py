@@ -310,18 +310,21 @@ async def test_a_claim_that_waited_for_a_moves_locks_finds_its_execution_in_the_
             await holder.execute(
                 "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE", message.execution_id
             )
-            move = asyncio.create_task(move_shards(db_url, [2], SECOND))
             consuming = asyncio.create_task(consume_on_a_stale_catalog(served))
-            await served.publisher.publish_batch([message])
 
-            async def both_wait() -> bool:  # the move, then the claim, wait for the row
-                waiting = await groups[MAIN].fetchval(
+            async def waiting(count: int) -> bool:
+                waiters = await groups[MAIN].fetchval(
                     "SELECT count(*) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND wait_event_type = 'Lock'"
                 )
-                return bool(waiting == 2)
+                return bool(waiters == count)
 
-            await until(both_wait, timeout=10, what="the move and the claim waiting")
+            # The move waits for the row first (for at most its lock timeout, 10 s), then
+            # the claim, queued behind it.
+            move = asyncio.create_task(move_shards(db_url, [2], SECOND))
+            await until(lambda: waiting(1), timeout=5, interval=0.02, what="the move waiting")
+            await served.publisher.publish_batch([message])
+            await until(lambda: waiting(2), timeout=5, interval=0.02, what="the claim waiting")
             await held.commit()
             await asyncio.wait_for(move, timeout=20)
         finally:
