@@ -218,15 +218,24 @@ async def finish_many(
     return [f.claimed.id in recorded for f in outcomes]
 
 
+@dataclass(frozen=True)
+class Beat:
+    """What a heartbeat did: the leases it extended, and which of those executions are
+    marked for cancellation (job cancelled, or replaced under `Replace`)."""
+
+    extended: frozenset[uuid.UUID]
+    cancel: list[uuid.UUID]
+
+
 @translated
 async def heartbeat(
     conn: Conn, *, owner: str, now: datetime, lease: timedelta, ids: Sequence[uuid.UUID]
-) -> list[uuid.UUID]:
+) -> Beat:
     """Extend the leases of `owner`'s running executions among `ids` (those it still works
-    on) in one statement; return those marked for cancellation (job cancelled, or replaced
-    under `Replace`)."""
+    on) in one statement. One not extended was ended, lost its lease, is locked by another
+    writer (left for the next heartbeat), or moved to another store group."""
     rows = await conn.fetch(Q["heartbeat"], owner, now, lease, list(ids))
-    return [r["id"] for r in rows if r["cancel_requested"]]
+    return Beat(frozenset(r["id"] for r in rows), [r["id"] for r in rows if r["cancel_requested"]])
 
 
 @translated
@@ -237,3 +246,12 @@ async def release_running(
     shards' schedulers. Returns how many."""
     released: int = await conn.fetchval(Q["release_running"], owner, list(ids), now)
     return released
+
+
+@translated
+async def await_catalog(conn: Conn) -> None:
+    """Wait for a change of the store's catalog in progress to commit (`conn`: the catalog's
+    database). Moving shards deletes their rows in the source group before the catalog
+    commits: a write that waited for the move's locks and found its rows gone must read the
+    catalog only after this, or it would still see the shards where they were."""
+    await conn.execute(Q["await_catalog"])

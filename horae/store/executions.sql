@@ -247,6 +247,11 @@ SELECT horae_release($1, $2::uuid[], $3)
 -- Extend the leases of the executions this worker still works on (horae_heartbeat).
 SELECT id, cancel_requested FROM horae_heartbeat($1, $2, $3, $4::uuid[])
 
+-- name: await_catalog
+-- Wait until no change of the catalog (lock_catalog's lock: a move of shards) is in progress.
+-- Shared, and held only for this statement: it waits for a change, never for another waiter.
+SELECT pg_advisory_xact_lock_shared(hashtext('horae_catalog'))
+
 -- name: recent_of_job
 -- A job's newest executions that were dispatched or resolved (what Execution mirrors show).
 SELECT * FROM executions

@@ -21,16 +21,16 @@ from datetime import timedelta
 from typing import Any
 
 from horae import alerts, broker, metrics
-from horae.batching import GroupCommit
 from horae.clock import DatabaseClock
 from horae.config import WorkerSettings
 from horae.errors import PermanentError
 from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
-from horae.store.db import Database
 from horae.store.executions import Claimed
+from horae.store.groups import Store
 from horae.worker.failures import OUTCOME_RETRIED, retrying
 from horae.worker.outcome import Outcome, classify
+from horae.worker.routing import GroupCommits, Routes
 from horae.worker.sdk import TaskContext, TaskDefinition, serving
 
 log = logging.getLogger(__name__)
@@ -50,25 +50,27 @@ class Executions:
         self,
         *,
         settings: WorkerSettings,
-        pool: Database,
+        store: Store,
         publisher: broker.Publisher,
         tasks: Mapping[str, TaskDefinition],
         clock: DatabaseClock,
     ) -> None:
         self._cfg = settings
-        self._pool = pool
+        self._routes = Routes(store)
         self._publisher = publisher
         self._tasks = tasks
         self._clock = clock
-        self._handlers: dict[uuid.UUID, asyncio.Task[Any]] = {}
-        self._held: set[uuid.UUID] = set()
-        """Executions claimed and not yet recorded: the only ones heartbeats keep. One whose
-        claim's answer or outcome's write was lost (Postgres restarted, the connection was
-        cut) is let go, so its lease runs out and the reaper recovers it."""
+        self._handlers: dict[uuid.UUID, tuple[int, asyncio.Task[Any]]] = {}
+        """The handlers running, by execution id, with their executions' shards."""
+        self._held: dict[uuid.UUID, int] = {}
+        """Executions claimed and not yet recorded, with their shards: the only ones
+        heartbeats keep. One whose claim's answer or outcome's write was lost (Postgres
+        restarted, the connection was cut) is let go, so its lease runs out and the reaper
+        recovers it."""
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
         self._webhook = alerts.DeadWebhook(settings.dead_webhook)
-        self._finishes = GroupCommit(self._finish_batch)
+        self._finishes = GroupCommits(self._finish_batch)
 
     def timeout_of(self, claimed: Claimed) -> timedelta | None:
         """How long the handler of `claimed` may run: its job's timeout, else its task's;
@@ -90,7 +92,7 @@ class Executions:
             try:
                 await self._record(body, *ran)
             finally:
-                self._held.discard(ran[0].id)
+                self._held.pop(ran[0].id, None)
 
     async def _until_due(self, body: ExecutionMessage) -> None:
         """Hold an execution published ahead of its due time (the scheduler's dispatch lead),
@@ -119,14 +121,14 @@ class Executions:
         claimed = await claim()
         if claimed is None:
             return None
-        self._held.add(claimed.id)
+        self._held[claimed.id] = claimed.shard
         metrics.start_lag.observe((self._clock.now() - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
         try:
             return claimed, await self._attempt(claimed)
         except BaseException:
-            self._held.discard(claimed.id)
+            self._held.pop(claimed.id, None)
             raise
         finally:
             metrics.in_flight.dec()
@@ -185,7 +187,7 @@ class Executions:
                 handler = asyncio.ensure_future(
                     asyncio.wait_for(coro, timeout.total_seconds() if timeout else None)
                 )
-                self._handlers[claimed.id] = handler
+                self._handlers[claimed.id] = (claimed.shard, handler)
                 await handler
             except asyncio.CancelledError:
                 if claimed.id not in self._cancel_requested:
@@ -208,8 +210,9 @@ class Executions:
             metrics.retries.inc()
 
     async def _write(self, claimed: Claimed, outcome: Outcome) -> bool:
-        """Whether the outcome was recorded: False when the claim no longer held the
-        execution, or the write failed for as long as the lease lasts."""
+        """Whether the outcome was recorded (in the group of its shard, or the group the shard
+        moved to meanwhile): False when the claim no longer held the execution, or the write
+        failed for as long as the lease lasts."""
         finish = store.Finish(
             claimed,
             outcome.status,
@@ -222,7 +225,9 @@ class Executions:
         give_up = time.monotonic() + self._cfg.lease.total_seconds()
         while True:
             try:
-                return await self._finishes.submit(finish)
+                return await self._routes.follow(
+                    claimed.shard, lambda group: self._finishes.submit(group, finish), bool
+                )
             except OUTCOME_RETRIED:
                 if time.monotonic() > give_up:
                     log.exception(
@@ -256,8 +261,8 @@ class Executions:
             )
         )
 
-    async def _finish_batch(self, outcomes: Sequence[store.Finish]) -> list[bool]:
-        async with self._pool.acquire() as conn:
+    async def _finish_batch(self, group: str, outcomes: Sequence[store.Finish]) -> list[bool]:
+        async with self._routes.database(group).acquire() as conn:
             return await retrying(
                 lambda: store.finish_many(
                     conn, outcomes, owner=self._cfg.identity, now=self._clock.now()
@@ -265,44 +270,69 @@ class Executions:
             )
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
-        """Until `stop`: every lease/3, extend the leases of the executions held, cancel the
-        handlers of those whose job asked for it, and re-measure the clock."""
+        """Until `stop`: every lease/3, extend the leases of the executions held (one
+        heartbeat per store group holding some), cancel the handlers of those whose job asked
+        for it, and re-measure the clock (against the catalog's group, as every worker)."""
         period = self._cfg.lease.total_seconds() / 3
         while not stop.is_set():
-            try:
-                async with self._pool.acquire() as conn:
-                    cancel = await store.heartbeat(
-                        conn,
-                        owner=self._cfg.identity,
-                        now=self._clock.now(),
-                        lease=self._cfg.lease,
-                        ids=list(self._held),
-                    )
-                    await self._clock.sync(conn)
-                for execution_id in cancel:
-                    handler = self._handlers.get(execution_id)
-                    if handler is not None and not handler.done():
-                        self._cancel_requested.add(execution_id)
-                        handler.cancel()
-            except Exception:  # the loop must outlive any one failure, or every lease lapses
-                log.exception("heartbeat failed")
+            held = dict(self._held)
+            by_group = sorted(self._routes.by_group(held).items())
+            beats = [self._beat(group, ids, held) for group, ids in by_group]
+            # One group out of reach must not let the leases held in the others lapse.
+            for failed in await asyncio.gather(*beats, self._sync(), return_exceptions=True):
+                if isinstance(failed, Exception):  # the loop outlives any one failure
+                    log.error("heartbeat failed", exc_info=failed)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=period)
             except TimeoutError:
                 pass
 
-    async def stop_handlers(self) -> list[uuid.UUID]:
+    async def _sync(self) -> None:
+        async with self._routes.home.acquire() as conn:
+            await self._clock.sync(conn)
+
+    async def _beat(
+        self, group: str, ids: list[uuid.UUID], shards: Mapping[uuid.UUID, int]
+    ) -> None:
+        """One group's heartbeat; the executions it did not extend that are still held are
+        looked for where their shards went, if they moved (a lease copied by a move is
+        extended in its new group at once)."""
+        beat = await self._extend(group, ids)
+        cancel = list(beat.cancel)
+        missed = [i for i in ids if i not in beat.extended and i in self._held]
+        if missed:
+            moved = await self._routes.moved_executions(group, missed, shards)
+            for there, moved_ids in sorted(moved.items()):
+                cancel += (await self._extend(there, moved_ids)).cancel
+        for execution_id in cancel:
+            running = self._handlers.get(execution_id)
+            if running is not None and not running[1].done():
+                self._cancel_requested.add(execution_id)
+                running[1].cancel()
+
+    async def _extend(self, group: str, ids: list[uuid.UUID]) -> store.Beat:
+        async with self._routes.database(group).acquire() as conn:
+            return await store.heartbeat(
+                conn,
+                owner=self._cfg.identity,
+                now=self._clock.now(),
+                lease=self._cfg.lease,
+                ids=ids,
+            )
+
+    async def stop_handlers(self) -> dict[uuid.UUID, int]:
         """Cancel the handlers still running (nothing is recorded for them) and give them
         `stop_wait` to end (a cancelled handler's `finally` may still clean up); the
-        executions whose handlers have ended, which may now run elsewhere. One that has not
-        ended keeps its lease until this process exits, and the reaper recovers it."""
+        executions whose handlers have ended, which may now run elsewhere, with their shards.
+        One that has not ended keeps its lease until this process exits, and the reaper
+        recovers it."""
         handlers = dict(self._handlers)
-        for handler in handlers.values():
+        for _, handler in handlers.values():
             handler.cancel()
         wait = self._cfg.stop_wait.total_seconds()
         if handlers:
-            await asyncio.wait(handlers.values(), timeout=wait)
-        ended = [execution_id for execution_id, handler in handlers.items() if handler.done()]
+            await asyncio.wait([h for _, h in handlers.values()], timeout=wait)
+        ended = {i: shard for i, (shard, handler) in handlers.items() if handler.done()}
         if len(ended) < len(handlers):
             log.warning(
                 "%d handlers still running %.0f s after being stopped: left to the reaper",

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 
 import pydantic
 
 from horae import broker, metrics
-from horae.batching import GroupCommit
 from horae.clock import DatabaseClock
 from horae.config import WorkerSettings
 from horae.domain.fields import first_error
@@ -28,10 +28,11 @@ from horae.errors import HoraeError
 from horae.models import ExecutionBatch, ExecutionMessage
 from horae.probes import Probes
 from horae.store import executions as store
-from horae.store.db import Database
 from horae.store.executions import Claimed
+from horae.store.groups import Store
 from horae.worker.execution import Executions
 from horae.worker.failures import TRANSIENT, retrying
+from horae.worker.routing import GroupCommits, Routes
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +82,17 @@ class Messages:
         self,
         *,
         settings: WorkerSettings,
-        pool: Database,
+        store: Store,
         publisher: broker.Publisher,
         executions: Executions,
         clock: DatabaseClock,
     ) -> None:
         self._cfg = settings
-        self._pool = pool
+        self._routes = Routes(store)
         self._publisher = publisher
         self._executions = executions
         self._clock = clock
-        self._claims = GroupCommit(self._claim_batch)
+        self._claims = GroupCommits(self._claim_batch)
 
     async def consume(self, queue: broker.Queue, stop: asyncio.Event, probes: Probes) -> None:
         """Consume `queue` (ready on `probes` meanwhile) until `stop`; then let the messages
@@ -230,10 +231,14 @@ class Messages:
     async def _claim(
         self, body: ExecutionMessage, reach_ack_point: Callable[[], None]
     ) -> Claimed | None:
-        """Claim `body`'s execution; None when there is nothing to run (throttled, duplicate
-        or stale). Raises `ForeignExecution` when the claim refused it."""
-        claimed = await self._claims.submit(
-            store.ClaimRequest(body.execution_id, body.due_at, body.tenant)
+        """Claim `body`'s execution in the group of its job's shard (or where that shard moved
+        to meanwhile); None when there is nothing to run (throttled, duplicate or stale).
+        Raises `ForeignExecution` when the claim refused it."""
+        request = store.ClaimRequest(body.execution_id, body.due_at, body.tenant)
+        claimed = await self._routes.follow(
+            self._routes.shard_of_job(body.job_id),
+            lambda group: self._claims.submit(group, request),
+            lambda answer: answer is not None,
         )
         if isinstance(claimed, Exception):
             raise claimed
@@ -262,8 +267,10 @@ class Messages:
         half = self._cfg.consumer_timeout.total_seconds() / 2
         return timeout is None or timeout.total_seconds() > half
 
-    async def _claim_many(self, requests: Sequence[store.ClaimRequest]) -> list[store.Answer]:
-        async with self._pool.acquire() as conn:
+    async def _claim_many(
+        self, group: str, requests: Sequence[store.ClaimRequest]
+    ) -> list[store.Answer]:
+        async with self._routes.database(group).acquire() as conn:
             return await retrying(
                 lambda: store.claim_many(
                     conn,
@@ -276,13 +283,13 @@ class Messages:
             )
 
     async def _claim_batch(
-        self, requests: Sequence[store.ClaimRequest]
+        self, group: str, requests: Sequence[store.ClaimRequest]
     ) -> Sequence[store.Answer | Exception]:
         """Claims committed together; when the group fails for a reason other than the
         connection, each is tried alone, so that one unclaimable request (a poison message)
         fails only itself, not the executions that happened to share its transaction."""
         try:
-            return await self._claim_many(requests)
+            return await self._claim_many(group, requests)
         except TRANSIENT:
             raise
         except Exception:
@@ -291,7 +298,7 @@ class Messages:
         answers: list[store.Answer | Exception] = []
         for request in requests:
             try:
-                answers += await self._claim_many([request])
+                answers += await self._claim_many(group, [request])
             except TRANSIENT:
                 raise
             except Exception as exc:
@@ -300,13 +307,33 @@ class Messages:
 
     async def hand_back(self) -> None:
         """Grace period over: stop the handlers still running (nothing is recorded or acked
-        for them) and put their executions back to `scheduled`, due now, for another worker.
+        for them) and put their executions back to `scheduled`, due now, for another worker,
+        in the group of each one's shard (or where the shard moved to meanwhile).
 
         An execution is handed back only once its handler has ended, so another worker never
         starts it while it still runs here (`Executions.stop_handlers`)."""
         ended = await self._executions.stop_handlers()
-        async with self._pool.acquire() as conn:
-            released = await store.release_running(
-                conn, owner=self._cfg.identity, ids=ended, now=self._clock.now()
-            )
+        released = 0
+        for group, ids in sorted(self._routes.by_group(ended).items()):
+            try:
+                released += await self._release(group, ids, ended)
+            except Exception:  # one group out of reach: the others are still handed back
+                log.exception("cannot hand back %d executions in group %s", len(ids), group)
         log.warning("handed back %d unfinished executions", released)
+
+    async def _release(
+        self, group: str, ids: list[uuid.UUID], shards: Mapping[uuid.UUID, int]
+    ) -> int:
+        """Hand `ids` back in `group`, and those not found there where their shards went."""
+        released = await self._release_in(group, ids)
+        if released < len(ids):
+            moved = await self._routes.moved_executions(group, ids, shards)
+            for there, moved_ids in sorted(moved.items()):
+                released += await self._release_in(there, moved_ids)
+        return released
+
+    async def _release_in(self, group: str, ids: list[uuid.UUID]) -> int:
+        async with self._routes.database(group).acquire() as conn:
+            return await store.release_running(
+                conn, owner=self._cfg.identity, ids=ids, now=self._clock.now()
+            )

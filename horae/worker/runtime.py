@@ -30,7 +30,7 @@ from horae import broker
 from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
-from horae.store.db import Database
+from horae.store.groups import Store
 from horae.worker.execution import Executions
 from horae.worker.messages import Messages
 from horae.worker.sdk import TaskDefinition, registered_tasks
@@ -61,23 +61,24 @@ class Worker:
         self,
         *,
         settings: Settings,
-        pool: Database,
+        store: Store,
         publisher: broker.Publisher,
         tasks: Mapping[str, TaskDefinition],
     ) -> None:
+        self.store = store
         self.clock = DatabaseClock()
         """Every instant this worker writes (lease ends, retry times, hand-back due times)
         is read from Postgres's clock, so a skewed host cannot shorten its leases."""
         self.executions = Executions(
             settings=settings.worker,
-            pool=pool,
+            store=store,
             publisher=publisher,
             tasks=tasks,
             clock=self.clock,
         )
         self.messages = Messages(
             settings=settings.worker,
-            pool=pool,
+            store=store,
             publisher=publisher,
             executions=self.executions,
             clock=self.clock,
@@ -85,18 +86,23 @@ class Worker:
 
     async def serve(self, queue: broker.Queue, stop: asyncio.Event, probes: Probes) -> None:
         """Consume `queue` until `stop`, then wind down (`Messages.consume`); heartbeats go
-        on until then, through the grace period."""
-        heartbeat_stop = asyncio.Event()
-        heartbeat = asyncio.create_task(self.executions.heartbeat(heartbeat_stop))
-        await self.messages.consume(queue, stop, probes)
-        heartbeat_stop.set()
-        heartbeat.cancel()
+        on until then, through the grace period, and so does following the store's catalog
+        (which group holds each shard)."""
+        wound_down = asyncio.Event()
+        heartbeat = asyncio.create_task(self.executions.heartbeat(wound_down))
+        follow = asyncio.create_task(self.store.follow(wound_down))
+        try:
+            await self.messages.consume(queue, stop, probes)
+        finally:
+            wound_down.set()
+            heartbeat.cancel()
+            follow.cancel()
 
 
 async def run(settings: Settings, tasks_module: str) -> None:
     tasks = load_tasks(tasks_module)
     cfg = settings.worker
-    pool = await Database.open(settings.database.url, size=settings.database.pool_size)
+    store = await Store.open(settings.database.url, size=settings.database.pool_size)
     connection = await broker.connect(settings.broker.url)
     names = broker.Names(settings.broker.prefix)
     publisher = broker.Publisher(connection, names)
@@ -111,8 +117,8 @@ async def run(settings: Settings, tasks_module: str) -> None:
         tenants=cfg.tenants,
         tasks=tasks,
     )
-    worker = Worker(settings=settings, pool=pool, publisher=publisher, tasks=tasks)
-    async with pool.acquire() as conn:
+    worker = Worker(settings=settings, store=store, publisher=publisher, tasks=tasks)
+    async with store.home.acquire() as conn:
         await worker.clock.sync(conn)
     probes = Probes()
     probes.serve(settings.metrics_port)
@@ -121,8 +127,10 @@ async def run(settings: Settings, tasks_module: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("worker %s runs tasks %s", cfg.identity, sorted(tasks))
+    log.info(
+        "worker %s runs tasks %s; store groups %s", cfg.identity, sorted(tasks), store.describe()
+    )
     await worker.serve(queue, stop, probes)
     beat.cancel()
     await connection.close()
-    await pool.close()
+    await store.close()

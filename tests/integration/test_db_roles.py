@@ -17,7 +17,7 @@ from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import dispatch, executions, jobs, reads, tenants
 from horae.store.db import connect
 from horae.store.dispatch import ShardDispatch
-from horae.store.executions import Answer, Claimed, ClaimRequest, Finish, Throttled
+from horae.store.executions import Answer, Beat, Claimed, ClaimRequest, Finish, Throttled
 from horae.store.installation import read_installation
 from horae.store.migrate import maintain_partitions, migrate
 from tests.support import transitions
@@ -133,8 +133,8 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     row = await first_execution(pool, job_id)
     [claimed] = await claims(worker, [request(row)])
     assert isinstance(claimed, Claimed) and claimed.payload == {"secret": "acme's"}
-    assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
-                                      ids=[claimed.id]) == []  # fmt: skip
+    beat = await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE, ids=[claimed.id])
+    assert beat == Beat(frozenset([claimed.id]), [])
     retry_at = NOW + timedelta(seconds=5)
     assert await executions.finish_many(worker, [Finish(
         claimed, ExecutionStatus.FAILED, "Boom", "boom", retry_at=retry_at
@@ -171,8 +171,8 @@ async def test_the_worker_role_reaches_no_payload_but_its_claims(
     assert isinstance(other, Claimed)
     assert await claims(worker, [request(their_row)]) == [None]
     # Nor do a heartbeat, an outcome or a hand-back under another owner's name it guesses wrong.
-    assert await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE,
-                                      ids=[other.id]) == []  # fmt: skip
+    beat = await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE, ids=[other.id])
+    assert beat == Beat(frozenset(), [])
     assert await executions.finish_many(worker, [Finish(other, ExecutionStatus.SUCCEEDED)],
                                         owner="w1", now=NOW) == [False]  # fmt: skip
     assert await executions.release_running(worker, owner="w1", ids=[other.id], now=NOW) == 0

@@ -17,7 +17,7 @@ from horae.config import Settings
 from horae.models import ExecutionMessage, JobSource, JobSpec
 from horae.store import executions as store
 from horae.store import jobs
-from horae.store.db import Database, connect_pool
+from horae.store.groups import Store
 from horae.worker.runtime import Worker
 from horae.worker.sdk import TaskContext, TaskDefinition
 from tests.support.wait import until
@@ -36,7 +36,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
     settings = Settings.from_env({"HORAE_DATABASE_URL": db_url, "HORAE_IDENTITY": "w-itest",
                                   "HORAE_EXECUTION_LEASE_SECONDS": "2",
                                   "HORAE_TENANTS": "t"})  # fmt: skip
-    worker_pool = await connect_pool(db_url, size=2)
+    worker_store = await Store.open(db_url, size=2)
     connection = await broker.connect(broker_url)
     admin = await asyncpg.connect(db_url)
     stop = asyncio.Event()
@@ -46,7 +46,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         await publisher.start()
         worker = Worker(
             settings=settings,
-            pool=Database(worker_pool),
+            store=worker_store,
             publisher=publisher,
             tasks={TASK: TaskDefinition(TASK, blocks)},
         )
@@ -94,7 +94,7 @@ async def test_an_outcome_that_cannot_be_recorded_is_not_kept_alive_by_heartbeat
         await admin.execute(f'ALTER DATABASE "{database}" CONNECTION LIMIT -1')
         await admin.close()
         await connection.close()
-        await worker_pool.close()
+        await worker_store.close()
 
 
 async def running(pool: asyncpg.Pool, owner: str, count: int, now: datetime) -> list[Any]:
@@ -157,11 +157,13 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
                                   "HORAE_EXECUTION_LEASE_SECONDS": "1.5",
                                   "HORAE_TENANTS": "t"})  # fmt: skip
     connection = await broker.connect(broker_url)
+    worker_store = await Store.open(db_url, size=2)
     stop = asyncio.Event()
     try:
         publisher = broker.Publisher(connection, broker.Names(broker_prefix))
-        worker = Worker(settings=settings, pool=Database(pool), publisher=publisher, tasks={})
-        worker.executions._held.add(execution_id)
+        worker = Worker(settings=settings, store=worker_store, publisher=publisher, tasks={})
+        shard = await pool.fetchval("SELECT shard FROM executions WHERE id = $1", execution_id)
+        worker.executions._held[execution_id] = shard
         beats = asyncio.create_task(worker.executions.heartbeat(stop))
 
         async def extended() -> bool:
@@ -175,3 +177,4 @@ async def test_the_heartbeat_loop_outlives_an_unexpected_error(
     finally:
         stop.set()
         await connection.close()
+        await worker_store.close()

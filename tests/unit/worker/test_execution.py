@@ -41,7 +41,7 @@ def executions(tasks: dict[str, TaskDefinition]) -> Executions:
     # Running a handler reaches neither the database nor the broker.
     return Executions(
         settings=WorkerSettings(),
-        pool=None,
+        store=None,
         publisher=None,
         tasks=tasks,
         clock=DatabaseClock(),
