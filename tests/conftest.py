@@ -27,6 +27,7 @@ from horae.store.db import connect_pool
 from horae.store.migrate import migrate
 from tests.support.chart import INSTALL_NAMESPACE, chart_rbac
 from tests.support.db_roles import LoginRoles, create_login_roles, drop_login_roles
+from tests.support.groups import SECOND_DB, create_database, drop_database, mirror_login_roles
 from tests.support.kube import (
     ControlPlane,
     service_account_kubeconfig,
@@ -95,6 +96,23 @@ async def login_roles(template_db: str) -> AsyncIterator[LoginRoles]:
     roles = await create_login_roles(BASE_DB, f"t_{uuid.uuid4().hex[:8]}")
     yield roles
     await drop_login_roles(BASE_DB, roles)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def second_cluster_roles(login_roles: LoginRoles) -> AsyncIterator[LoginRoles]:
+    """The session's component login roles on the second cluster too (same names and
+    password), as an administrator creates them there: a component reaches every store
+    group with its own credentials. The group roles they join are `horae migrate`'s, made
+    once per cluster: a scratch database is migrated there first."""
+    name = f"horae_tmpl2_{uuid.uuid4().hex[:8]}"
+    scratch = await create_database(SECOND_DB, name)
+    try:
+        await migrate(scratch)
+    finally:
+        await drop_database(SECOND_DB, name)
+    await mirror_login_roles(SECOND_DB, login_roles)
+    yield login_roles
+    await drop_login_roles(SECOND_DB, login_roles)
 
 
 @pytest.fixture

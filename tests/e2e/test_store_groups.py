@@ -18,8 +18,8 @@ import asyncpg
 import pytest_asyncio
 
 from horae.models import shard_of
-from tests.support.db_roles import LoginRoles, drop_login_roles
-from tests.support.groups import SECOND_DB, drop_database, mirror_login_roles, split_store
+from tests.support.db_roles import LoginRoles
+from tests.support.groups import SECOND_DB, drop_database, split_store
 from tests.support.kube import ControlPlane
 from tests.support.processes import HORAE, REPO, Processes
 from tests.support.wait import until
@@ -28,15 +28,13 @@ JOBS = 16
 
 
 @pytest_asyncio.fixture
-async def second_url(db_url: str, login_roles: LoginRoles) -> AsyncIterator[str]:
+async def second_url(db_url: str, second_cluster_roles: LoginRoles) -> AsyncIterator[str]:
     """Group `second` (the odd shards) on the second cluster, where the components' login
     roles exist too."""
     name = f"horae_g_{uuid.uuid4().hex[:10]}"
     url = await split_store(db_url, name)
-    await mirror_login_roles(SECOND_DB, login_roles)
     yield url
     await drop_database(SECOND_DB, name)
-    await drop_login_roles(SECOND_DB, login_roles)
 
 
 def manifests(namespace: str) -> str:

@@ -27,7 +27,7 @@ from horae.store import dispatch, jobs, tenants
 from horae.store.groups import MAIN, Store
 from horae.store.moves import move_shards
 from tests.integration.test_store_groups import job_in
-from tests.support.db_roles import LoginRoles, drop_login_roles
+from tests.support.db_roles import LoginRoles
 from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
 from tests.support.kube import ControlPlane
 from tests.support.scheduling import drain
@@ -41,24 +41,6 @@ async def second_url(db_url: str) -> AsyncIterator[str]:
     url = await split_store(db_url, name)
     yield url
     await drop_database(SECOND_DB, name)
-
-
-@pytest_asyncio.fixture(scope="session")
-async def second_cluster_roles(login_roles: LoginRoles) -> AsyncIterator[LoginRoles]:
-    """The session's component login roles on the second cluster too (same names and
-    password), as an administrator creates them there: a component reaches every group with
-    its own credentials."""
-    admin = await asyncpg.connect(SECOND_DB)
-    try:
-        for component, name in login_roles.names.items():
-            await admin.execute(
-                f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{login_roles.password}'"
-                f" IN ROLE horae_{component}"
-            )
-    finally:
-        await admin.close()
-    yield login_roles
-    await drop_login_roles(SECOND_DB, login_roles)
 
 
 @pytest.fixture
