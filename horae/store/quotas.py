@@ -11,23 +11,28 @@ each group's own, and the other groups' use is read just before the write's tran
 creates running at the same moment in different groups do not see each other, so a tenant
 may overshoot a quota by at most what such concurrent writes in the other groups add (a
 single create adds one job, a batch at most its size in that group); within one group the
-quota holds exactly.
+quota holds exactly. A group that cannot be read (its primary down) counts with the use
+last read there by this process (none, if never): a create in a healthy group never waits
+for, or fails with, another group.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horae.errors import QuotaExceeded
+from horae.errors import QuotaExceeded, StoreUnavailable
 from horae.store.groups import MAIN
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
-    from horae.store.db import Conn
+    from horae.store.db import Conn, Database
     from horae.store.groups import Store
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_JOBS = 100_000
 """Live jobs per tenant unless an administrator set another quota."""
@@ -67,15 +72,35 @@ async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsew
     for name, db in store.each():
         if name == group and name != MAIN:
             continue  # the write's own group: counted under its lock
+        rows = await _use_in(name, db, names)
+        for tenant, (jobs, rate, max_jobs, max_rate) in rows.items():
+            if name == MAIN:
+                settings[tenant] = (max_jobs, max_rate)
+            if name != group:
+                before = used[tenant]
+                used[tenant] = (before[0] + jobs, before[1] + rate)
+    return Elsewhere(used, settings)
+
+
+_Use = tuple[int, float, "int | None", "int | None"]
+_LAST_READ: dict[tuple[str, str], _Use] = {}
+"""(group, tenant) -> what was last read there: what an unreachable group counts with."""
+
+
+async def _use_in(group: str, db: Database, names: list[str]) -> dict[str, _Use]:
+    try:
         async with db.acquire() as conn:
             rows = await conn.fetch(Q["tenant_quotas"], names)
-        for row in rows:
-            if name == MAIN:
-                settings[row["name"]] = (row["max_jobs"], row["max_fires_per_minute"])
-            if name != group:
-                jobs, rate = used[row["name"]]
-                used[row["name"]] = (jobs + row["jobs"], rate + row["fires_per_minute"])
-    return Elsewhere(used, settings)
+    except StoreUnavailable:
+        log.warning("store group %s unreachable: its quota use counted as last read", group)
+        return {t: _LAST_READ[group, t] for t in names if (group, t) in _LAST_READ}
+    found = {
+        r["name"]: (r["jobs"], r["fires_per_minute"], r["max_jobs"], r["max_fires_per_minute"])
+        for r in rows
+    }
+    for tenant, use in found.items():
+        _LAST_READ[group, tenant] = use
+    return found
 
 
 async def check(

@@ -82,6 +82,7 @@ class Run:
         self.urls = [postgres.url, *([second.url] if second else [])]
         self.moved: list[int] = []
         self.faults: list[checker.Fault] = []
+        self.promises: list[checker.Promise] = []
         self.main_shards = set(range(0, 64, 2) if second else range(64))
         self.plane = plane
         self.namespace = namespace
@@ -394,6 +395,7 @@ class Run:
         )  # fmt: skip
         report = checker.check(history)
         self.faults = list(injector.faults)
+        self.promises = list(workload.promises)
         header = [
             f"seed {cfg.seed}, fault phase {cfg.duration:.0f} s, {len(schedule)} faults planned, "
             f"one-offs {cfg.jobs} sent ({workload.unacknowledged} unacknowledged), "
