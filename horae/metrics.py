@@ -6,7 +6,11 @@ scheduler, start lag (handler start - due) on the worker.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 
@@ -83,3 +87,33 @@ def report_preload(group: str, held: int, peak: int) -> None:
     _held[group] = (held, peak)
     preload_size.set(sum(h for h, _ in _held.values()))
     preload_peak.set(sum(p for _, p in _held.values()))
+
+
+PoolUse = Callable[[], Iterable[tuple[str, int, int, int]]]
+"""(store group, connections open, connections idle, pool maximum) of each group's pool."""
+
+
+class StorePools(Collector):
+    """`horae_store_connections{group, state}`: each store group's pool as this process holds
+    it (in use, idle, and the most it may open), read at scrape time, so an operator sees
+    which group a process waits on."""
+
+    def __init__(self, use: PoolUse) -> None:
+        self._use = use
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "horae_store_connections",
+            "Connections of this process to each store group, by state (in_use, idle, max).",
+            labels=["group", "state"],
+        )
+        for group, size, idle, most in self._use():
+            family.add_metric([group, "in_use"], size - idle)
+            family.add_metric([group, "idle"], idle)
+            family.add_metric([group, "max"], most)
+        yield family
+
+
+def watch_store_pools(use: PoolUse) -> None:
+    """Report the store groups' pools of this process (once per process)."""
+    REGISTRY.register(StorePools(use))

@@ -95,6 +95,10 @@ class Database:
         async with translating(), self._pool.acquire() as conn:
             yield conn
 
+    def use(self) -> tuple[int, int, int]:
+        """(connections open, of which idle, the most the pool opens)."""
+        return self._pool.get_size(), self._pool.get_idle_size(), self._pool.get_max_size()
+
     @translated
     async def ping(self) -> None:
         """A round trip: raises unless the database answers."""

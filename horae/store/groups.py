@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+from horae import metrics
 from horae.errors import ConfigError
 from horae.models import shard_of
 from horae.store.boundary import translated
@@ -123,6 +124,16 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rsplit('@', 1)[-1]}"))
 
 
+_watched: list[Store] = []
+
+
+def _watch(store: Store) -> None:
+    """The process's newest store reports its pools (`horae_store_connections`)."""
+    if not _watched:
+        metrics.watch_store_pools(lambda: [u for s in _watched for u in s.pool_use()])
+    _watched[:] = [store]
+
+
 class Store:
     """Every store group's pool, and the catalog that routes a call to one of them."""
 
@@ -145,6 +156,7 @@ class Store:
                 catalog = await read_catalog(conn)
             store = cls(url, home, catalog, size=size, env=env)
             await store._open_groups()
+            _watch(store)
         except BaseException:
             await home.close()
             raise
@@ -180,6 +192,10 @@ class Store:
         for s in shards:
             split.setdefault(self.catalog.group_of(s), []).append(s)
         return split
+
+    def pool_use(self) -> list[tuple[str, int, int, int]]:
+        """(group, connections open, idle, maximum) of each group's pool."""
+        return [(g, *db.use()) for g, db in sorted(self._databases.items())]
 
     async def _open_groups(self) -> None:
         for group, address in sorted(self.catalog.addresses.items()):

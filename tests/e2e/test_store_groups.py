@@ -18,9 +18,10 @@ import asyncpg
 import pytest_asyncio
 
 from horae.models import shard_of
+from tests.e2e.test_first_job import scrape
 from tests.support.db_roles import LoginRoles
 from tests.support.groups import SECOND_DB, drop_database, split_store
-from tests.support.kube import ControlPlane
+from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import HORAE, REPO, Processes
 from tests.support.wait import until
 
@@ -66,8 +67,9 @@ async def test_jobs_of_both_groups_run_and_a_move_under_load_loses_and_repeats_n
 ) -> None:  # fmt: skip
     urls = [db_url, second_url]
     runs = tmp_path / "runs.jsonl"
-    for _ in range(2):
-        processes.start("scheduler", "scheduler")
+    metrics_port = free_port()
+    processes.start("scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(metrics_port)})
+    processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py",
                     env={"HORAE_TEST_LOG": str(runs)})  # fmt: skip
     processes.start("operator", "operator")
@@ -148,3 +150,8 @@ async def test_jobs_of_both_groups_run_and_a_move_under_load_loses_and_repeats_n
     assert lags[int(len(lags) * 0.95)] < 1.0, lags[-20:]
     assert not moved_lags or moved_lags[-1] < 5.0, moved_lags[-10:]
     assert all(shard_of(j, 64) == s for j, s in shards.items())
+    # A scheduler reports its work and its connections by store group.
+    scraped = scrape(metrics_port)
+    for group in ("main", "second"):
+        assert scraped[f'horae_store_connections{{group="{group}",state="max"}}'] >= 1
+        assert scraped[f'horae_group_dispatched_total{{group="{group}"}}'] >= 1
