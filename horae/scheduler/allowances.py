@@ -80,8 +80,8 @@ class Rebalancer:
         group, or when another replica's pass is under way)."""
         if len(self._store.groups()) < 2:
             return {}
-        async with self._store.home.acquire() as lock, lock.transaction():
-            if not await store.try_lock(lock):
+        async with store.rebalancing(self._store.home) as alone:
+            if not alone:
                 return {}
             async with self._store.home.acquire() as conn:
                 wanted = {n: x.max_running for n, x in (await store.limits(conn)).items()}

@@ -5,16 +5,17 @@ raise one."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from horae.store.boundary import translated
+from horae.store.boundary import translated, translating
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
-    from horae.store.db import Conn
+    from horae.store.db import Conn, Database
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,12 @@ class Demand:
     """Queued, or scheduled and due (counted up to the tenant's limit)."""
 
 
-@translated
-async def try_lock(conn: Conn) -> bool:
-    """Whether this transaction is the only rebalancer (the first group's advisory lock)."""
-    return bool(await conn.fetchval(Q["allowances_lock"]))
+@asynccontextmanager
+async def rebalancing(home: Database) -> AsyncIterator[bool]:
+    """For the block, the only rebalancer or not: whether the first group's advisory lock
+    was got (held in a transaction until the block ends)."""
+    async with home.acquire() as conn, translating(), conn.transaction():
+        yield bool(await conn.fetchval(Q["allowances_lock"]))
 
 
 @translated

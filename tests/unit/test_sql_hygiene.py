@@ -79,3 +79,53 @@ def test_the_session_state_scan_finds_it() -> None:
         "lock": "SELECT pg_advisory_lock(42)",
     })  # fmt: skip
     assert found == ["listen", "lock", "set"]
+
+
+COMPONENTS = ("api", "scheduler", "worker", "operator", "cli")
+
+
+def lent_connection_uses(source: str) -> list[int]:
+    """Lines where a connection lent by a store's `acquire()` is used for anything but
+    passing it on (an attribute of it read or called)."""
+    tree = ast.parse(source)
+    lent: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AsyncWith):
+            for item in node.items:
+                call = item.context_expr
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "acquire"
+                    and isinstance(item.optional_vars, ast.Name)
+                ):
+                    lent.add(item.optional_vars.id)
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in lent
+    )
+
+
+def test_components_only_pass_on_the_connections_the_store_lends() -> None:
+    # A component holds a store group's pool and passes the connection it lends to the
+    # store's functions: it never runs anything on it (nor opens a transaction).
+    found = {
+        str(path.relative_to(HORAE)): lines
+        for package in COMPONENTS
+        for path in (HORAE / package).rglob("*.py")
+        if (lines := lent_connection_uses(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_lent_connection_scan_finds_a_use() -> None:
+    source = (
+        "async def f(db):\n"
+        "    async with db.acquire() as conn:\n"
+        "        await store.g(conn)\n"
+        "        await conn.fetch('SELECT 1')\n"
+    )
+    assert lent_connection_uses(source) == [4]
