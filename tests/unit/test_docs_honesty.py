@@ -261,6 +261,9 @@ def horae_metrics() -> dict[str, tuple[str, ...]]:
             # prometheus_client keeps name, type and label names private (no public getter).
             name = metric._name + ("_total" if metric._type == "counter" else "")
             found[name] = tuple(metric._labelnames)
+    # Read at scrape time by a collector of its own (each store group's pool).
+    for family in metrics.StorePools(lambda: [("main", 1, 1, 1)]).collect():
+        found[family.name] = ("group", "state")
     return found
 
 
