@@ -157,6 +157,7 @@ async def _start_leading(
     mirrors = ExecutionMirrors(store, objects)
     events = Events(api)
     mirror = StatusMirror(settings.database.url, store, objects, events, mirrors)
+    mirror.listen()
     resync = Resync(store, objects, mirrors, period=cfg.resync_period.total_seconds())
     deployments = Deployments(api)
     accounts = ServiceAccounts(api)
@@ -221,8 +222,10 @@ async def run(settings: Settings) -> None:
         for task in [leading, operator, *background]:
             task.cancel()
         await asyncio.gather(leading, operator, *background, return_exceptions=True)
+        probes.unready("stopping")
+        # A clean stop: hand leadership over at once (nothing of ours writes any more),
+        # then close the store groups' pools, however long that takes.
+        await lease.release()
         await memo.store.close()
-    probes.unready("stopping")
-    await lease.release()  # a clean stop: hand leadership over at once
     beat.cancel()
     api.close()

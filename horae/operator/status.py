@@ -39,6 +39,7 @@ class StatusMirror:
     ) -> None:
         self._dsn = dsn
         self._store = store
+        self._listeners: dict[str, asyncio.Task[None]] = {}
         self._objects = objects
         self._events = events
         self._mirrors = mirrors
@@ -53,15 +54,21 @@ class StatusMirror:
             return
         self._wake.set()
 
+    def listen(self) -> None:
+        """LISTEN in every store group now. Called before kopf starts: kopf's shutdown
+        waits for the tasks created after it started (a listener's included, through its
+        pings), which held a clean stop's handover up by 5 s."""
+        for group in self._store.groups():
+            if group not in self._listeners or self._listeners[group].done():
+                self._listeners[group] = asyncio.create_task(
+                    self._listen(group), name=f"job-events-{group}"
+                )
+
     async def run(self) -> None:
-        listeners: dict[str, asyncio.Task[None]] = {}
+        listeners = self._listeners
         try:
             while True:
-                for group in self._store.groups():
-                    if group not in listeners or listeners[group].done():
-                        listeners[group] = asyncio.create_task(
-                            self._listen(group), name=f"job-events-{group}"
-                        )
+                self.listen()  # a group added since
                 try:  # (no wait_for: its task would hold kopf's shutdown up)
                     async with asyncio.timeout(5):
                         await self._wake.wait()

@@ -24,6 +24,9 @@ from horae.kube import Lease, Leases
 
 log = logging.getLogger(__name__)
 
+RELEASE_PASSES = 3
+"""How many times a stopping replica looks for shard Leases it still holds."""
+
 
 class NotYet(Exception):
     """Raised by `on_gained` for a shard that cannot be started yet (its previous owner
@@ -238,17 +241,24 @@ class ShardLeases:
         for shard in shards:
             self.held.pop(shard, None)
             await self._on_lost(shard)
-        # A renewal cancelled mid-flight may have moved a Lease's version: release what the
-        # API server says we hold, at its current version.
-        try:
-            mine = [x for x in await self._leases.list(SHARD_LABEL) if x.holder == self.identity]
-        except Exception:
-            log.exception("could not list shard leases to release them")
-            return
-        await asyncio.gather(
-            *(self._leases.write(x, None, self._duration_s, acquire=False) for x in mine),
-            return_exceptions=True,
-        )
+        # A renewal or take cancelled mid-flight may still land (its call runs in a thread):
+        # release what the API server says we hold, at its current version, until nothing.
+        for attempt in range(RELEASE_PASSES):
+            try:
+                mine = [
+                    x for x in await self._leases.list(SHARD_LABEL) if x.holder == self.identity
+                ]
+            except Exception:
+                log.exception("could not list shard leases to release them")
+                return
+            if not mine:
+                return
+            if attempt:
+                await asyncio.sleep(0.2)  # let the calls still in flight land first
+            await asyncio.gather(
+                *(self._leases.write(x, None, self._duration_s, acquire=False) for x in mine),
+                return_exceptions=True,
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

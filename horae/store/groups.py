@@ -233,8 +233,9 @@ class Store:
         try:
             while not stop.is_set():
                 await self._follow_once(listener, changed)
-                try:
-                    await asyncio.wait_for(changed.wait(), timeout=POLL_SECONDS)
+                try:  # (asyncio.timeout: no task of its own, unlike wait_for)
+                    async with asyncio.timeout(POLL_SECONDS):
+                        await changed.wait()
                 except TimeoutError:
                     changed.set()
         finally:

@@ -47,7 +47,7 @@ async def test_acknowledged_jobs_survive_a_seeded_fault_schedule(
     assert report.ok, f"the checker found violations (history in {chaos_dir}):\n{text}"
 
 
-GROUPS = Settings(duration=70.0, jobs=1750)
+GROUPS = Settings(duration=60.0, jobs=1500)
 """The two-group run: the second group's primary down from 10 s to 40 s, a quarter of the
 shards moved at 50 s, one-offs created all along (25 a second)."""
 UNTOUCHED_LAG_LIMIT = 1.0
