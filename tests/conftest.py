@@ -23,11 +23,17 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from horae.store.db import connect_pool
+from horae.store.db import connect, connect_pool
+from horae.store.groups import MAIN
 from horae.store.migrate import migrate
-from tests.support.chart import INSTALL_NAMESPACE, chart_rbac
-from tests.support.db_roles import LoginRoles, create_login_roles, drop_login_roles
-from tests.support.groups import SECOND_DB, create_database, drop_database, mirror_login_roles
+from tests.support.chart import INSTALL_NAMESPACE, bind_lease_roles, chart_rbac
+from tests.support.db_roles import (
+    LoginRoles,
+    add_login_roles,
+    create_login_roles,
+    drop_login_roles,
+)
+from tests.support.groups import SECOND, SECOND_DB, create_database, drop_database, split_store
 from tests.support.kube import (
     ControlPlane,
     service_account_kubeconfig,
@@ -110,9 +116,28 @@ async def second_cluster_roles(login_roles: LoginRoles) -> AsyncIterator[LoginRo
         await migrate(scratch)
     finally:
         await drop_database(SECOND_DB, name)
-    await mirror_login_roles(SECOND_DB, login_roles)
+    await add_login_roles(SECOND_DB, login_roles)
     yield login_roles
     await drop_login_roles(SECOND_DB, login_roles)
+
+
+@pytest_asyncio.fixture
+async def second_url(db_url: str) -> AsyncIterator[str]:
+    """This test's store split over two clusters: `db_url`'s twin on the second one is
+    group `second`, holding the odd shards."""
+    name = f"horae_g_{uuid.uuid4().hex[:10]}"
+    url = await split_store(db_url, name)
+    yield url
+    await drop_database(SECOND_DB, name)
+
+
+@pytest_asyncio.fixture
+async def groups(db_url: str, second_url: str) -> AsyncIterator[dict[str, asyncpg.Connection]]:
+    """A connection to each group's database, by group name: to see where rows are."""
+    conns = {MAIN: await connect(db_url), SECOND: await connect(second_url)}
+    yield conns
+    for conn in conns.values():
+        await conn.close()
 
 
 @pytest.fixture
@@ -225,14 +250,7 @@ def processes(
     horae_env: dict[str, str], tmp_path: Path, control_plane: ControlPlane, namespace: str,
     component_kubeconfigs: dict[str, Path], role_urls: dict[str, str],
 ) -> Iterator[Processes]:  # fmt: skip
-    # Leases live in HORAE_NAMESPACE: the test's namespace stands in for the install
-    # namespace, so the Lease roles are bound there as the chart binds them in its own.
-    for role in ("operator-leader", "scheduler"):
-        control_plane.kubectl(
-            "create", "rolebinding", f"horae-{role}", "-n", namespace,
-            f"--clusterrole=horae-{role}",
-            f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
-        )  # fmt: skip
+    bind_lease_roles(control_plane, namespace)
     # Each component also connects to PostgreSQL as its own role, never as the owner.
     command_env: dict[str, dict[str, str]] = {
         c: {"HORAE_DATABASE_URL": url} for c, url in role_urls.items()

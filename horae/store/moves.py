@@ -258,11 +258,9 @@ class GroupStatus:
 async def store_status(home_url: str) -> tuple[Catalog, list[GroupStatus]]:
     """The catalog, and each group's rows and dispatch lag (an unreachable group says why,
     and the others are still read)."""
-    from horae.store.groups import read_catalog as _read
-
     home = await connect(home_url)
     try:
-        catalog = await _read(home)
+        catalog = await read_catalog(home)
     finally:
         await home.close()
     report = []

@@ -70,15 +70,14 @@ async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsew
     used: dict[str, tuple[int, float]] = {t: (0, 0.0) for t in names}
     settings: dict[str, tuple[int | None, int | None]] = {}
     for name, db in store.each():
-        if name == group and name != MAIN:
-            continue  # the write's own group: counted under its lock
+        if name == group:
+            continue  # the write's own group: counted (and, in main, set) under its lock
         rows = await _use_in(name, db, names)
         for tenant, (jobs, rate, max_jobs, max_rate) in rows.items():
             if name == MAIN:
                 settings[tenant] = (max_jobs, max_rate)
-            if name != group:
-                before = used[tenant]
-                used[tenant] = (before[0] + jobs, before[1] + rate)
+            before = used[tenant]
+            used[tenant] = (before[0] + jobs, before[1] + rate)
     return Elsewhere(used, settings)
 
 

@@ -14,7 +14,7 @@ import pytest
 from tests.chaos.checker import percentile
 from tests.chaos.harness import Run, Settings
 from tests.chaos.servers import Postgres, RabbitMQ
-from tests.support.chart import INSTALL_NAMESPACE
+from tests.support.chart import bind_lease_roles
 from tests.support.kube import ControlPlane
 
 SETTINGS = Settings.from_env()
@@ -27,12 +27,7 @@ async def test_acknowledged_jobs_survive_a_seeded_fault_schedule(
     control_plane: ControlPlane, namespace: str, component_kubeconfigs: dict[str, Path],
     private_servers: tuple[Postgres, RabbitMQ], chaos_dir: Path,
 ) -> None:  # fmt: skip
-    for role in ("operator-leader", "scheduler"):  # Leases in the run's namespace
-        control_plane.kubectl(
-            "create", "rolebinding", f"horae-{role}", "-n", namespace,
-            f"--clusterrole=horae-{role}",
-            f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
-        )  # fmt: skip
+    bind_lease_roles(control_plane, namespace)
     postgres, rabbitmq = private_servers
     run = Run(SETTINGS, control_plane, namespace, component_kubeconfigs, chaos_dir,
               postgres, rabbitmq)  # fmt: skip
@@ -60,12 +55,7 @@ async def test_two_store_groups_survive_one_down_and_a_move_of_shards(
     control_plane: ControlPlane, namespace: str, component_kubeconfigs: dict[str, Path],
     private_servers: tuple[Postgres, RabbitMQ], second_postgres: Postgres, chaos_dir: Path,
 ) -> None:  # fmt: skip
-    for role in ("operator-leader", "scheduler"):  # Leases in the run's namespace
-        control_plane.kubectl(
-            "create", "rolebinding", f"horae-{role}", "-n", namespace,
-            f"--clusterrole=horae-{role}",
-            f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
-        )  # fmt: skip
+    bind_lease_roles(control_plane, namespace)
     postgres, rabbitmq = private_servers
     run = Run(GROUPS, control_plane, namespace, component_kubeconfigs, chaos_dir,
               postgres, rabbitmq, second=second_postgres)  # fmt: skip

@@ -10,32 +10,19 @@ import json
 import subprocess
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
-import pytest_asyncio
+import pytest
 
 from horae.models import shard_of
 from tests.e2e.test_first_job import scrape
-from tests.support.db_roles import LoginRoles
-from tests.support.groups import SECOND_DB, drop_database, split_store
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import HORAE, REPO, Processes
 from tests.support.wait import until
 
 JOBS = 16
-
-
-@pytest_asyncio.fixture
-async def second_url(db_url: str, second_cluster_roles: LoginRoles) -> AsyncIterator[str]:
-    """Group `second` (the odd shards) on the second cluster, where the components' login
-    roles exist too."""
-    name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    url = await split_store(db_url, name)
-    yield url
-    await drop_database(SECOND_DB, name)
 
 
 def manifests(namespace: str) -> str:
@@ -61,6 +48,7 @@ async def rows(urls: list[str], sql: str, *args: object) -> list[asyncpg.Record]
     return out
 
 
+@pytest.mark.usefixtures("second_cluster_roles")  # the components' login roles there too
 async def test_jobs_of_both_groups_run_and_a_move_under_load_loses_and_repeats_nothing(
     control_plane: ControlPlane, namespace: str, processes: Processes, db_url: str,
     second_url: str, tmp_path: Path,

@@ -6,45 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-import pytest_asyncio
 
 from horae.models import ExecutionMessage, JobSource, JobSpec
 from horae.store import jobs
-from horae.store.db import connect
 from horae.store.groups import MAIN, group_env
 from tests.e2e.test_worker import TASKS, publish
-from tests.integration.test_store_groups import job_in
-from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
+from tests.support.groups import SECOND, job_in
 from tests.support.invocations import invocations
 from tests.support.processes import Processes
 from tests.support.wait import until
 
 pytestmark = pytest.mark.usefixtures("shared_default_pool")
-
-
-@pytest_asyncio.fixture
-async def second_url(db_url: str) -> AsyncIterator[str]:
-    """The test database's twin on the second cluster: group `second`, the odd shards."""
-    name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    yield await split_store(db_url, name)
-    await drop_database(SECOND_DB, name)
-
-
-@pytest_asyncio.fixture
-async def groups(db_url: str, second_url: str) -> AsyncIterator[dict[str, asyncpg.Connection]]:
-    """A connection to each group's database."""
-    conns = {MAIN: await connect(db_url), SECOND: await connect(second_url)}
-    yield conns
-    for conn in conns.values():
-        await conn.close()
 
 
 async def one_off(

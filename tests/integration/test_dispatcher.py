@@ -23,6 +23,7 @@ from horae.scheduler.listener import ShardListener
 from horae.scheduler.reaper import Reaper
 from horae.store import dispatch, jobs
 from horae.store.db import Database, connect
+from tests.support.groups import job_in
 from tests.support.wait import until
 
 
@@ -50,9 +51,7 @@ async def job_in_shard(
     pool: asyncpg.Pool, shard: int, due: datetime, below: uuid.UUID | None = None,
     policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW,
 ) -> uuid.UUID:  # fmt: skip
-    job_id = next(
-        u for u in iter(uuid.uuid4, None) if u.int % 64 == shard and (below is None or u < below)
-    )
+    job_id = job_in(shard, below=below)
     spec = JobSpec(task="t", run_at=due, concurrency_policy=policy)
     async with pool.acquire() as conn:
         await jobs.create_job(conn, spec, tenant="t",

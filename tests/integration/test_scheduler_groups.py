@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-import pytest_asyncio
 from prometheus_client import REGISTRY
 
 from horae import broker
@@ -26,21 +25,11 @@ from horae.scheduler.maintenance import Maintenance
 from horae.store import dispatch, jobs, tenants
 from horae.store.groups import MAIN, Store
 from horae.store.moves import move_shards
-from tests.integration.test_store_groups import job_in
 from tests.support.db_roles import LoginRoles
-from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
+from tests.support.groups import SECOND, SECOND_DB, drop_database, job_in, split_store
 from tests.support.kube import ControlPlane
 from tests.support.scheduling import drain
 from tests.support.wait import until
-
-
-@pytest_asyncio.fixture
-async def second_url(db_url: str) -> AsyncIterator[str]:
-    """The test database's twin on the second cluster: group `second`, the odd shards."""
-    name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    url = await split_store(db_url, name)
-    yield url
-    await drop_database(SECOND_DB, name)
 
 
 @pytest.fixture

@@ -5,40 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-import pytest_asyncio
 
 from horae.errors import ConfigError, ShardMoved
-from horae.models import JobSource, JobSpec, shard_of
+from horae.models import JobSource, JobSpec
 from horae.store import dispatch, jobs
 from horae.store.db import connect
 from horae.store.groups import MAIN, Store, group_url
 from horae.store.migrate import migrate_installation
 from horae.store.moves import add_group, move_shards, rebalanced
-from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
+from tests.support.groups import SECOND, job_in
+from tests.support.wait import until
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-
-
-@pytest_asyncio.fixture
-async def second_url(db_url: str) -> AsyncIterator[str]:
-    """The test database's twin on the second cluster: group `second`, the odd shards."""
-    name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    url = await split_store(db_url, name)
-    yield url
-    await drop_database(SECOND_DB, name)
-
-
-def job_in(shard: int, shards: int = 64) -> uuid.UUID:
-    """A job id whose shard is `shard`."""
-    while True:
-        job_id = uuid.uuid4()
-        if shard_of(job_id, shards) == shard:
-            return job_id
 
 
 async def create(conn: asyncpg.Connection, job_id: uuid.UUID, expr: str = "0 0 * * * *") -> None:
@@ -142,8 +124,19 @@ async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_
         await writer.start()
         await home.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id)
         move = asyncio.create_task(move_shards(db_url, [2], SECOND))
-        await asyncio.sleep(0.5)
-        assert not move.done()  # it waits for the row
+
+        async def move_waits() -> bool:
+            # (a fresh connection: inside a transaction pg_stat_activity is a snapshot)
+            observer = await connect(db_url)
+            try:
+                return bool(await observer.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"))  # fmt: skip
+            finally:
+                await observer.close()
+
+        await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the row")
+        assert not move.done()
         updated = await home.execute(
             "UPDATE executions SET status = 'running', lease_owner = 'w', lease_until = $2,"
             " started_at = $2 WHERE job_id = $1",

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-import pytest_asyncio
 
 from horae import broker
 from horae.config import Settings
@@ -26,31 +25,12 @@ from horae.store.groups import MAIN, Store
 from horae.store.moves import move_shards
 from horae.worker.runtime import Worker
 from horae.worker.sdk import TaskContext, TaskDefinition
-from tests.integration.test_store_groups import job_in
 from tests.support import transitions
-from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
+from tests.support.groups import SECOND, job_in
 from tests.support.wait import until
 
 TASK = "itest.groups"
 IDENTITY = "w-groups"
-
-
-@pytest_asyncio.fixture
-async def second_url(db_url: str) -> AsyncIterator[str]:
-    """The test database's twin on the second cluster: group `second`, the odd shards."""
-    name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    url = await split_store(db_url, name)
-    yield url
-    await drop_database(SECOND_DB, name)
-
-
-@pytest_asyncio.fixture
-async def groups(db_url: str, second_url: str) -> AsyncIterator[dict[str, asyncpg.Connection]]:
-    """A connection to each group's database, by group."""
-    conns = {MAIN: await connect(db_url), SECOND: await connect(second_url)}
-    yield conns
-    for conn in conns.values():
-        await conn.close()
 
 
 @dataclass

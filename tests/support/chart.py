@@ -26,3 +26,14 @@ def chart_cluster_roles(control_plane: ControlPlane) -> dict[str, dict[str, Any]
     """The chart's ClusterRoles by name."""
     docs = [d for d in yaml.safe_load_all(chart_rbac(control_plane)) if d]
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+
+
+def bind_lease_roles(control_plane: ControlPlane, namespace: str) -> None:
+    """Leases live in HORAE_NAMESPACE: a test's namespace stands in for the install
+    namespace, so the Lease roles are bound there as the chart binds them in its own."""
+    for role in ("operator-leader", "scheduler"):
+        control_plane.kubectl(
+            "create", "rolebinding", f"horae-{role}", "-n", namespace,
+            f"--clusterrole=horae-{role}",
+            f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
+        )  # fmt: skip

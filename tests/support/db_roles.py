@@ -32,6 +32,13 @@ class LoginRoles:
 
 async def create_login_roles(admin_url: str, prefix: str) -> LoginRoles:
     roles = LoginRoles({c: f"{prefix}_{c}" for c in COMPONENTS}, secrets.token_hex(16))
+    await add_login_roles(admin_url, roles)
+    return roles
+
+
+async def add_login_roles(admin_url: str, roles: LoginRoles) -> None:
+    """`roles` in the cluster of `admin_url` (roles are cluster-wide: another cluster, a
+    second store group's, gets the same names and password this way)."""
     admin = await asyncpg.connect(admin_url)
     try:
         for component, name in roles.names.items():
@@ -42,7 +49,6 @@ async def create_login_roles(admin_url: str, prefix: str) -> LoginRoles:
             )
     finally:
         await admin.close()
-    return roles
 
 
 async def drop_login_roles(admin_url: str, roles: LoginRoles) -> None:

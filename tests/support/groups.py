@@ -5,12 +5,12 @@ on port 5434): a test database on each, the second added to the first's catalog 
 from __future__ import annotations
 
 import os
+import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from horae.store.moves import add_group, move_shards
-from tests.support.db_roles import LoginRoles
 
 SECOND_DB = os.environ.get(
     "HORAE_SECOND_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5434/horae"
@@ -54,17 +54,10 @@ async def split_store(home_url: str, name: str) -> str:
     return url
 
 
-async def mirror_login_roles(admin_url: str, roles: LoginRoles) -> None:
-    """The components' login roles (cluster-wide) on another cluster too, with the same
-    names and password, in the group roles `horae migrate` created there: a component
-    connects to every group with its own credentials."""
-    admin = await asyncpg.connect(admin_url)
-    try:
-        for component, name in roles.names.items():
-            # A role name and a password cannot be query parameters: both are made here.
-            await admin.execute(
-                f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{roles.password}'"
-                f" IN ROLE horae_{component}"
-            )
-    finally:
-        await admin.close()
+def job_in(shard: int, shards: int = 64, below: uuid.UUID | None = None) -> uuid.UUID:
+    """A random job id whose shard is `shard` (and that sorts below `below`, when given)."""
+    return next(
+        u
+        for u in iter(uuid.uuid4, None)
+        if u.int % shards == shard and (below is None or u < below)
+    )

@@ -29,28 +29,10 @@ from horae.store.groups import Store
 from horae.store.moves import move_shards
 from horae.store.new_jobs import NewJob
 from tests.integration.api.conftest import Tenants, bearer
-from tests.support.groups import SECOND, SECOND_DB, drop_database, split_store
+from tests.support.groups import SECOND
 from tests.support.processes import HORAE, REPO
 
 CRON = {"task": "t", "cron": "0 0 * * * *"}
-
-
-@pytest_asyncio.fixture
-async def second_url(db_url: str) -> AsyncIterator[str]:
-    """The test database's twin on the second cluster: group `second`, the odd shards."""
-    name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    url = await split_store(db_url, name)
-    yield url
-    await drop_database(SECOND_DB, name)
-
-
-@pytest_asyncio.fixture
-async def groups(db_url: str, second_url: str) -> AsyncIterator[dict[str, asyncpg.Connection]]:
-    """A connection to each group's database, to see where rows are."""
-    home, there = await asyncpg.connect(db_url), await asyncpg.connect(second_url)
-    yield {"main": home, SECOND: there}
-    await home.close()
-    await there.close()
 
 
 @pytest_asyncio.fixture
