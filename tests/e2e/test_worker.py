@@ -20,6 +20,7 @@ from horae.store import jobs, tenants
 from tests.support.invocations import invocations
 from tests.support.kube import free_port
 from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
+from tests.support.queues import ready_messages
 from tests.support.scheduling import drain
 from tests.support.wait import until, until_ready
 from tests.support.webhook import webhook_receiver
@@ -70,16 +71,6 @@ async def publish(broker_url: str, prefix: str, *messages: ExecutionMessage) -> 
         await publisher.start()
         for msg in messages:
             await publisher.publish_batch([msg])
-    finally:
-        await connection.close()
-
-
-async def ready_messages(broker_url: str, queue: str) -> int:
-    connection = await broker.connect(broker_url)
-    try:
-        channel = await connection.channel()
-        declared = await channel.declare_queue(queue, passive=True)
-        return int(declared.declaration_result.message_count or 0)
     finally:
         await connection.close()
 

@@ -27,6 +27,7 @@ from horae.worker.runtime import Worker
 from horae.worker.sdk import TaskContext, TaskDefinition
 from tests.support import transitions
 from tests.support.groups import SECOND, job_in
+from tests.support.queues import ready_messages
 from tests.support.wait import until
 
 TASK = "itest.groups"
@@ -166,29 +167,19 @@ async def test_a_shard_moved_between_dispatch_and_claim_runs_once_in_its_new_gro
         await until(succeeded, timeout=20, what="the execution succeeded in group second")
 
         async def both_delivered() -> bool:
-            return await ready(broker_url, served.queue.name) == 0
+            return await ready_messages(broker_url, served.queue.name) == 0
 
         await until(both_delivered, timeout=10, what="both messages delivered")
         served.stop.set()  # the worker finishes both, then stops
         await asyncio.wait_for(consuming, timeout=10)
     # Both acked: none came back to the queue when the worker's connection closed.
-    assert await ready(broker_url, served.queue.name) == 0
+    assert await ready_messages(broker_url, served.queue.name) == 0
     assert calls == [message.execution_id], "run exactly once"
     assert served.worker.store.catalog.version > before
     assert await rows_of(groups[MAIN], message.job_id) == []
     job = await groups[SECOND].fetchrow("SELECT state, last_status FROM jobs WHERE id = $1",
                                         message.job_id)  # fmt: skip
     assert (job["state"], job["last_status"]) == ("completed", "succeeded")
-
-
-async def ready(broker_url: str, queue: str) -> int:
-    connection = await broker.connect(broker_url)
-    try:
-        channel = await connection.channel()
-        declared = await channel.declare_queue(queue, passive=True)
-        return int(declared.declaration_result.message_count or 0)
-    finally:
-        await connection.close()
 
 
 async def moved_while_running(

@@ -10,17 +10,13 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
 
-from horae.api.app import create_app
-from horae.api.auth import KubernetesAuth
 from horae.errors import QuotaExceeded
-from horae.kube import Reviews, load_api_client
 from horae.models import JobSource, JobSpec, shard_of
 from horae.operator.scheduledjob import cancel, sync_job
 from horae.resources import ScheduledJobSpec
@@ -35,17 +31,11 @@ from tests.support.processes import HORAE, REPO
 CRON = {"task": "t", "cron": "0 0 * * * *"}
 
 
-@pytest_asyncio.fixture
-async def api(
-    db_url: str, second_url: str, component_kubeconfigs: dict[str, Path]
-) -> AsyncIterator[httpx.AsyncClient]:
-    """The API, started once the store has its two groups."""
-    auth = KubernetesAuth(Reviews(load_api_client(str(component_kubeconfigs["api"]))))
-    app = create_app(dsn=db_url, auth=auth, pool_size=4)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://horae") as client:
-            yield client
+@pytest.fixture
+def api(second_url: str, api: httpx.AsyncClient) -> httpx.AsyncClient:
+    """The API (tests/integration/api/conftest.py), started once the store has its two
+    groups."""
+    return api
 
 
 @pytest_asyncio.fixture
