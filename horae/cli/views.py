@@ -289,7 +289,11 @@ def rerun(
                     store,
                     found.job_id,
                     lambda conn: jobs_store.rerun_execution(
-                        conn, execution_id, now=datetime.now(UTC), elsewhere=elsewhere
+                        conn,
+                        execution_id,
+                        now=datetime.now(UTC),
+                        elsewhere=elsewhere,
+                        found_elsewhere=found,
                     ),
                 )
             except (NotFound, Conflict) as exc:

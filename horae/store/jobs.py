@@ -23,7 +23,7 @@ from horae.store.occurrences import (
 )
 from horae.store.queries import Q
 from horae.store.reads import find_live_crd_job
-from horae.store.rows import JobRow, execution_of, job_of
+from horae.store.rows import ExecutionRow, JobRow, execution_of, job_of
 from horae.store.scheduling import (
     insert_execution,
     new_execution_id,
@@ -330,17 +330,25 @@ async def rerun_execution(
     now: datetime,
     tenant: str | None = None,
     elsewhere: quotas.Elsewhere | None = None,
+    found_elsewhere: ExecutionRow | None = None,
 ) -> uuid.UUID:
     """Run a failed occurrence again, now: one more attempt of the same occurrence (so its
     handler sees the same idempotency key), whatever the job's schedule and even when the
     job is `completed` (a one-off: live again, within its tenant's quotas). Only the
     occurrence's latest attempt, and only once it ended dead, failed or timed out; not for a
-    paused or cancelled job. Returns the new execution's id."""
+    paused or cancelled job. Returns the new execution's id.
+
+    `conn` is the job's store group. An execution ended before its job's shard moved to that
+    group stays as history in the group it ran in: the caller found it there
+    (`found_elsewhere`), and the new attempt is made here, beside the job."""
     async with conn.transaction():
         record = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
-        if record is None:
+        if record is not None:
+            found = execution_of(record)
+        elif found_elsewhere is not None and found_elsewhere.id == execution_id:
+            found = found_elsewhere
+        else:
             raise NotFound(f"execution {execution_id} not found")
-        found = execution_of(record)
         job = await _locked(conn, found.job_id, tenant)
         if job.state in (JobState.PAUSED, JobState.CANCELLED):
             raise Conflict(
@@ -348,16 +356,18 @@ async def rerun_execution(
                 " an occurrence again"
             )
         # Read again under the job's lock: two re-runs at once find each other's attempt.
+        # (Attempts made since the move are all here: none, when the one found elsewhere
+        # is the latest.)
         latest = await conn.fetchrow(Q["latest_attempt"], found.job_id, found.occurrence_at)
-        assert latest is not None
-        if latest["attempt"] != found.attempt:
+        if latest is not None and latest["attempt"] != found.attempt:
             raise Conflict(
                 f"execution {execution_id} is attempt {found.attempt} of its occurrence;"
                 f" attempt {latest['attempt']} ({latest['id']}) is the latest: re-run that one"
             )
-        if ExecutionStatus(latest["status"]) not in RERUNNABLE:
+        status = found.status if latest is None else ExecutionStatus(latest["status"])
+        if status not in RERUNNABLE:
             raise Conflict(
-                f"execution {execution_id} is {latest['status']}: only a dead, failed or"
+                f"execution {execution_id} is {status}: only a dead, failed or"
                 " timed-out execution can be run again"
             )
         if job.state == JobState.COMPLETED:

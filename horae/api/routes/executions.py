@@ -30,8 +30,8 @@ async def rerun(execution_id: uuid.UUID, tenant: MayUpdate, store: StoreDep) -> 
     """Run a dead, failed or timed-out occurrence again, now: one more attempt of the same
     occurrence (same idempotency key), also for a completed one-off job. Only the
     occurrence's latest attempt; 409 for any other, or for a paused or cancelled job.
-    Returns the new execution's id. Runs in the job's store group, which must hold the
-    execution too (404 for history left behind in a group the job's shard moved out of)."""
+    Returns the new execution's id, made in the job's store group (whichever group the
+    execution ran in: history stays where it was when the job's shard moves)."""
     found = await routing.get_execution(store, execution_id, tenant)
     if found is None:
         raise Problem(404, "Not found", f"execution {execution_id} not found")
@@ -41,7 +41,12 @@ async def rerun(execution_id: uuid.UUID, tenant: MayUpdate, store: StoreDep) -> 
         store,
         found.job_id,
         lambda conn: jobs.rerun_execution(
-            conn, execution_id, now=utc_now(), tenant=tenant, elsewhere=elsewhere
+            conn,
+            execution_id,
+            now=utc_now(),
+            tenant=tenant,
+            elsewhere=elsewhere,
+            found_elsewhere=found,
         ),
     )
     return Created(id=new)

@@ -180,6 +180,41 @@ async def test_after_a_move_a_jobs_executions_show_old_history_and_new_live_rows
     assert state == "paused"
 
 
+async def test_a_failure_left_as_history_by_a_move_is_run_again_beside_its_job(
+    db_url: str, api: httpx.AsyncClient, tenants: Tenants, groups: dict[str, asyncpg.Connection]
+) -> None:
+    h = bearer(tenants.alice)
+    job_id = (await one_in_each_group(api, tenants.alice))["main"]
+    failed = (await api.post(f"/jobs/{job_id}:trigger", headers=h)).json()["id"]
+    occurrence = await groups["main"].fetchval(
+        "UPDATE executions SET status = 'dead', started_at = now(), finished_at = now()"
+        " WHERE id = $1 RETURNING occurrence_at",
+        uuid.UUID(failed),
+    )
+    await move_shards(db_url, [shard_of(uuid.UUID(job_id), 64)], SECOND)
+
+    r = await api.post(f"/executions/{failed}:rerun", headers=h)
+    assert r.status_code == 201, r.text
+    again = await groups[SECOND].fetchrow(
+        "SELECT job_id, occurrence_at, attempt, status FROM executions WHERE id = $1",
+        uuid.UUID(r.json()["id"]),
+    )
+    assert dict(again) == {
+        "job_id": uuid.UUID(job_id),
+        "occurrence_at": occurrence,
+        "attempt": 2,
+        "status": "scheduled",
+    }
+    # The history is untouched where it is; attempt 2 is now the one to run again.
+    status = await groups["main"].fetchval(
+        "SELECT status FROM executions WHERE id = $1", uuid.UUID(failed)
+    )
+    assert status == "dead"
+    r = await api.post(f"/executions/{failed}:rerun", headers=h)
+    assert r.status_code == 409, r.text
+    assert "attempt 2" in r.json()["detail"]
+
+
 async def test_a_tenants_quota_counts_its_jobs_in_both_groups(
     api: httpx.AsyncClient, tenants: Tenants, store: Store
 ) -> None:
