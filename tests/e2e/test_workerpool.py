@@ -15,6 +15,7 @@ import aio_pika
 from horae.broker import Names
 from tests.support.kube import ControlPlane
 from tests.support.processes import Processes
+from tests.support.queues import backlog
 from tests.support.wait import until
 
 WINDOW = 3.0
@@ -38,20 +39,6 @@ def deployment(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]
     found = plane.kubectl("get", "deployment", name, "-n", namespace, "-o", "json",
                           check=False)  # fmt: skip
     return json.loads(found.stdout) if found.returncode == 0 else None
-
-
-async def publish(broker_url: str, queue: str, count: int) -> None:
-    """Put `count` messages on the pool's queue (no worker takes them)."""
-    connection = await aio_pika.connect(broker_url)
-    try:
-        channel = await connection.channel(publisher_confirms=True)
-        await channel.declare_queue(queue, durable=True, arguments={"x-queue-type": "quorum"})
-        await asyncio.gather(*(
-            channel.default_exchange.publish(aio_pika.Message(b"{}"), routing_key=queue)
-            for _ in range(count)
-        ))  # fmt: skip
-    finally:
-        await connection.close()
 
 
 async def purge(broker_url: str, queue: str) -> None:
@@ -180,7 +167,7 @@ async def test_a_pool_scales_out_on_its_backlog_and_back_after_the_window(
     await until(lambda: at(1), timeout=30, what="the Deployment at minReplicas")
 
     queue = Names(broker_prefix).pool_queue(namespace, "crunchers")
-    await publish(broker_url, queue, 1000)
+    await backlog(broker_url, queue, 1000)
 
     async def scaled_out() -> dict[str, Any] | None:
         status = pool_status(control_plane, namespace, "crunchers")
@@ -225,7 +212,7 @@ async def test_a_pool_scales_out_on_its_backlog_and_back_after_the_window(
     # deleted: the operator lets go of the Deployment (garbage collection, which does not
     # run here, removes it in a cluster), so a new backlog no longer scales it
     control_plane.kubectl("delete", "workerpool", "crunchers", "-n", namespace, "--wait=true")
-    await publish(broker_url, queue, 1000)
+    await backlog(broker_url, queue, 1000)
     await asyncio.sleep(2)  # four autoscaler periods: nothing may happen, so nothing to await
     assert await replicas() == 1
 

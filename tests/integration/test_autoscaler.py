@@ -11,7 +11,9 @@ import pytest
 from horae.broker import Names
 from horae.kube import CustomObjects, Deployments, ServiceAccounts, load_api_client
 from horae.operator.workerpool import Autoscaler, Pool, WorkerPoolSpec
+from horae.operator.workerpool.deployment import ensure_deployment
 from tests.support.kube import ControlPlane
+from tests.support.queues import backlog
 
 
 async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_once(
@@ -77,3 +79,45 @@ async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_o
             None,
         )
     ]
+
+
+async def test_a_pool_deleted_before_its_delete_event_arrives_is_never_scaled_again(
+    control_plane: ControlPlane,
+    namespace: str,
+    broker_url: str,
+    broker_prefix: str,
+    component_kubeconfigs: dict[str, Path],
+) -> None:
+    # Its Deployment outlives it until garbage collection (which does not run here), and
+    # the delete event reaches `forget` only after the round that looks at it began: the
+    # e2e test saw a deleted pool scaled from 1 to 2 replicas by that round.
+    spec = {"image": "registry.example/w:1", "tasks": "t", "minReplicas": 1, "maxReplicas": 4}
+    body = {
+        "apiVersion": "horae.dev/v1alpha1",
+        "kind": "WorkerPool",
+        "metadata": {"name": "gone", "namespace": namespace},
+        "spec": spec,
+    }
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
+    uid = control_plane.get_json("workerpool", "gone", "-n", namespace)["metadata"]["uid"]
+    api = load_api_client(str(component_kubeconfigs["operator"]))
+    pool = Pool(namespace=namespace, name="gone", uid=uid, spec=WorkerPoolSpec.model_validate(spec))
+    autoscaler = Autoscaler(
+        deployments=Deployments(api),
+        accounts=ServiceAccounts(api),
+        objects=CustomObjects(api),
+        broker_url=broker_url,
+        names=Names(broker_prefix),
+    )
+    try:
+        await ensure_deployment(Deployments(api), ServiceAccounts(api), pool)
+        autoscaler.track(pool)
+        await backlog(broker_url, Names(broker_prefix).pool_queue(namespace, "gone"), 300)
+        control_plane.kubectl("delete", "workerpool", "gone", "-n", namespace, "--wait=true")
+        for _ in range(2):
+            await autoscaler.tick()
+    finally:
+        await autoscaler.stop()
+        api.close()
+    dep = control_plane.get_json("deployment", "gone", "-n", namespace)
+    assert dep["spec"]["replicas"] == 1, "300 ready messages scaled a deleted pool"

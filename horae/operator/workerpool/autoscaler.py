@@ -109,6 +109,8 @@ class Autoscaler:
         except Exception:
             log.exception("could not read the depth of %s", self._names.held)
         for key, tracked in list(self._pools.items()):
+            if self._pools.get(key) is not tracked:
+                continue  # forgotten (or replaced) while an earlier pool was looked at
             try:
                 await self._scale(tracked)
                 tracked.refused = None
@@ -152,6 +154,14 @@ class Autoscaler:
         )
         tracked.waiting = decision.waiting
         if decision.replicas != deployment.replicas:
+            # A deleted WorkerPool's Deployment may outlive it a while (garbage collection),
+            # and its delete event may reach `forget` after this round began: a scale is rare,
+            # so the pool is read first and a gone one is never scaled again.
+            found = await self._objects.get("workerpools", pool.namespace, pool.name)
+            if found is None or found["metadata"]["uid"] != pool.uid:
+                if self._pools.get((pool.namespace, pool.name)) is tracked:
+                    self.forget(pool.namespace, pool.name)  # (a namesake is tracked anew)
+                return
             if not await self._deployments.scale(pool.namespace, pool.name, decision.replicas):
                 return
             tracked.last_scale_time = rfc3339(utc_now())
