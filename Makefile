@@ -52,10 +52,11 @@ docs: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-# The whole suite, the short chaos run (120 s of faults, seed 20261130) included.
+# The whole suite, the short chaos run (120 s of faults, seed 20261130) included; the
+# integration and e2e tests on a store split over the two clusters (tests/conftest.py).
 test: venv services k8s lint typecheck audit
 	@set -a; eval "$$(hack/services.sh env)"; set +a; \
-		$(BIN)/pytest -q -p no:cacheprovider
+		HORAE_TEST_STORE=split $(BIN)/pytest -q -p no:cacheprovider
 
 # A longer chaos run than the one `make test` includes (docs/reliability.md).
 SEED     ?= 20261130

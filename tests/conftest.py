@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -25,7 +26,7 @@ import pytest_asyncio
 
 from horae.store.db import connect, connect_pool
 from horae.store.groups import MAIN
-from horae.store.migrate import migrate
+from horae.store.migrate import migrate, migrate_group
 from tests.support.chart import INSTALL_NAMESPACE, bind_lease_roles, chart_rbac
 from tests.support.db_roles import (
     LoginRoles,
@@ -41,9 +42,13 @@ from tests.support.kube import (
     stop_control_plane,
 )
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.vhosts import delete_abandoned, rabbitmqctl, session_vhost
 
 BASE_DB = os.environ.get("HORAE_DATABASE_URL", "postgresql://horae:horae@127.0.0.1:5433/horae")
+SPLIT = os.environ.get("HORAE_TEST_STORE", "one") == "split"
+"""`make test` sets HORAE_TEST_STORE=split: every integration and e2e test then gets its
+store split over two clusters (see `split`); the unit and API tests keep one group."""
 BASE_MQ = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/horae")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,21 +82,52 @@ async def template_db() -> AsyncIterator[str]:
         await admin.close()
 
 
+@pytest.fixture
+def split(request: pytest.FixtureRequest) -> str | None:
+    """Whether this test's store is split over two clusters: in the split run, for every
+    integration and e2e test but the API tests and those marked `one_group` (which are
+    about one database as such). If so, the template of the second group's database (and
+    the components' login roles are on the second cluster too)."""
+    path = str(request.node.fspath)
+    if not (
+        SPLIT
+        and ("/integration/" in path or "/e2e/" in path)
+        and "/integration/api/" not in path
+        and request.node.get_closest_marker("one_group") is None
+    ):
+        return None
+    request.getfixturevalue("second_cluster_roles")
+    template: str = request.getfixturevalue("second_template")
+    return template
+
+
 @pytest_asyncio.fixture
-async def db_url(template_db: str) -> AsyncIterator[str]:
-    """A fresh migrated database for this test."""
+async def db_url(template_db: str, split: str | None) -> AsyncIterator[str]:
+    """A fresh migrated database for this test: the store's group `main`, which holds its
+    catalog. In the split run (see `split`) the odd shards are in group `second`, on the
+    second cluster (`second_url`)."""
     name = f"horae_t_{uuid.uuid4().hex[:10]}"
     admin = await asyncpg.connect(BASE_DB, timeout=10)
     try:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     finally:
         await admin.close()
-    yield _with_path(BASE_DB, name)
+    url = _with_path(BASE_DB, name)
+    twin = f"horae_g_{uuid.uuid4().hex[:10]}"
+    if split is not None:
+        _SPLITS[url] = await split_store(url, twin, template=split)
+    yield url
+    if _SPLITS.pop(url, None) is not None:
+        await drop_database(SECOND_DB, twin)
     admin = await asyncpg.connect(BASE_DB, timeout=10)  # fresh: the test may restart the server
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+_SPLITS: dict[str, str] = {}
+"""The group `second` of each split test database, by the test database's URL."""
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -105,28 +141,40 @@ async def login_roles(template_db: str) -> AsyncIterator[LoginRoles]:
 
 
 @pytest_asyncio.fixture(scope="session")
-async def second_cluster_roles(login_roles: LoginRoles) -> AsyncIterator[LoginRoles]:
+async def second_template() -> AsyncIterator[str]:
+    """A migrated database on the second cluster that the second group of each test is a
+    copy of (as `template_db` is on the first): `horae migrate` makes its group roles
+    there too."""
+    name = f"horae_tmpl2_{uuid.uuid4().hex[:8]}"
+    url = await create_database(SECOND_DB, name)
+    # As `horae store add-group` migrates a group: no catalog of its own.
+    await migrate_group(url, shards=None, retention_days=None, ahead_days=3,
+                        today=datetime.now(UTC).date(), catalog=False)  # fmt: skip
+    yield name
+    await drop_database(SECOND_DB, name)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def second_cluster_roles(
+    login_roles: LoginRoles, second_template: str
+) -> AsyncIterator[LoginRoles]:
     """The session's component login roles on the second cluster too (same names and
     password), as an administrator creates them there: a component reaches every store
-    group with its own credentials. The group roles they join are `horae migrate`'s, made
-    once per cluster: a scratch database is migrated there first."""
-    name = f"horae_tmpl2_{uuid.uuid4().hex[:8]}"
-    scratch = await create_database(SECOND_DB, name)
-    try:
-        await migrate(scratch)
-    finally:
-        await drop_database(SECOND_DB, name)
+    group with its own credentials, in the group roles `horae migrate` made there."""
     await add_login_roles(SECOND_DB, login_roles)
     yield login_roles
     await drop_login_roles(SECOND_DB, login_roles)
 
 
 @pytest_asyncio.fixture
-async def second_url(db_url: str) -> AsyncIterator[str]:
+async def second_url(db_url: str, second_template: str) -> AsyncIterator[str]:
     """This test's store split over two clusters: `db_url`'s twin on the second one is
-    group `second`, holding the odd shards."""
+    group `second`, holding the odd shards (made by `db_url` itself in the split run)."""
+    if db_url in _SPLITS:
+        yield _SPLITS[db_url]
+        return
     name = f"horae_g_{uuid.uuid4().hex[:10]}"
-    url = await split_store(db_url, name)
+    url = await split_store(db_url, name, template=second_template)
     yield url
     await drop_database(SECOND_DB, name)
 
@@ -138,6 +186,16 @@ async def groups(db_url: str, second_url: str) -> AsyncIterator[dict[str, asyncp
     yield conns
     for conn in conns.values():
         await conn.close()
+
+
+@pytest_asyncio.fixture
+async def stored(db_url: str) -> AsyncIterator[StoreRows]:
+    """The test's store, every group of it: where a test reads rows and sets jobs up (in
+    the split run, half of them are in `second`)."""
+    urls = {MAIN: db_url} | ({SECOND: _SPLITS[db_url]} if db_url in _SPLITS else {})
+    opened = await StoreRows.open(urls)
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture

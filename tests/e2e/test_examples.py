@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from horae.models import JobSpec, RetryPolicy
 from tests.e2e.test_worker import create, terminal
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.webhook import loopback_server
 
 HTTP_CHECK = "worker/examples/http_check.py"
@@ -59,20 +59,20 @@ def web_service(
 
 
 async def test_http_check_retries_a_503_after_its_retry_after_and_fails_a_404_at_once(
-    processes: Processes, pool: asyncpg.Pool
+    processes: Processes, stored: StoreRows
 ) -> None:
     answers = {"/flaky": [(503, {"Retry-After": "1"}), (200, {})], "/gone": [(404, {})]}
     with web_service(answers) as (base, seen):
         processes.start("scheduler", "scheduler")
         processes.start("worker", "worker", "--tasks", HTTP_CHECK)
-        flaky = await create(pool, JobSpec(task="examples.http-check", run_at=datetime.now(UTC),
+        flaky = await create(stored, JobSpec(task="examples.http-check", run_at=datetime.now(UTC),
                                            retry=QUICK, payload={"url": f"{base}/flaky"}),
                              due_in=2)  # fmt: skip
-        gone = await create(pool, JobSpec(task="examples.http-check", run_at=datetime.now(UTC),
+        gone = await create(stored, JobSpec(task="examples.http-check", run_at=datetime.now(UTC),
                                           retry=QUICK, payload={"url": f"{base}/gone"}),
                             due_in=2)  # fmt: skip
-        retried = await terminal(pool, flaky["id"], 2)
-        [failed] = await terminal(pool, gone["id"], 1)
+        retried = await terminal(stored, flaky["id"], 2)
+        [failed] = await terminal(stored, gone["id"], 1)
 
     assert [(r["attempt"], r["status"]) for r in retried] == [(1, "failed"), (2, "succeeded")]
     first, second = retried
@@ -88,7 +88,7 @@ async def test_http_check_retries_a_503_after_its_retry_after_and_fails_a_404_at
 
 
 async def test_a_payment_run_again_for_the_same_occurrence_charges_once(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "payments.sqlite3"
     processes.start("scheduler", "scheduler")
@@ -96,13 +96,13 @@ async def test_a_payment_run_again_for_the_same_occurrence_charges_once(
                     env={"HORAE_EXAMPLE_PAYMENTS_DB": str(ledger)})  # fmt: skip
     bill = {"customer": "cus_42", "amount_cents": 1990, "currency": "EUR"}
     # the provider charges on attempt 1 but its reply is lost: attempt 2 asks again
-    lost = await create(pool, JobSpec(task="examples.charge", run_at=datetime.now(UTC),
+    lost = await create(stored, JobSpec(task="examples.charge", run_at=datetime.now(UTC),
                                       retry=QUICK, payload={**bill, "lose_reply_times": 1}),
                         due_in=2)  # fmt: skip
-    plain = await create(pool, JobSpec(task="examples.charge", run_at=datetime.now(UTC),
+    plain = await create(stored, JobSpec(task="examples.charge", run_at=datetime.now(UTC),
                                        retry=QUICK, payload=bill), due_in=2)  # fmt: skip
-    rows = await terminal(pool, lost["id"], 2)
-    [other] = await terminal(pool, plain["id"], 1)
+    rows = await terminal(stored, lost["id"], 2)
+    [other] = await terminal(stored, plain["id"], 1)
 
     assert [(r["attempt"], r["status"]) for r in rows] == [(1, "failed"), (2, "succeeded")]
     assert other["status"] == "succeeded"

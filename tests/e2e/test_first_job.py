@@ -14,6 +14,7 @@ import httpx
 
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 
@@ -32,7 +33,7 @@ spec:
 
 
 async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     scheduler_port, worker_port, operator_port = free_port(), free_port(), free_port()
     scheduler = processes.start(
@@ -57,17 +58,17 @@ async def test_scheduled_job_fires_at_its_due_second_and_reports_succeeded(
     run_at = datetime.now(UTC) + timedelta(seconds=5)
     control_plane.kubectl("apply", "-f", "-", input=manifest("hello", namespace, run_at))
 
-    async def stored() -> asyncpg.Record | None:
-        return await pool.fetchrow(
+    async def in_store() -> asyncpg.Record | None:
+        return await stored.fetchrow(
             "SELECT * FROM jobs WHERE tenant = $1 AND name = 'hello'", namespace
         )
 
-    job = await until(stored, timeout=15, what="the job in the store")
+    job = await until(in_store, timeout=15, what="the job in the store")
     assert job["source"] == "crd" and job["task"] == "e2e.echo"
     assert job["payload"] == {"greeting": "hello"}
 
     async def finished() -> asyncpg.Record | None:
-        return await pool.fetchrow(
+        return await stored.fetchrow(
             "SELECT * FROM executions WHERE job_id = $1 AND status NOT IN "
             "('scheduled', 'queued', 'running')",
             job["id"],

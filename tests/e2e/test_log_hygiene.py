@@ -6,16 +6,16 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
 import httpx
 
 from tests.support.kube import ControlPlane, free_port, jobs_editor_token
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until, until_serving
 
 
 async def test_tokens_credentials_and_payloads_never_reach_the_logs(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     db_url: str, broker_url: str,
 ) -> None:  # fmt: skip
     marker = f"card-{uuid.uuid4().hex}"
@@ -49,7 +49,7 @@ spec: {{task: e2e.broken, schedule: "* * * * * *", payload: {{card: {marker}}}}}
         assert refused.status_code == 401
 
     async def ran() -> bool:
-        done = await pool.fetchval(
+        done = await stored.count(
             "SELECT count(*) FROM executions WHERE status IN ('succeeded', 'failed')"
         )
         return int(done) >= 3  # the API job, and the ScheduledJob failing twice

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import asyncpg
 import yaml
 
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import REPO, Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import readiness, until, until_ready
 
 
@@ -42,7 +42,7 @@ def mirrors(control_plane: ControlPlane, namespace: str) -> list[dict[str, Any]]
 
 
 async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     processes.start("operator", "operator")
     processes.start("scheduler", "scheduler")
@@ -52,9 +52,9 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
     job_id = uuid.UUID(uid)
 
     async def succeeded() -> int:
-        return int(await pool.fetchval(
+        return await stored.count(
             "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'succeeded'", job_id
-        ))  # fmt: skip
+        )
 
     # fires, and its executions show up (pruned to historyLimit: 3) as Succeeded
     await until(lambda: _at_least(succeeded, 5), timeout=40, what="five successful runs")
@@ -77,7 +77,7 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
                           input=manifest(namespace, "*/2 * * * * *", suspend=True))  # fmt: skip
 
     async def paused() -> bool:
-        state = await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
+        state = await stored.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
         return state == "paused"
 
     await until(paused, timeout=15, what="the job paused")
@@ -86,7 +86,7 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
         live = (
             "SELECT count(*) FROM executions WHERE job_id = $1 AND status IN ('queued', 'running')"
         )
-        return await pool.fetchval(live, job_id) == 0
+        return await stored.count(live, job_id) == 0
 
     await until(settled, timeout=15, what="no execution of the paused job queued or running")
     before = await succeeded()
@@ -105,7 +105,7 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
         return next_run if next_run.endswith("-01-01T00:00:00Z") else None
 
     await until(next_run_is_new_year, timeout=15, what="nextRunAt on the 1st of January")
-    pending = await pool.fetch(
+    pending = await stored.fetch(
         "SELECT due_at, job_version FROM executions WHERE job_id = $1 AND status = 'scheduled'",
         job_id,
     )  # fmt: skip
@@ -114,8 +114,8 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
 
     # delete: cancelled in the store, its Execution resources gone with it
     control_plane.kubectl("delete", "sj", "ticker", "-n", namespace, "--wait=true")
-    assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
-    assert await pool.fetchval(
+    assert await stored.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
+    assert await stored.count(
         "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'scheduled'", job_id
     ) == 0  # fmt: skip
     assert mirrors(control_plane, namespace) == []
@@ -165,15 +165,15 @@ spec: {{task: e2e.echo, schedule: "0 0 1 1 *"}}
 """
 
 
-async def stored_state(pool: asyncpg.Pool, namespace: str, name: str) -> str | None:
-    return await pool.fetchval(
+async def stored_state(stored: StoreRows, namespace: str, name: str) -> str | None:
+    return await stored.fetchval(
         "SELECT state::text FROM jobs WHERE tenant = $1 AND name = $2 "
         "ORDER BY created_at DESC LIMIT 1", namespace, name,
     )  # fmt: skip
 
 
 async def test_changes_made_while_the_operator_was_down_are_reconciled_when_it_returns(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     env = {"HORAE_RESYNC_SECONDS": "2"}
     operator = processes.start("operator", "operator", env=env)
@@ -181,7 +181,7 @@ async def test_changes_made_while_the_operator_was_down_are_reconciled_when_it_r
         control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, name))
 
     async def both_stored() -> bool:
-        states = [await stored_state(pool, namespace, n) for n in ("gone", "orphan")]
+        states = [await stored_state(stored, namespace, n) for n in ("gone", "orphan")]
         return states == ["active", "active"]
 
     await until(both_stored, timeout=20, what="both jobs stored")
@@ -193,12 +193,13 @@ async def test_changes_made_while_the_operator_was_down_are_reconciled_when_it_r
     control_plane.kubectl("patch", "sj", "orphan", "-n", namespace, "--type=merge",
                           "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
     control_plane.kubectl("delete", "sj", "orphan", "-n", namespace)
-    assert await stored_state(pool, namespace, "newcomer") is None
+    assert await stored_state(stored, namespace, "newcomer") is None
 
     processes.start("operator", "operator", env=env)
 
     async def reconciled() -> bool:
-        states = {n: await stored_state(pool, namespace, n) for n in ("newcomer", "gone", "orphan")}
+        names = ("newcomer", "gone", "orphan")
+        states = {n: await stored_state(stored, namespace, n) for n in names}
         remaining = {i["metadata"]["name"] for i in control_plane.get_json(
             "sj", "-n", namespace)["items"]}  # fmt: skip
         return states == {"newcomer": "active", "gone": "cancelled", "orphan": "cancelled"} and (
@@ -209,12 +210,12 @@ async def test_changes_made_while_the_operator_was_down_are_reconciled_when_it_r
 
     # a job missing from the store (say, restored from an older backup) is stored again
     uid = control_plane.get_json("sj", "newcomer", "-n", namespace)["metadata"]["uid"]
-    async with pool.acquire() as conn, conn.transaction():
+    async with stored.on_job(uuid.UUID(uid)) as conn, conn.transaction():
         await conn.execute("DELETE FROM executions WHERE job_id = $1", uuid.UUID(uid))
         await conn.execute("DELETE FROM jobs WHERE id = $1", uuid.UUID(uid))
 
     async def restored() -> bool:
-        return await pool.fetchval(
+        return await stored.count(
             "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'scheduled'",
             uuid.UUID(uid),
         ) == 1  # fmt: skip
@@ -229,7 +230,7 @@ def leader(control_plane: ControlPlane, namespace: str) -> str | None:
 
 
 async def test_two_operators_never_both_act_and_the_standby_takes_over(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     env = {"HORAE_OPERATOR_LEASE_SECONDS": "3"}
     first = processes.start("operator", "operator", env=env)
@@ -243,10 +244,10 @@ async def test_two_operators_never_both_act_and_the_standby_takes_over(
     assert await until_ready(port) == "standing by"
     control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "before"))
 
-    async def stored(name: str) -> bool:
-        return await stored_state(pool, namespace, name) == "active"
+    async def active(name: str) -> bool:
+        return await stored_state(stored, namespace, name) == "active"
 
-    await until(lambda: stored("before"), timeout=20, what="the job stored by the leader")
+    await until(lambda: active("before"), timeout=20, what="the job stored by the leader")
     for _ in range(4):  # the standby neither takes the Lease nor starts acting
         assert leader(control_plane, namespace) == first.identity
         await asyncio.sleep(1)
@@ -266,7 +267,7 @@ async def test_two_operators_never_both_act_and_the_standby_takes_over(
     took = (acquired(control_plane, namespace) - killed).total_seconds()
     assert took < 3 + 0.5, f"takeover took {took:.1f}s (Lease 3 s)"
     control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "after"))
-    await until(lambda: stored("after"), timeout=20, what="the job stored by the new leader")
+    await until(lambda: active("after"), timeout=20, what="the job stored by the new leader")
 
 
 def acquired(control_plane: ControlPlane, namespace: str) -> datetime:
@@ -329,7 +330,7 @@ def test_the_operators_service_account_may_do_only_what_the_operator_does(
 
 
 async def test_a_spec_only_the_operator_can_judge_is_reported_in_status_and_an_event(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     """`5-1 * * * *` passes the CRD's per-field patterns, but the range runs backwards:
     the operator refuses it."""
@@ -352,7 +353,7 @@ async def test_a_spec_only_the_operator_can_judge_is_reported_in_status_and_an_e
 
     [event, *_] = await until(warned, timeout=20, what="a Warning event InvalidSpec")
     assert event["message"].startswith("spec.schedule: Value error, invalid cron")
-    assert await stored_state(pool, namespace, "ticker") is None, "nothing half-written"
+    assert await stored_state(stored, namespace, "ticker") is None, "nothing half-written"
 
 
 def _forwarder(listen: int, target: str) -> subprocess.Popen[bytes]:
@@ -406,7 +407,7 @@ async def test_a_leader_cut_off_from_the_api_server_stops_before_a_standby_could
 
 
 async def test_a_payload_over_the_apis_limit_is_refused_by_the_operator_naming_it(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     """A ScheduledJob's payload obeys the API's 256 KiB (CEL cannot measure a serialized
     size): it was stored whatever its size, up to what etcd takes. Its status cannot say
@@ -432,4 +433,4 @@ async def test_a_payload_over_the_apis_limit_is_refused_by_the_operator_naming_i
     assert event["message"] == (
         "spec.payload: Value error, payload is 300008 bytes; the limit is 262144"
     ), event["message"]
-    assert await stored_state(pool, namespace, "ticker") is None
+    assert await stored_state(stored, namespace, "ticker") is None

@@ -5,25 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
-
 from horae.store import tenants
 from tests.e2e.test_operator import job_manifest, stored_state
 from tests.support.kube import ControlPlane
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 
 async def test_a_scheduledjob_over_its_tenants_quota_is_not_ready_until_the_quota_is_raised(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
-    async with pool.acquire() as conn:
+    async with stored.main.acquire() as conn:
         await tenants.set_tenant_limit(conn, namespace, None, max_jobs=1)
     processes.start("operator", "operator")
     control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "first"))
 
     async def first_stored() -> bool:
-        return await stored_state(pool, namespace, "first") == "active"
+        return await stored_state(stored, namespace, "first") == "active"
 
     await until(first_stored, timeout=30, what="the first ScheduledJob stored")
     control_plane.kubectl("apply", "-f", "-", input=job_manifest(namespace, "second"))
@@ -39,7 +38,7 @@ async def test_a_scheduledjob_over_its_tenants_quota_is_not_ready_until_the_quot
     condition = await until(refused, timeout=30, what="Ready=False")
     assert condition["reason"] == "QuotaExceeded"
     assert f"tenant {namespace} is at its quota max_jobs=1" in condition["message"]
-    assert await stored_state(pool, namespace, "second") is None
+    assert await stored_state(stored, namespace, "second") is None
 
     async def warned() -> bool:
         events = control_plane.get_json(
@@ -49,12 +48,12 @@ async def test_a_scheduledjob_over_its_tenants_quota_is_not_ready_until_the_quot
 
     await until(warned, timeout=20, what="a Warning event QuotaExceeded")
 
-    async with pool.acquire() as conn:
+    async with stored.main.acquire() as conn:
         await tenants.set_tenant_limit(conn, namespace, None, max_jobs=2)
 
     async def stored_and_ready() -> bool:
         condition = ready()
-        stored = await stored_state(pool, namespace, "second") == "active"
-        return stored and condition is not None and condition["status"] == "True"
+        active = await stored_state(stored, namespace, "second") == "active"
+        return active and condition is not None and condition["status"] == "True"
 
     await until(stored_and_ready, timeout=60, interval=1, what="stored once the quota allows")

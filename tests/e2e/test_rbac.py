@@ -16,13 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 import yaml
 
 from horae.models import JobSource, JobSpec
-from horae.store import jobs
 from tests.support.chart import INSTALL_NAMESPACE, chart_cluster_roles
 from tests.support.kube import (
     ControlPlane,
@@ -31,6 +29,7 @@ from tests.support.kube import (
     service_account_kubeconfig,
 )
 from tests.support.processes import Component, Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until, until_ready, until_serving
 
 SJ = ("scheduledjobs", "workerpools")
@@ -51,7 +50,7 @@ class Ctx:
     plane: ControlPlane
     namespace: str
     processes: Processes
-    pool: asyncpg.Pool
+    stored: StoreRows
     kubeconfig: Path  # the component under test runs with this
 
     def start(self, command: str, *args: str, reduced: bool, **env: str) -> Component:
@@ -123,14 +122,13 @@ async def guards_deletion(ctx: Ctx, reduced: bool) -> bool:
 
 async def resync_cancels_orphans(ctx: Ctx, reduced: bool) -> bool:
     """A store job whose ScheduledJob does not exist is cancelled by the resync pass."""
-    async with ctx.pool.acquire() as conn:
-        ghost = await jobs.create_job(conn, JobSpec(task="e2e.echo", cron="0 0 1 1 *"),
-                                      tenant=ctx.namespace, source=JobSource.CRD, shards=64,
-                                      now=datetime.now(UTC), name="ghost")  # fmt: skip
+    ghost = await ctx.stored.create_job(JobSpec(task="e2e.echo", cron="0 0 1 1 *"),
+                                        tenant=ctx.namespace, source=JobSource.CRD,
+                                        now=datetime.now(UTC), name="ghost")  # fmt: skip
     ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
 
     async def cancelled() -> bool:
-        state = await ctx.pool.fetchval("SELECT state::text FROM jobs WHERE id = $1", ghost)
+        state = await ctx.stored.fetchval("SELECT state::text FROM jobs WHERE id = $1", ghost)
         return bool(state == "cancelled")
 
     return await happens(cancelled, 12)
@@ -215,7 +213,7 @@ async def prunes_mirrors(ctx: Ctx, reduced: bool) -> bool:
     _runs(ctx, reduced, schedule="* * * * * *", historyLimit=1)
 
     async def ran_several() -> bool:
-        done = await ctx.pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        done = await ctx.stored.count("SELECT count(*) FROM executions WHERE status = 'succeeded'")
         return int(done) >= 4
 
     await until(ran_several, timeout=20, what="four runs")
@@ -426,13 +424,13 @@ def account_without(
     ids=[f"{r.removeprefix('horae-')}:{','.join(res)}:{v}" for r, res, v in CASES],
 )  # fmt: skip
 async def test_each_verb_the_chart_grants_is_needed(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     tmp_path: Path, role: str, resources: tuple[str, ...], verb: str,
 ) -> None:  # fmt: skip
     kubeconfig = account_without(control_plane, namespace, role, resources, verb,
                                  tmp_path / "reduced.kubeconfig")  # fmt: skip
     exercise = CASES[(role, resources, verb)]
-    ctx = Ctx(control_plane, namespace, processes, pool, kubeconfig)
+    ctx = Ctx(control_plane, namespace, processes, stored, kubeconfig)
     assert not await exercise(ctx, True), f"{exercise.__doc__} without {verb} on {resources}"
 
 
@@ -441,9 +439,9 @@ async def test_each_verb_the_chart_grants_is_needed(
     ids=lambda e: e.__name__,
 )  # fmt: skip
 async def test_each_exercise_succeeds_with_the_full_roles(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     component_kubeconfigs: dict[str, Path],
     exercise: Callable[[Ctx, bool], Awaitable[bool]],
 ) -> None:  # fmt: skip
-    ctx = Ctx(control_plane, namespace, processes, pool, Path("/nonexistent"))
+    ctx = Ctx(control_plane, namespace, processes, stored, Path("/nonexistent"))
     assert await exercise(ctx, False), exercise.__doc__

@@ -8,11 +8,10 @@ import signal
 import time
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
 from tests.support.scheduling import drain, falling_due, holders, pending
+from tests.support.store_rows import StoreRows
 from tests.support.wait import readiness, until, until_ready
 
 LEASE = 3.0
@@ -88,13 +87,15 @@ async def test_one_replica_takes_and_renews_all_64_shards_without_dropping_conne
 
 
 async def test_sigkill_hands_shards_over_and_every_execution_is_dispatched(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool,
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     broker_url: str, broker_prefix: str,
 ) -> None:  # fmt: skip
     replicas = [processes.start("scheduler", "scheduler") for _ in range(3)]
     names = [f"scheduler-{i}" for i in range(3)]
     held = await balanced(control_plane, namespace, names)
-    job_ids = await falling_due(pool, 600, start=timedelta(seconds=2), spread=timedelta(seconds=8))
+    job_ids = await falling_due(
+        stored, 600, start=timedelta(seconds=2), spread=timedelta(seconds=8)
+    )
 
     await asyncio.sleep(3)  # let the first executions go out before the crash
     victim = max(range(3), key=lambda i: len(held[names[i]]))
@@ -105,10 +106,10 @@ async def test_sigkill_hands_shards_over_and_every_execution_is_dispatched(
     assert takeover <= LEASE + RENEW + 1.0, f"takeover took {takeover:.1f}s"
 
     async def none_pending() -> bool:
-        return await pending(pool) == 0
+        return await pending(stored) == 0
 
     await until(none_pending, timeout=30, what="every execution dispatched")
-    rows = await pool.fetch("SELECT id, shard, status, dispatch_epoch FROM executions")
+    rows = await stored.fetch("SELECT id, shard, status, dispatch_epoch FROM executions")
     assert len(rows) == len(job_ids)
     assert {r["status"] for r in rows} == {"queued"}
     # No pool serves their tenant: the messages wait in <prefix>.held.
@@ -121,14 +122,16 @@ async def test_sigkill_hands_shards_over_and_every_execution_is_dispatched(
 
 
 async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_shards_up(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     a = processes.start("scheduler", "scheduler")
     processes.start("scheduler", "scheduler")
     await balanced(control_plane, namespace, ["scheduler-0", "scheduler-1"])
 
     async def epochs_of_a() -> set[tuple[int, int]] | None:
-        rows = await pool.fetch("SELECT shard, epoch FROM shard_epochs WHERE owner = 'scheduler-0'")
+        rows = await stored.fetch(
+            "SELECT shard, epoch FROM shard_epochs WHERE owner = 'scheduler-0'"
+        )
         found = {(r["shard"], r["epoch"]) for r in rows}
         return found if len(found) == 32 else None  # takes land just after the Leases
 
@@ -137,12 +140,12 @@ async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_sha
     a.signal(signal.SIGSTOP)
     try:
         await all_held_by(control_plane, namespace, {"scheduler-1"})
-        await falling_due(pool, 200, start=timedelta(seconds=1), spread=timedelta(seconds=2))
+        await falling_due(stored, 200, start=timedelta(seconds=1), spread=timedelta(seconds=2))
     finally:
         a.signal(signal.SIGCONT)
 
     async def none_pending() -> bool:
-        return await pending(pool) == 0
+        return await pending(stored) == 0
 
     await until(none_pending, timeout=30, what="every execution dispatched")
 
@@ -150,13 +153,13 @@ async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_sha
     held = await balanced(control_plane, namespace, ["scheduler-0", "scheduler-1"])
     current = {
         (r["shard"], r["epoch"])
-        for r in await pool.fetch(
+        for r in await stored.fetch(
             "SELECT shard, epoch FROM shard_epochs WHERE shard = ANY($1::smallint[])",
             sorted(held["scheduler-0"]),
         )
     }
     assert current.isdisjoint(old), "a shard kept its stale epoch after the pause"
-    rows = await pool.fetch("SELECT shard, dispatch_epoch FROM executions")
+    rows = await stored.fetch("SELECT shard, dispatch_epoch FROM executions")
     stale = [r for r in rows if (r["shard"], r["dispatch_epoch"]) in old]
     assert stale == [], "queued under an epoch the replica had lost"
     assert a.alive()

@@ -13,11 +13,11 @@ import asyncpg
 
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
-from horae.store.db import connect_pool
 from tests.e2e.test_scheduler import all_held_by, balanced
 from tests.support.kube import ControlPlane
 from tests.support.processes import Processes
 from tests.support.scheduling import drain, falling_due, holders, pending
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 
@@ -37,16 +37,12 @@ def restart_postgres(db_url: str) -> None:
 
 async def test_broker_then_database_restart_loses_nothing(
     control_plane: ControlPlane, namespace: str, processes: Processes, db_url: str,
-    broker_url: str, broker_prefix: str,
+    stored: StoreRows, broker_url: str, broker_prefix: str,
 ) -> None:  # fmt: skip
     scheduler = processes.start("scheduler", "scheduler")
     await balanced(control_plane, namespace, ["scheduler-0"])
-    pool = await connect_pool(db_url, size=2)
-    try:
-        job_ids = await falling_due(pool, 300, start=timedelta(seconds=1),
-                                    spread=timedelta(seconds=20))  # fmt: skip
-    finally:
-        await pool.close()
+    job_ids = await falling_due(stored, 300, start=timedelta(seconds=1),
+                                spread=timedelta(seconds=20))  # fmt: skip
     # The fault schedule (not a wait for a reaction): restart the broker 3 s into the
     # 20 s of executions falling due, then the database 3 s later.
     await asyncio.sleep(3)
@@ -54,19 +50,14 @@ async def test_broker_then_database_restart_loses_nothing(
     await asyncio.sleep(3)
     await asyncio.to_thread(restart_postgres, db_url)
 
-    pool = await connect_pool(db_url, size=2)
-    try:
+    async def none_pending() -> bool:  # (the pools' connections from before the restart fail)
+        try:
+            return await pending(stored) == 0
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return False
 
-        async def none_pending() -> bool:
-            try:
-                return await pending(pool) == 0
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                return False
-
-        await until(none_pending, timeout=90, interval=0.5, what="every execution dispatched")
-        ids = {str(r["id"]) for r in await pool.fetch("SELECT id FROM executions")}
-    finally:
-        await pool.close()
+    await until(none_pending, timeout=90, interval=0.5, what="every execution dispatched")
+    ids = {str(r["id"]) for r in await stored.fetch("SELECT id FROM executions")}
     assert len(ids) == len(job_ids)
     messages = await drain(broker_url, f"{broker_prefix}.held")  # no pool serves tenant t
     assert ids <= set(messages), f"{len(ids - set(messages))} executions never reached the queue"
@@ -74,26 +65,23 @@ async def test_broker_then_database_restart_loses_nothing(
 
 
 async def test_cron_fires_every_second_once_across_a_replica_kill(
-    control_plane: ControlPlane, namespace: str, processes: Processes, pool: asyncpg.Pool
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
     replicas = [processes.start("scheduler", "scheduler") for _ in range(3)]
     names = [f"scheduler-{i}" for i in range(3)]
     await balanced(control_plane, namespace, names)
     now = datetime.now(UTC)
-    async with pool.acquire() as conn:
-        every_second = JobSpec(task="e2e.echo", cron="* * * * * *")
-        job_id = await jobs.create_job(
-            conn, every_second, tenant="t", source=JobSource.API, shards=64, now=now
-        )
+    every_second = JobSpec(task="e2e.echo", cron="* * * * * *")
+    job_id = await stored.create_job(every_second, tenant="t", source=JobSource.API, now=now)
     owner = next(n for n, shards in holders(control_plane, namespace).items()
                  if job_id.int % 64 in shards)  # fmt: skip
     await asyncio.sleep(4)  # fault schedule: ~4 occurrences on the owner, then kill it
     replicas[names.index(owner)].kill()
     await all_held_by(control_plane, namespace, set(names) - {owner})
     await asyncio.sleep(4)  # ~4 more occurrences under the new owner
-    async with pool.acquire() as conn:
+    async with stored.on_job(job_id) as conn:
         await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
-    rows = await pool.fetch(
+    rows = await stored.fetch(
         "SELECT occurrence_at, status FROM executions WHERE job_id = $1 AND attempt = 1 "
         "AND status <> 'cancelled' ORDER BY occurrence_at", job_id)  # fmt: skip
     times = [r["occurrence_at"] for r in rows]

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aio_pika
-import asyncpg
 
 from horae import broker
 from horae.models import ExecutionBatch, ExecutionMessage, JobSource, JobSpec
@@ -16,6 +15,7 @@ from horae.operator.workerpool import Pool, WorkerPoolSpec, deployment_body
 from horae.store import jobs
 from tests.support.invocations import invocations
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 TASKS = "tests/e2e/tasks.py"
@@ -43,19 +43,18 @@ async def consumed(broker_url: str, queue: str) -> bool:
         await connection.close()
 
 
-async def create(pool: asyncpg.Pool, tenant: str, count: int, due_in: timedelta) -> list:
+async def create(stored: StoreRows, tenant: str, count: int, due_in: timedelta) -> list:
     now = datetime.now(UTC)
     spec = JobSpec(task="e2e.echo", run_at=now + due_in)
     new = [jobs.NewJob(spec=spec, tenant=tenant, source=JobSource.API) for _ in range(count)]
-    async with pool.acquire() as conn:
-        await jobs.create_jobs(conn, new, shards=64, now=now)
-    return await pool.fetch(
+    await stored.create(new, now=now)
+    return await stored.fetch(
         "SELECT * FROM executions WHERE job_id = ANY($1::uuid[])", [j.job_id for j in new]
     )
 
 
 async def test_each_namespace_runs_only_on_its_own_pool_and_forged_messages_are_refused(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+    processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str, tmp_path: Path
 ) -> None:
     names = broker.Names(broker_prefix)
     log = tmp_path / "calls.jsonl"
@@ -74,26 +73,26 @@ async def test_each_namespace_runs_only_on_its_own_pool_and_forged_messages_are_
         assert queue == f"{broker_prefix}.pool.{team}.{POOL}"
         await until(lambda q=queue: consumed(broker_url, q), timeout=30, what=f"{queue} consumed")
     processes.start("scheduler", "scheduler")
-    rows = {team: await create(pool, team, 20, timedelta(seconds=2)) for team in TEAMS}
+    rows = {team: await create(stored, team, 20, timedelta(seconds=2)) for team in TEAMS}
 
     async def all_succeeded() -> bool:
         done = "SELECT count(*) FROM executions WHERE status = 'succeeded'"
-        return await pool.fetchval(done) == 40
+        return await stored.count(done) == 40
 
     await until(all_succeeded, timeout=60, what="both namespaces' executions to succeed")
     for team in TEAMS:
         ids = [r["id"] for r in rows[team]]
-        owners = await pool.fetch(
-            "SELECT DISTINCT lease_owner FROM executions WHERE id = ANY($1::uuid[])", ids
+        owners = await stored.fetch(
+            "SELECT lease_owner FROM executions WHERE id = ANY($1::uuid[])", ids
         )
-        assert [o["lease_owner"] for o in owners] == [workers[team].identity], team
+        assert {o["lease_owner"] for o in owners} == {workers[team].identity}, team
     calls = invocations(log)
     assert len(calls) == 40
     assert all(c["worker"] == workers[c["tenant"]].identity for c in calls)
 
     # Forged: team-a's pending execution published straight to team-b's queue, once naming
     # its tenant truthfully and once lying that it is team-b's.
-    [victim] = await create(pool, "team-a", 1, timedelta(minutes=10))  # beyond the preload
+    [victim] = await create(stored, "team-a", 1, timedelta(minutes=10))  # beyond the preload
     forged = {
         "truthful": "team-a",
         "lying": "team-b",
@@ -129,7 +128,7 @@ async def test_each_namespace_runs_only_on_its_own_pool_and_forged_messages_are_
         await connection.close()
     assert {m: h["reason"] for m, h in letters.items()} == {m: "foreign-tenant" for m in forged}
     assert "team-a" in str(letters["lying"]["error"])
-    after = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", victim["id"])
+    after = await stored.fetchrow("SELECT * FROM executions WHERE id = $1", victim["id"])
     assert dict(after) == dict(victim), "a refused execution's row is left untouched"
     assert str(victim["id"]) not in {c["execution_id"] for c in invocations(log)}
     assert all(w.alive() for w in workers.values())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
 import pytest
 
 from horae.models import JobSource, JobSpec
@@ -16,6 +15,7 @@ from horae.store import jobs, tenants
 from tests.e2e.test_first_job import scrape
 from tests.support.kube import free_port
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 pytestmark = pytest.mark.usefixtures("shared_default_pool")
@@ -25,8 +25,8 @@ WINDOW = 12.0
 """Seconds the backlog is watched for."""
 
 
-async def lags(pool: asyncpg.Pool, tenant: str, start: datetime) -> list[float]:
-    rows = await pool.fetch(
+async def lags(stored: StoreRows, tenant: str, start: datetime) -> list[float]:
+    rows = await stored.fetch(
         "SELECT extract(epoch FROM started_at - due_at)::float8 AS lag FROM executions"
         " WHERE tenant = $1 AND due_at >= $2 AND started_at IS NOT NULL",
         tenant,
@@ -39,7 +39,7 @@ def p99(values: list[float]) -> float:
     return values[min(len(values) - 1, int(len(values) * 0.99))]
 
 
-async def free_jobs(pool: asyncpg.Pool, first: datetime, count: int) -> None:
+async def free_jobs(stored: StoreRows, first: datetime, count: int) -> None:
     """`count` one-offs of tenant `free`, due every 0.25 s from `first`."""
     new = [
         jobs.NewJob(
@@ -49,29 +49,28 @@ async def free_jobs(pool: asyncpg.Pool, first: datetime, count: int) -> None:
         )
         for i in range(count)
     ]
-    async with pool.acquire() as conn:
-        await jobs.create_jobs(conn, new, shards=64, now=datetime.now(UTC))
+    await stored.create(new, now=datetime.now(UTC))
 
 
-async def all_started(pool: asyncpg.Pool, tenant: str, start: datetime, count: int) -> None:
+async def all_started(stored: StoreRows, tenant: str, start: datetime, count: int) -> None:
     async def done() -> bool:
-        return len(await lags(pool, tenant, start)) >= count
+        return len(await lags(stored, tenant, start)) >= count
 
     await until(done, timeout=60, interval=0.25, what=f"{count} executions of {tenant} started")
 
 
-async def started_of_limited(pool: asyncpg.Pool) -> int:
+async def started_of_limited(stored: StoreRows) -> int:
     return int(
-        await pool.fetchval(
+        await stored.count(
             "SELECT count(*) FROM executions WHERE tenant = 'limited' AND started_at IS NOT NULL"
         )
     )
 
 
 async def test_a_throttled_backlog_neither_spins_through_the_queue_nor_delays_other_tenants(
-    processes: Processes, pool: asyncpg.Pool
+    processes: Processes, stored: StoreRows
 ) -> None:
-    async with pool.acquire() as conn:
+    async with stored.main.acquire() as conn:
         await tenants.set_tenant_limit(conn, "limited", 5)
     scheduler_port, worker_port = free_port(), free_port()
     processes.start("scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(scheduler_port)})
@@ -86,9 +85,9 @@ async def test_a_throttled_backlog_neither_spins_through_the_queue_nor_delays_ot
     )
     # The other tenant's normal start lag, with nothing throttled.
     normal_from = datetime.now(UTC) + timedelta(seconds=3)
-    await free_jobs(pool, normal_from, 40)
-    await all_started(pool, "free", normal_from, 40)
-    normal = p99(await lags(pool, "free", normal_from))
+    await free_jobs(stored, normal_from, 40)
+    await all_started(stored, "free", normal_from, 40)
+    normal = p99(await lags(stored, "free", normal_from))
 
     # 5,000 executions of a tenant limited to 5 running, all due at once.
     due = datetime.now(UTC) + timedelta(seconds=3)
@@ -100,24 +99,23 @@ async def test_a_throttled_backlog_neither_spins_through_the_queue_nor_delays_ot
         )
         for _ in range(5000)
     ]
-    async with pool.acquire() as conn:
-        await jobs.create_jobs(conn, backlog, shards=64, now=datetime.now(UTC))
+    await stored.create(backlog, now=datetime.now(UTC))
     busy_from = due + timedelta(seconds=1)
-    await free_jobs(pool, busy_from, int(WINDOW * 4))
+    await free_jobs(stored, busy_from, int(WINDOW * 4))
 
     async def throttling() -> bool:
-        return await started_of_limited(pool) >= 5
+        return await started_of_limited(stored) >= 5
 
     await until(throttling, timeout=30, interval=0.1, what="the limited tenant running")
     sent_before = scrape(scheduler_port)["horae_dispatched_total"]
     refused_before = scrape(worker_port).get("horae_tenant_throttled_total", 0.0)
-    started_before = await started_of_limited(pool)
+    started_before = await started_of_limited(stored)
     await asyncio.sleep(WINDOW)  # a measurement window, not a wait for a state
     sent = scrape(scheduler_port)["horae_dispatched_total"] - sent_before
     refused = scrape(worker_port).get("horae_tenant_throttled_total", 0.0) - refused_before
-    started = await started_of_limited(pool) - started_before
-    await all_started(pool, "free", busy_from, int(WINDOW * 4))
-    busy = p99(await lags(pool, "free", busy_from))
+    started = await started_of_limited(stored) - started_before
+    await all_started(stored, "free", busy_from, int(WINDOW * 4))
+    busy = p99(await lags(stored, "free", busy_from))
     print(
         f"\nover {WINDOW:.0f} s with 5,000 held: {sent / WINDOW:.1f} executions published/s, "
         f"{refused / WINDOW:.1f} claims refused/s, {started / WINDOW:.1f} started/s of the "

@@ -22,6 +22,7 @@ from tests.support.kube import free_port
 from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
 from tests.support.queues import ready_messages
 from tests.support.scheduling import drain
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until, until_ready
 from tests.support.webhook import webhook_receiver
 
@@ -29,18 +30,16 @@ TASKS = "tests/e2e/tasks.py"
 pytestmark = pytest.mark.usefixtures("shared_default_pool")
 
 
-async def create(pool: asyncpg.Pool, spec: JobSpec, *, due_in: float = 1.0) -> asyncpg.Record:
+async def create(stored: StoreRows, spec: JobSpec, *, due_in: float = 1.0) -> asyncpg.Record:
     now = datetime.now(UTC)
     spec = spec.model_copy(update={"run_at": now + timedelta(seconds=due_in)})
-    async with pool.acquire() as conn:
-        job_id = await jobs.create_job(conn, spec, tenant="t", source=JobSource.API, shards=64,
-                                       now=now)  # fmt: skip
-    return await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    job_id = await stored.create_job(spec, tenant="t", source=JobSource.API, now=now)
+    return await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
 
 
-async def terminal(pool: asyncpg.Pool, job_id: object, count: int, timeout: float = 40) -> list:
+async def terminal(stored: StoreRows, job_id: object, count: int, timeout: float = 40) -> list:
     async def done() -> list | None:
-        rows = await pool.fetch(
+        rows = await stored.fetch(
             "SELECT * FROM executions WHERE job_id = $1 ORDER BY attempt", job_id
         )
         finished = [r for r in rows if r["finished_at"] is not None]
@@ -49,13 +48,11 @@ async def terminal(pool: asyncpg.Pool, job_id: object, count: int, timeout: floa
     return await until(done, timeout=timeout, interval=0.2, what=f"{count} finished attempts")
 
 
-async def echo_message(
-    pool: asyncpg.Pool, due_in: float
-) -> tuple[asyncpg.Record, ExecutionMessage]:
+async def echo_message(stored: StoreRows, due_in: float) -> tuple[asyncpg.Record, ExecutionMessage]:
     """An `e2e.echo` one-off due in `due_in` seconds: its execution row and the message the
     scheduler would publish for it."""
-    job = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=due_in)
-    row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=due_in)
+    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
     msg = ExecutionMessage(
         execution_id=row["id"], job_id=job["id"], task="e2e.echo", tenant="t",
         due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
@@ -77,7 +74,7 @@ async def publish(broker_url: str, prefix: str, *messages: ExecutionMessage) -> 
 
 async def test_the_same_message_twice_runs_the_handler_once(
     processes: Processes,
-    pool: asyncpg.Pool,
+    stored: StoreRows,
     broker_url: str,
     broker_prefix: str,
     tmp_path: Path,
@@ -85,9 +82,9 @@ async def test_the_same_message_twice_runs_the_handler_once(
 ) -> None:
     log = tmp_path / "calls.jsonl"
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
-    row, msg = await echo_message(pool, due_in=0)
+    row, msg = await echo_message(stored, due_in=0)
     await publish(broker_url, broker_prefix, msg, msg)  # the same execution twice
-    [done] = await terminal(pool, row["job_id"], 1)
+    [done] = await terminal(stored, row["job_id"], 1)
     assert done["status"] == "succeeded"
 
     async def queue_empty() -> bool:
@@ -99,7 +96,7 @@ async def test_the_same_message_twice_runs_the_handler_once(
 
 async def test_a_message_published_before_its_due_time_is_held_until_then(
     processes: Processes,
-    pool: asyncpg.Pool,
+    stored: StoreRows,
     broker_url: str,
     broker_prefix: str,
     tmp_path: Path,
@@ -109,17 +106,18 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     # ahead, earlier still): the worker claims and runs the execution only once it is due.
     log = tmp_path / "calls.jsonl"
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
-    row, msg = await echo_message(pool, due_in=4)
+    row, msg = await echo_message(stored, due_in=4)
     await publish(broker_url, broker_prefix, msg)
 
     async def delivered() -> bool:  # the worker holds it: none left ready in the queue
         return await ready_messages(broker_url, shared_default_pool) == 0
 
     await until(delivered, timeout=10, what="the message delivered to the worker")
-    held = await pool.fetchrow("SELECT status::text, started_at FROM executions WHERE id = $1",
-                               row["id"])  # fmt: skip
+    held = await stored.fetchrow(
+        "SELECT status::text, started_at FROM executions WHERE id = $1", row["id"]
+    )
     assert (held["status"], held["started_at"]) == ("scheduled", None), "claimed before due"
-    [done] = await terminal(pool, row["job_id"], 1)
+    [done] = await terminal(stored, row["job_id"], 1)
     assert done["status"] == "succeeded"
     assert done["started_at"] >= row["due_at"]
     [call] = invocations(log)
@@ -129,15 +127,15 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
 
 
 async def test_retryable_three_times_then_succeeds_with_one_idempotency_key(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
     policy = RetryPolicy(max_attempts=5, initial_interval_seconds=0.5, max_interval_seconds=1)
-    job = await create(pool, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC), retry=policy,
+    job = await create(stored, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC), retry=policy,
                                      payload={"fail_times": 3}), due_in=3)  # fmt: skip
-    rows = await terminal(pool, job["id"], 4)
+    rows = await terminal(stored, job["id"], 4)
     assert [(r["attempt"], r["status"]) for r in rows] == [
         (1, "failed"), (2, "failed"), (3, "failed"), (4, "succeeded")]  # fmt: skip
     assert len({r["occurrence_at"] for r in rows}) == 1
@@ -152,22 +150,22 @@ async def test_retryable_three_times_then_succeeds_with_one_idempotency_key(
 
 
 async def test_permanent_error_fails_at_once_and_exhausted_retries_are_dead_lettered(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str
+    processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str
 ) -> None:
     processes.start("scheduler", "scheduler")
     with webhook_receiver() as (url, alerts):
         processes.start("worker", "worker", "--tasks", TASKS,
                         env={"HORAE_DEAD_WEBHOOK_URL": url})  # fmt: skip
-        broken = await create(pool, JobSpec(task="e2e.broken", run_at=datetime.now(UTC)),
+        broken = await create(stored, JobSpec(task="e2e.broken", run_at=datetime.now(UTC)),
                               due_in=3)  # fmt: skip
         policy = RetryPolicy(max_attempts=2, initial_interval_seconds=0.2,
                              max_interval_seconds=0.5)  # fmt: skip
-        doomed = await create(pool, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC),
+        doomed = await create(stored, JobSpec(task="e2e.flaky", run_at=datetime.now(UTC),
                                             retry=policy, payload={"fail_times": 99}),
                               due_in=3)  # fmt: skip
-        [failed] = await terminal(pool, broken["id"], 1)
+        [failed] = await terminal(stored, broken["id"], 1)
         assert failed["status"] == "failed" and failed["error_kind"] == "PermanentError"
-        rows = await terminal(pool, doomed["id"], 2)
+        rows = await terminal(stored, doomed["id"], 2)
         assert [r["status"] for r in rows] == ["failed", "dead"]
         letters = await drain(broker_url, f"{broker_prefix}.dead-letter")
         assert set(letters) == {str(rows[-1]["id"])}
@@ -184,33 +182,33 @@ async def test_permanent_error_fails_at_once_and_exhausted_retries_are_dead_lett
 
 
 async def test_cancelling_a_job_stops_its_running_handler(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
     processes.start("scheduler", "scheduler")
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
     processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+    job = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
                                      payload={"seconds": 60}), due_in=2)  # fmt: skip
 
     async def started() -> bool:
         return bool(invocations(log))
 
     await until(started, timeout=20, what="the slow handler to start")
-    async with pool.acquire() as conn:
+    async with stored.on_job(job["id"]) as conn:
         await jobs.cancel_job(conn, job["id"], now=datetime.now(UTC))
-    [row] = await terminal(pool, job["id"], 1, timeout=10)
+    [row] = await terminal(stored, job["id"], 1, timeout=10)
     assert row["status"] == "cancelled" and row["error_kind"] == "cancel_requested"
     assert invocations(log, "end") == []
 
 
 async def test_sigterm_lets_running_handlers_finish_and_exits_zero(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
     processes.start("scheduler", "scheduler")
     worker = processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
-    job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+    job = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
                                      payload={"seconds": 3}), due_in=2)  # fmt: skip
 
     async def started() -> bool:
@@ -219,13 +217,13 @@ async def test_sigterm_lets_running_handlers_finish_and_exits_zero(
     await until(started, timeout=20, what="the slow handler to start")
     worker.signal(signal.SIGTERM)
     assert await asyncio.to_thread(worker.popen.wait, 30) == 0
-    [row] = await terminal(pool, job["id"], 1, timeout=5)
+    [row] = await terminal(stored, job["id"], 1, timeout=5)
     assert row["status"] == "succeeded"
     assert len(invocations(log, "end")) == 1
 
 
 async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
@@ -236,8 +234,7 @@ async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
     new = [jobs.NewJob(spec=JobSpec(task="e2e.slow", run_at=now + timedelta(seconds=3),
                                     payload={"seconds": 4}, retry=quick),
                        tenant="t", source=JobSource.API) for _ in range(100)]  # fmt: skip
-    async with pool.acquire() as conn:
-        await jobs.create_jobs(conn, new, shards=64, now=now)
+    await stored.create(new, now=now)
 
     async def all_started() -> bool:
         return len(invocations(log)) >= 100
@@ -247,13 +244,13 @@ async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
     heir = processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "100", env=env)
 
     async def all_done() -> bool:
-        done = await pool.fetchval(
+        done = await stored.count(  # (a job's executions are all in its group)
             "SELECT count(DISTINCT job_id) FROM executions WHERE status = 'succeeded'"
         )
         return done == 100
 
     await until(all_done, timeout=60, interval=0.5, what="all 100 occurrences succeeded")
-    lost = await pool.fetch("SELECT * FROM executions WHERE status <> 'succeeded'")
+    lost = await stored.fetch("SELECT * FROM executions WHERE status <> 'succeeded'")
     assert len(lost) == 100 and {r["error_kind"] for r in lost} == {"lease_lost"}
     assert {r["attempt"] for r in lost} == {1}
     finishers = {c["worker"] for c in invocations(log, "end")}
@@ -261,7 +258,7 @@ async def test_killed_worker_loses_its_executions_to_another_after_lease_expiry(
 
 
 async def test_a_last_attempt_lost_with_its_worker_is_dead_lettered_and_sent_to_the_webhook(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path, broker_url: str, broker_prefix: str
+    processes: Processes, stored: StoreRows, tmp_path: Path, broker_url: str, broker_prefix: str
 ) -> None:
     """A death the reaper finds (the last attempt's worker stopped heartbeating) reaches the
     dead-execution webhook like one a worker records; it once reached only the queue."""
@@ -273,7 +270,7 @@ async def test_a_last_attempt_lost_with_its_worker_is_dead_lettered_and_sent_to_
             "HORAE_DEAD_WEBHOOK_URL": url,
         })  # fmt: skip
         once = RetryPolicy(max_attempts=1)
-        job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC), retry=once,
+        job = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC), retry=once,
                                          payload={"seconds": 60}), due_in=2)  # fmt: skip
 
         async def started() -> bool:
@@ -281,7 +278,7 @@ async def test_a_last_attempt_lost_with_its_worker_is_dead_lettered_and_sent_to_
 
         await until(started, timeout=20, what="the slow handler to start")
         victim.kill()
-        [row] = await terminal(pool, job["id"], 1, timeout=30)
+        [row] = await terminal(stored, job["id"], 1, timeout=30)
         assert (row["status"], row["error_kind"]) == ("dead", "lease_lost")
 
         async def alerted() -> bool:
@@ -297,9 +294,9 @@ async def test_a_last_attempt_lost_with_its_worker_is_dead_lettered_and_sent_to_
 
 
 async def test_a_tenant_limit_is_never_exceeded_and_other_tenants_are_unaffected(
-    processes: Processes, pool: asyncpg.Pool
+    processes: Processes, stored: StoreRows
 ) -> None:
-    async with pool.acquire() as conn:
+    async with stored.main.acquire() as conn:
         await tenants.set_tenant_limit(conn, "limited", 5)
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "30")
@@ -315,26 +312,28 @@ async def test_a_tenant_limit_is_never_exceeded_and_other_tenants_are_unaffected
     ]
     new += [jobs.NewJob(spec=JobSpec(task="e2e.echo", run_at=due), tenant="free",
                         source=JobSource.API) for _ in range(10)]  # fmt: skip
-    async with pool.acquire() as conn:
-        await jobs.create_jobs(conn, new, shards=64, now=now)
+    await stored.create(new, now=now)
 
     peak = 0
     deadline = asyncio.get_running_loop().time() + 60
     while asyncio.get_running_loop().time() < deadline:
-        running = await pool.fetchval(
+        running = await stored.count(
             "SELECT count(*) FROM executions WHERE tenant = 'limited' AND status = 'running'"
         )
         peak = max(peak, running)
-        done = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        done = await stored.count("SELECT count(*) FROM executions WHERE status = 'succeeded'")
         if done == 60:
             break
         await asyncio.sleep(0.05)
     assert done == 60, "every execution of both tenants completed"
     assert 1 <= peak <= 5, f"tenant limit 5 exceeded: {peak} running at once"
-    attempts = await pool.fetchval("SELECT max(attempt) FROM executions")
+    attempts = max(r["attempt"] for r in await stored.fetch("SELECT attempt FROM executions"))
     assert attempts == 1, "throttling does not use up attempts"
-    free_lag = await pool.fetchval(
-        "SELECT max(started_at - $1::timestamptz) FROM executions WHERE tenant = 'free'", due
+    free_lag = max(
+        r["lag"]
+        for r in await stored.fetch(
+            "SELECT started_at - $1::timestamptz AS lag FROM executions WHERE tenant = 'free'", due
+        )
     )
     assert free_lag < timedelta(seconds=2), f"the other tenant waited {free_lag}"
 
@@ -353,7 +352,7 @@ def unacked(broker_url: str, queue: str) -> int:
 
 
 async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcome(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, tmp_path: Path,
+    processes: Processes, stored: StoreRows, broker_url: str, tmp_path: Path,
     shared_default_pool: str,
 ) -> None:  # fmt: skip
     log = tmp_path / "calls.jsonl"
@@ -368,7 +367,7 @@ async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcom
 
     # (RabbitMQ refreshes these queue statistics every few seconds: sample over a while)
     # no timeout: may outlive RabbitMQ's consumer timeout, so its message goes at claim
-    await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+    await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
                                payload={"seconds": 12}), due_in=2)  # fmt: skip
     await until(lambda: running(1), timeout=20, what="the long handler to start")
     samples = []
@@ -377,7 +376,7 @@ async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcom
         await asyncio.sleep(1)
     assert samples == [0] * 6, samples
     # a 20 s timeout is well inside the consumer timeout: acked after its outcome
-    await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC), timeout_seconds=20,
+    await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC), timeout_seconds=20,
                                payload={"seconds": 12}), due_in=1)  # fmt: skip
     await until(lambda: running(2), timeout=20, what="the short handler to start")
 
@@ -387,36 +386,37 @@ async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcom
     await until(one_unacked, timeout=10, interval=0.5, what="the short handler's message unacked")
 
     async def both_done() -> bool:
-        n = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'succeeded'")
+        n = await stored.count("SELECT count(*) FROM executions WHERE status = 'succeeded'")
         return n == 2
 
     await until(both_done, timeout=30, what="both handlers to succeed")
 
 
 async def test_queued_executions_of_paused_or_edited_jobs_never_reach_the_handler(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str,
+    processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     log = tmp_path / "calls.jsonl"
     scheduler = processes.start("scheduler", "scheduler")
-    paused = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
-    edited = await create(pool, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
+    paused = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
+    edited = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
 
     async def both_queued() -> bool:
-        n = await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'queued'")
+        n = await stored.count("SELECT count(*) FROM executions WHERE status = 'queued'")
         return n == 2
 
     await until(both_queued, timeout=20, what="both executions on the queue")
     scheduler.stop()
     now = datetime.now(UTC)
-    async with pool.acquire() as conn:
+    async with stored.on_job(paused["id"]) as conn:
         await jobs.pause_job(conn, paused["id"], now=now)
+    async with stored.on_job(edited["id"]) as conn:
         await jobs.edit_job(conn, edited["id"], JobSpec(task="e2e.echo", cron="0 0 1 1 *"),
                             now=now)  # fmt: skip
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
 
     async def drained() -> bool:
-        n = await pool.fetchval(
+        n = await stored.count(
             "SELECT count(*) FROM executions WHERE status = 'cancelled' AND error_kind = 'stale'"
         )
         return n == 2
@@ -426,7 +426,7 @@ async def test_queued_executions_of_paused_or_edited_jobs_never_reach_the_handle
 
 
 async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_worker(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     # The handler needs 1.5 s to clean up once stopped: the execution is handed back only
     # after that, so the heir (already up and idle) never runs it while it still runs here.
@@ -434,7 +434,7 @@ async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_wo
     env = {"HORAE_TEST_LOG": str(log), "HORAE_SHUTDOWN_GRACE_SECONDS": "1"}
     processes.start("scheduler", "scheduler")
     leaving = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+    job = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
                                      payload={"seconds": 6, "cleanup": 1.5}), due_in=2)  # fmt: skip
 
     async def started(count: int) -> bool:
@@ -447,7 +447,7 @@ async def test_sigterm_past_the_grace_period_hands_unfinished_work_to_another_wo
     assert (await until_ready(port)).startswith("consuming"), "the heir consuming"
     leaving.signal(signal.SIGTERM)
     assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
-    [row] = await terminal(pool, job["id"], 1, timeout=30)
+    [row] = await terminal(stored, job["id"], 1, timeout=30)
     assert row["status"] == "succeeded" and row["attempt"] == 1, "handing back is not an attempt"
     assert [c["worker"] for c in invocations(log)] == [leaving.identity, heir.identity]
     assert [c["worker"] for c in invocations(log, "end")] == [heir.identity]
@@ -468,7 +468,7 @@ def rabbit_env(key: str, value: int | None = None) -> int:
 
 
 async def test_a_handler_outliving_the_brokers_consumer_timeout_is_not_redelivered(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     """RabbitMQ lowered to a 3 s consumer timeout (checked every 0.5 s). A worker that knows
     it acks a 60 s-bounded handler at claim; one that believes the 30 min default holds the
@@ -484,9 +484,9 @@ async def test_a_handler_outliving_the_brokers_consumer_timeout_is_not_redeliver
             worker = processes.start(f"worker-{name}", "worker", "--tasks", TASKS, env={
                 "HORAE_TEST_LOG": str(log), "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS": believed,
             })  # fmt: skip
-            job = await create(pool, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+            job = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
                                timeout_seconds=60, payload={"seconds": 8}), due_in=0)  # fmt: skip
-            [done] = await terminal(pool, job["id"], 1, timeout=30)
+            [done] = await terminal(stored, job["id"], 1, timeout=30)
             await asyncio.sleep(1)  # let any redelivery arrive
             worker.stop()
             runs[name] = (done["status"], len(invocations(log)), worker.log())
@@ -503,7 +503,7 @@ async def test_a_handler_outliving_the_brokers_consumer_timeout_is_not_redeliver
 
 @pytest.mark.skipif(not HAS_FAKETIME, reason="no libfaketime (apt-get install faketime)")
 async def test_a_worker_whose_clock_runs_behind_keeps_its_leases(
-    processes: Processes, pool: asyncpg.Pool, tmp_path: Path
+    processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     # Its clock 10 s behind, with 3 s leases: were the leases' ends read from its own clock,
     # every lease would have ended before it was granted, and the reaper would take each
@@ -518,11 +518,10 @@ async def test_a_worker_whose_clock_runs_behind_keeps_its_leases(
     new = [jobs.NewJob(spec=JobSpec(task="e2e.slow", run_at=now + timedelta(seconds=2),
                                     payload={"seconds": 5}),
                        tenant="t", source=JobSource.API) for _ in range(20)]  # fmt: skip
-    async with pool.acquire() as conn:
-        await jobs.create_jobs(conn, new, shards=64, now=now)
+    await stored.create(new, now=now)
 
     async def all_running() -> list | None:
-        rows = await pool.fetch(
+        rows = await stored.fetch(
             "SELECT lease_until - clock_timestamp() AS left FROM executions"
             " WHERE status = 'running'"
         )
@@ -532,7 +531,7 @@ async def test_a_worker_whose_clock_runs_behind_keeps_its_leases(
     assert all(timedelta(0) < r["left"] <= timedelta(seconds=3.5) for r in running), running
 
     async def all_finished() -> list | None:
-        rows = await pool.fetch("SELECT * FROM executions")
+        rows = await stored.fetch("SELECT * FROM executions")
         return rows if all(r["finished_at"] is not None for r in rows) else None
 
     rows = await until(all_finished, timeout=40, interval=0.5, what="20 executions finished")

@@ -16,9 +16,9 @@ import asyncpg
 import pytest
 
 from horae.models import JobSource, JobSpec
-from horae.store import jobs
 from tests.support.invocations import invocations
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 TASKS = "tests/e2e/tasks.py"
@@ -38,7 +38,7 @@ def close_connections(vhost: str) -> int:
 
 
 async def test_a_handler_outlives_its_worker_losing_the_broker_connection(
-    processes: Processes, pool: asyncpg.Pool, broker_url: str, tmp_path: Path
+    processes: Processes, stored: StoreRows, broker_url: str, tmp_path: Path
 ) -> None:
     vhost = unquote(urlsplit(broker_url).path.lstrip("/"))
     if shutil.which("rabbitmqctl") is None or not vhost.startswith("horae-test-"):
@@ -49,9 +49,7 @@ async def test_a_handler_outlives_its_worker_losing_the_broker_connection(
     processes.start("worker", "worker", "--tasks", TASKS, env=env)
     now = datetime.now(UTC)
     spec = JobSpec(task="e2e.slow", run_at=now + timedelta(seconds=2), payload={"seconds": 4})
-    async with pool.acquire() as conn:
-        job_id = await jobs.create_job(conn, spec, tenant="t", source=JobSource.API,
-                                       shards=64, now=now)  # fmt: skip
+    job_id = await stored.create_job(spec, tenant="t", source=JobSource.API, now=now)
 
     async def started() -> bool:
         return bool(invocations(log))
@@ -60,7 +58,7 @@ async def test_a_handler_outlives_its_worker_losing_the_broker_connection(
     assert await asyncio.to_thread(close_connections, vhost) >= 1
 
     async def finished() -> list[asyncpg.Record] | None:
-        rows = await pool.fetch("SELECT * FROM executions WHERE job_id = $1", job_id)
+        rows = await stored.fetch("SELECT * FROM executions WHERE job_id = $1", job_id)
         return rows if rows and all(r["finished_at"] for r in rows) else None
 
     rows = await until(finished, timeout=30, interval=0.2, what="the execution to finish")

@@ -14,14 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aio_pika
-import asyncpg
 import pytest
 
 from horae import broker
 from horae.models import ExecutionBatch, ExecutionMessage, JobSource, JobSpec
-from horae.store import jobs
 from tests.support.invocations import invocations
 from tests.support.processes import Processes
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 TASKS = "tests/e2e/tasks.py"
@@ -92,7 +91,7 @@ async def _queue(channel: aio_pika.abc.AbstractChannel, name: str) -> aio_pika.a
 
 
 async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
-    workers: Processes, pool: asyncpg.Pool, broker_url: str, broker_prefix: str, tmp_path: Path
+    workers: Processes, stored: StoreRows, broker_url: str, broker_prefix: str, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls.jsonl"
     worker = workers.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(calls)})
@@ -131,12 +130,10 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
 
         # A real execution after the garbage still runs.
         now = datetime.now(UTC)
-        async with pool.acquire() as conn:
-            job_id = await jobs.create_job(
-                conn, JobSpec(task="e2e.echo", run_at=now), tenant="t", source=JobSource.API,
-                shards=64, now=now,
-            )  # fmt: skip
-        row = await pool.fetchrow("SELECT * FROM executions WHERE job_id = $1", job_id)
+        job_id = await stored.create_job(
+            JobSpec(task="e2e.echo", run_at=now), tenant="t", source=JobSource.API, now=now
+        )
+        row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job_id)
         real = ExecutionMessage(
             execution_id=row["id"], job_id=job_id, task="e2e.echo", tenant="t",
             due_at=row["due_at"], occurrence_at=row["occurrence_at"], attempt=1,
@@ -147,7 +144,7 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
         )
 
         async def succeeded() -> bool:
-            status = await pool.fetchval("SELECT status FROM executions WHERE id = $1", row["id"])
+            status = await stored.fetchval("SELECT status FROM executions WHERE id = $1", row["id"])
             return bool(status == "succeeded")
 
         await until(succeeded, timeout=30, what="the real execution to succeed")
@@ -170,7 +167,7 @@ async def test_garbage_is_dead_lettered_and_the_worker_keeps_running_executions(
         assert letters == expected
         assert worker.alive()
         # Nothing else was written: only the real job's execution exists.
-        assert await pool.fetchval("SELECT count(*) FROM executions") == 1
+        assert await stored.count("SELECT count(*) FROM executions") == 1
     finally:
         await connection.close()
 

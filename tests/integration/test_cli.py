@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import asyncpg
 import httpx
 import yaml
 
 from horae.models import JobSource, JobSpec
-from horae.store import jobs
 from tests.support.processes import HORAE, REPO
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 
@@ -104,7 +103,7 @@ def parsed(*args: str, db_url: str) -> Any:
 
 
 async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
-    db_url: str, pool: asyncpg.Pool
+    db_url: str, stored: StoreRows
 ) -> None:
     job = parsed("jobs", "create", "--task", "send-invoice", "--cron", "0 9 * * 1",
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
@@ -117,10 +116,10 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     for fire in job["next_runs"]:
         local = datetime.fromisoformat(fire).astimezone(ZoneInfo("Europe/Paris"))
         assert (local.weekday(), local.hour, local.minute) == (0, 9, 0)
-    row = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
+    row = await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
     assert row["task"] == "send-invoice" and row["payload"] == {"customer": 42}
     assert row["retry_policy"]["max_attempts"] == 3 and row["timeout_seconds"] == 60
-    assert await statuses(pool, job_id) == ["scheduled"]
+    assert await statuses(stored, job_id) == ["scheduled"]
 
     assert [j["id"] for j in parsed("jobs", "ls", "--tenant", "acme", db_url=db_url)] == [job_id]
     assert parsed("jobs", "ls", "--tenant", "other", db_url=db_url) == []
@@ -136,18 +135,18 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     assert as_yaml["id"] == job_id and as_yaml["next_runs"] == job["next_runs"]
 
     assert ok("jobs", "pause", job_id, db_url=db_url).strip() == f"job {job_id} paused"
-    assert await state(pool, job_id) == "paused"
-    assert await statuses(pool, job_id) == ["cancelled"]
+    assert await state(stored, job_id) == "paused"
+    assert await statuses(stored, job_id) == ["cancelled"]
     assert parsed("jobs", "get", job_id, db_url=db_url)["next_runs"] == []
     assert "none (the job is paused)" in ok("jobs", "get", job_id, db_url=db_url)
 
     assert ok("jobs", "resume", job_id, db_url=db_url).strip() == f"job {job_id} resumed"
-    assert await state(pool, job_id) == "active"
-    assert sorted(await statuses(pool, job_id)) == ["cancelled", "scheduled"]
+    assert await state(stored, job_id) == "active"
+    assert sorted(await statuses(stored, job_id)) == ["cancelled", "scheduled"]
 
     assert ok("jobs", "cancel", job_id, db_url=db_url).strip() == f"job {job_id} cancelled"
-    assert await state(pool, job_id) == "cancelled"
-    assert await statuses(pool, job_id) == ["cancelled", "cancelled"]
+    assert await state(stored, job_id) == "cancelled"
+    assert await statuses(stored, job_id) == ["cancelled", "cancelled"]
     again = ok("jobs", "cancel", job_id, db_url=db_url).strip()
     assert again == f"job {job_id} was already cancelled"
     r = horae("jobs", "pause", job_id, db_url=db_url)
@@ -157,13 +156,13 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     )
 
 
-async def test_a_one_off_job_shows_its_single_fire_time(db_url: str, pool: asyncpg.Pool) -> None:
+async def test_a_one_off_job_shows_its_single_fire_time(db_url: str, stored: StoreRows) -> None:
     run_at = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
     job = parsed("jobs", "create", "--task", "e2e.echo", "--run-at", run_at.isoformat(),
                  db_url=db_url)  # fmt: skip
     assert job["tenant"] == "default" and job["cron"] is None
     assert [datetime.fromisoformat(t) for t in job["next_runs"]] == [run_at]
-    row = await pool.fetchrow("SELECT due_at FROM executions WHERE job_id = $1",
+    row = await stored.fetchrow("SELECT due_at FROM executions WHERE job_id = $1",
                               uuid.UUID(job["id"]))  # fmt: skip
     assert row["due_at"] == run_at
     executions = parsed("executions", job["id"], db_url=db_url)
@@ -189,7 +188,7 @@ def test_unknown_jobs_are_reported_with_exit_code_1(db_url: str) -> None:
 
 
 async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
-    db_url: str, pool: asyncpg.Pool
+    db_url: str, stored: StoreRows
 ) -> None:
     soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     create = ("jobs", "create", "--task", "e2e.echo")
@@ -228,8 +227,8 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(start), (args, r.stderr)
         assert r.stdout == "", args
-    assert await pool.fetchval("SELECT count(*) FROM jobs") == 0
-    assert await pool.fetchval("SELECT count(*) FROM executions") == 0
+    assert await stored.count("SELECT count(*) FROM jobs") == 0
+    assert await stored.count("SELECT count(*) FROM executions") == 0
 
 
 def test_previews_and_tenants_print_json_and_yaml_for_scripts(db_url: str) -> None:
@@ -257,12 +256,12 @@ def test_previews_and_tenants_print_json_and_yaml_for_scripts(db_url: str) -> No
     assert yaml.safe_load(ok("tenants", "ls", "-o", "yaml", db_url=db_url)) == tenants
 
 
-async def state(pool: asyncpg.Pool, job_id: str) -> str:
-    return str(await pool.fetchval("SELECT state FROM jobs WHERE id = $1", uuid.UUID(job_id)))
+async def state(stored: StoreRows, job_id: str) -> str:
+    return str(await stored.fetchval("SELECT state FROM jobs WHERE id = $1", uuid.UUID(job_id)))
 
 
-async def statuses(pool: asyncpg.Pool, job_id: str) -> list[str]:
-    rows = await pool.fetch(
+async def statuses(stored: StoreRows, job_id: str) -> list[str]:
+    rows = await stored.fetch(
         "SELECT status FROM executions WHERE job_id = $1 ORDER BY created_at, status",
         uuid.UUID(job_id),
     )
@@ -270,22 +269,22 @@ async def statuses(pool: asyncpg.Pool, job_id: str) -> list[str]:
 
 
 async def test_rerun_runs_a_dead_occurrence_again_and_refuses_the_rest(
-    db_url: str, pool: asyncpg.Pool
+    db_url: str, stored: StoreRows
 ) -> None:
     at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     r = horae("jobs", "create", "--task", "t", "--run-at", at, "-o", "json", db_url=db_url)
     assert r.returncode == 0, r.stderr
     job_id = uuid.UUID(json.loads(r.stdout)["id"])
-    dead = await pool.fetchval(
+    dead = await stored.fetchval(
         "UPDATE executions SET status = 'dead', started_at = now(), finished_at = now(),"
         " error_kind = 'E', error_message = 'boom' WHERE job_id = $1 RETURNING id",
         job_id,
     )
-    await pool.execute("UPDATE jobs SET state = 'completed' WHERE id = $1", job_id)
+    await stored.execute("UPDATE jobs SET state = 'completed' WHERE id = $1", job_id)
     r = horae("rerun", str(dead), db_url=db_url)
     assert r.returncode == 0, r.stderr
     new = uuid.UUID(r.stdout.strip())
-    row = await pool.fetchrow("SELECT status, attempt FROM executions WHERE id = $1", new)
+    row = await stored.fetchrow("SELECT status, attempt FROM executions WHERE id = $1", new)
     assert (row["status"], row["attempt"]) == ("scheduled", 2)
     again = horae("rerun", str(dead), db_url=db_url)
     assert again.returncode == 1
@@ -368,16 +367,15 @@ def test_a_create_over_a_tenant_quota_is_one_line_and_exit_code_1(db_url: str) -
 
 
 async def test_a_scheduledjobs_job_is_not_paused_resumed_or_cancelled_from_the_cli(
-    db_url: str, pool: asyncpg.Pool
+    db_url: str, stored: StoreRows
 ) -> None:
     """The store refuses to change a ScheduledJob's job for anyone but the operator: the
     CLI, like the API, once made it diverge from its manifest."""
-    async with pool.acquire() as conn:
-        job_id = await jobs.create_job(
-            conn, JobSpec(task="t", cron="0 * * * *"), tenant="shop", source=JobSource.CRD,
-            shards=64, now=datetime.now(UTC), name="nightly",
-        )  # fmt: skip
-    before = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    job_id = await stored.create_job(
+        JobSpec(task="t", cron="0 * * * *"), tenant="shop", source=JobSource.CRD,
+        now=datetime.now(UTC), name="nightly",
+    )  # fmt: skip
+    before = await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
     for verb in ("pause", "resume", "cancel"):
         r = horae("jobs", verb, "shop/nightly", db_url=db_url)
         assert r.returncode == 1, (verb, r.stderr)
@@ -385,4 +383,4 @@ async def test_a_scheduledjobs_job_is_not_paused_resumed_or_cancelled_from_the_c
             f"horae: job {job_id} is managed by ScheduledJob shop/nightly: change it there"
             " (kubectl edit scheduledjob/nightly -n shop; kubectl delete to cancel it)"
         ], verb
-    assert await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before
+    assert await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before

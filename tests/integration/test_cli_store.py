@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
+import pytest
 import pytest_asyncio
 
 from horae.models import JobSource, JobSpec
@@ -16,6 +17,8 @@ from horae.store import jobs
 from tests.integration.test_cli import horae
 from tests.integration.test_store_groups import job_in
 from tests.support.groups import SECOND_DB, create_database, drop_database
+
+pytestmark = pytest.mark.one_group  # splits the store itself, from one group
 
 
 @pytest_asyncio.fixture

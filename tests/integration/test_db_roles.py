@@ -23,6 +23,9 @@ from horae.store.migrate import maintain_partitions, migrate
 from tests.support import transitions
 from tests.support.wait import until
 
+# Each role's grants in one database (every group's roles: test_store_groups).
+pytestmark = pytest.mark.one_group
+
 SERVES = {"acme", "other"}
 """The tenants the worker role's claims serve here."""
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -10,12 +10,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from horae import broker
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store.db import Database
 from tests.integration.test_dispatcher import job_in_shard
 from tests.support.wait import until
+
+pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
 
 
 async def test_a_round_failing_with_an_unclassified_error_does_not_stop_dispatching(

@@ -26,6 +26,9 @@ from horae.store.db import Database, connect
 from tests.support.groups import job_in
 from tests.support.wait import until
 
+# One group's dispatcher on its database (a dispatcher per group: test_scheduler_groups).
+pytestmark = pytest.mark.one_group
+
 
 def dispatcher(
     pool: asyncpg.Pool, publisher: broker.Publisher, lease_valid: Callable[[int], bool],

@@ -15,6 +15,8 @@ from horae.store import reads as store
 from horae.store.queries import Q
 from tests.support.plans import reads
 
+pytestmark = pytest.mark.one_group  # query plans of one database
+
 HISTORY = """
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
                         job_version, status, finished_at)

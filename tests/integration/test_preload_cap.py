@@ -8,6 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 from prometheus_client import REGISTRY
 
 from horae import broker
@@ -16,6 +17,9 @@ from horae.scheduler.dispatcher import Dispatcher
 from horae.store import jobs
 from horae.store.db import Database
 from tests.support.wait import until
+
+# One group's dispatcher on its database (the cap split over groups: test_scheduler_groups).
+pytestmark = pytest.mark.one_group
 
 
 async def test_a_capped_replica_never_holds_more_than_its_cap_and_dispatches_everything(

@@ -5,9 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from horae.store.queries import Q
 from tests.support.plans import reads
+
+pytestmark = pytest.mark.one_group  # query plans of one database
 
 HISTORY = """
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,

@@ -10,10 +10,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from horae.models import JobSource, JobSpec
 from horae.store import dispatch, executions, jobs, tenants
 from tests.support import transitions
+
+pytestmark = pytest.mark.one_group  # the store's functions on one group's database
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 LEASE = timedelta(seconds=30)

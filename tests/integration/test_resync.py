@@ -8,14 +8,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
-
 from horae.kube import CustomObjects, load_api_client
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
 from horae.store.groups import Store
 from tests.support.kube import ControlPlane
 from tests.support.processes import REPO
+from tests.support.store_rows import StoreRows
 
 CRD = REPO / "crds" / "scheduledjobs.yaml"
 
@@ -46,7 +45,7 @@ async def test_one_scheduledjob_that_cannot_be_stored_does_not_stop_the_pass(
     control_plane: ControlPlane,
     namespace: str,
     db_url: str,
-    pool: asyncpg.Pool,
+    stored: StoreRows,
     component_kubeconfigs: dict[str, Path],
 ) -> None:
     # A runAt near year 9999 (stored before the CRD bounded it) raised OverflowError out
@@ -75,12 +74,12 @@ async def test_one_scheduledjob_that_cannot_be_stored_does_not_stop_the_pass(
     store = await Store.open(db_url, size=2)
     try:
         resync = Resync(store, objects, ExecutionMirrors(store, objects), period=60)
-        stored, cancelled = await resync.once()
+        kept, cancelled = await resync.once()
     finally:
         await store.close()
 
-    assert (stored, cancelled) == (4, 0)
-    rows = await pool.fetch("SELECT id FROM jobs WHERE tenant = $1", namespace)
+    assert (kept, cancelled) == (4, 0)
+    rows = await stored.fetch("SELECT id FROM jobs WHERE tenant = $1", namespace)
     assert {r["id"] for r in rows} == {uuid.UUID(uid) for uid in good}
     assert uuid.UUID(bad) not in {r["id"] for r in rows}
     status = control_plane.get_json("scheduledjob", "good-0", "-n", namespace).get("status", {})

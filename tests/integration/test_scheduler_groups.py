@@ -297,6 +297,7 @@ async def test_allowances_follow_demand_and_never_add_up_to_more_than_the_limit(
         await as_scheduler.close()
 
 
+@pytest.mark.one_group  # starts with one group
 async def test_with_one_group_allowances_stay_unset(db_url: str) -> None:
     store = await Store.open(db_url, size=2)
     try:
@@ -334,6 +335,7 @@ async def test_partitions_are_made_ahead_in_every_group(
         await conn.close()
 
 
+@pytest.mark.one_group  # starts with one group
 async def test_a_group_added_while_the_scheduler_runs_is_dispatched_too(
     db_url: str, broker_url: str, broker_prefix: str, control_plane: ControlPlane,
     namespace: str,

@@ -18,6 +18,10 @@ from horae.store.dispatch import parse_notify
 from tests.support import transitions
 from tests.support.wait import until
 
+# The store's functions on one group's database: what every group runs (routing over
+# groups: test_store_groups).
+pytestmark = pytest.mark.one_group
+
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 

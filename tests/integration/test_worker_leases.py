@@ -22,6 +22,9 @@ from horae.worker.runtime import Worker
 from horae.worker.sdk import TaskContext, TaskDefinition
 from tests.support.wait import until
 
+# The worker's store calls on one group's database (per group: test_worker_groups).
+pytestmark = pytest.mark.one_group
+
 TASK = "itest.blocks-until-told"
 
 

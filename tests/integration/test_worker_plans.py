@@ -7,10 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from horae.store.queries import Q
 from tests.integration.test_preload_plan import HISTORY
 from tests.support.plans import reads_inside
+
+pytestmark = pytest.mark.one_group  # query plans of one database
 
 RUNNING = """
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,

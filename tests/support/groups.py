@@ -23,10 +23,12 @@ def with_path(url: str, path: str) -> str:
     return urlunsplit(parts._replace(path="/" + path))
 
 
-async def create_database(admin_url: str, name: str) -> str:
+async def create_database(admin_url: str, name: str, template: str | None = None) -> str:
     admin = await asyncpg.connect(admin_url, timeout=10)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await admin.execute(
+            f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+        )
     finally:
         await admin.close()
     return with_path(admin_url, name)
@@ -40,10 +42,11 @@ async def drop_database(admin_url: str, name: str) -> None:
         await admin.close()
 
 
-async def split_store(home_url: str, name: str) -> str:
-    """Database `name` on the second cluster, added as group `second` of the store whose
-    catalog is at `home_url`, holding the odd shards; its URL."""
-    url = await create_database(SECOND_DB, name)
+async def split_store(home_url: str, name: str, template: str | None = None) -> str:
+    """Database `name` on the second cluster (a copy of `template`, when given), added as
+    group `second` of the store whose catalog is at `home_url`, holding the odd shards;
+    its URL."""
+    url = await create_database(SECOND_DB, name, template)
     await add_group(home_url, SECOND, url)
     conn = await asyncpg.connect(home_url)
     try:

@@ -7,12 +7,12 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
 import aio_pika
-import asyncpg
 import pydantic
 
 from horae.models import ExecutionBatch, ExecutionMessage, JobSource, JobSpec
 from horae.store import jobs
 from tests.support.kube import ControlPlane
+from tests.support.store_rows import StoreRows
 
 
 def holders(plane: ControlPlane, namespace: str) -> dict[str, set[int]]:
@@ -26,7 +26,7 @@ def holders(plane: ControlPlane, namespace: str) -> dict[str, set[int]]:
 
 
 async def falling_due(
-    pool: asyncpg.Pool, count: int, *, start: timedelta, spread: timedelta, tenant: str = "t"
+    stored: StoreRows, count: int, *, start: timedelta, spread: timedelta, tenant: str = "t"
 ) -> list[uuid.UUID]:
     """Create `count` one-off jobs due evenly over [now + start, now + start + spread]."""
     now = datetime.now(UTC)
@@ -37,14 +37,11 @@ async def falling_due(
         )
         for i in range(count)
     ]  # fmt: skip
-    async with pool.acquire() as conn:
-        for i in range(0, count, 1000):
-            await jobs.create_jobs(conn, new[i : i + 1000], shards=64, now=now)
-    return [j.job_id for j in new]
+    return await stored.create(new, now=now)
 
 
-async def pending(pool: asyncpg.Pool) -> int:
-    return int(await pool.fetchval("SELECT count(*) FROM executions WHERE status = 'scheduled'"))
+async def pending(stored: StoreRows) -> int:
+    return await stored.count("SELECT count(*) FROM executions WHERE status = 'scheduled'")
 
 
 async def drain(broker_url: str, queue: str) -> Counter[str]:
