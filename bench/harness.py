@@ -106,9 +106,12 @@ async def scratch_database(
 
 
 @asynccontextmanager
-async def scratch_store(prefix: str, groups: int = 1) -> AsyncIterator[list[Group]]:
+async def scratch_store(
+    prefix: str, groups: int = 1, *, one_cluster: bool = False
+) -> AsyncIterator[list[Group]]:
     """A migrated store: one group on BASE_DB's cluster, or two (the second, `second`, on
-    SECOND_DB's cluster, holding the odd shards), set up before any process starts."""
+    SECOND_DB's cluster, or with `one_cluster` a second database on BASE_DB's, holding the
+    odd shards), set up before any process starts."""
     if groups not in (1, 2):
         raise ValueError(f"groups: 1 or 2, not {groups}")
     async with scratch_database(prefix) as main:
@@ -116,10 +119,11 @@ async def scratch_store(prefix: str, groups: int = 1) -> AsyncIterator[list[Grou
         if groups == 1:
             yield store
             return
-        async with scratch_database(prefix, SECOND_DB, migrated=False) as url:
+        base = BASE_DB if one_cluster else SECOND_DB
+        async with scratch_database(prefix, base, migrated=False) as url:
             await add_group(main, "second", url)
             await move_shards(main, list(range(1, SHARDS, 2)), "second")
-            yield [*store, Group("second", url, SECOND_DB)]
+            yield [*store, Group("second", url, base)]
 
 
 async def delete_topology(prefix: str) -> None:
@@ -140,8 +144,10 @@ async def delete_topology(prefix: str) -> None:
 
 
 @asynccontextmanager
-async def horae_system(name: str, groups: int = 1) -> AsyncIterator[System]:
-    async with scratch_store(f"horae_{name}", groups) as store:
+async def horae_system(
+    name: str, groups: int = 1, *, one_cluster: bool = False
+) -> AsyncIterator[System]:
+    async with scratch_store(f"horae_{name}", groups, one_cluster=one_cluster) as store:
         db_url = store[0].url
         plane = start_control_plane(Path(tempfile.mkdtemp(prefix="horae-bench-k8s-")))
         prefix = f"{name}{uuid.uuid4().hex[:6]}"

@@ -169,8 +169,9 @@ async def log_top_statements(stores: Stores) -> None:
             log(f"statement {group:>6} {calls:8} calls {ms:9.0f} ms  {query}")
 
 
-def processes(schedulers: int, groups: int) -> str:
-    store = f"; the store over {groups} groups (one PostgreSQL cluster each)" if groups > 1 else ""
+def processes(schedulers: int, groups: int, one_cluster: bool = False) -> str:
+    where = "two databases of one PostgreSQL cluster" if one_cluster else "one cluster each"
+    store = f"; the store over {groups} groups ({where})" if groups > 1 else ""
     return f"1 API, {schedulers} scheduler, 2 workers x 64{store}"
 
 
@@ -207,11 +208,11 @@ class SteadyLoad:
 @asynccontextmanager
 async def steady_load(
     name: str, rate: int, seconds: int, *, schedulers: int, env: dict[str, str] | None = None,
-    groups: int = 1,
+    groups: int = 1, one_cluster: bool = False,
 ) -> AsyncIterator[SteadyLoad]:  # fmt: skip
     """1 API, `schedulers` schedulers and 2 workers x 64 handlers, with `env` on top, on a
     store of `groups` groups."""
-    async with horae_system(name, groups) as system:
+    async with horae_system(name, groups, one_cluster=one_cluster) as system:
         system.env |= env or {}
         start_horae(system, schedulers=schedulers, workers=2, concurrency=64)
         stores = await Stores.open(system.groups)
@@ -225,9 +226,11 @@ async def steady_load(
             await stores.close()
 
 
-async def run_sustained(rate: int, seconds: int, schedulers: int = 1, groups: int = 1) -> None:
+async def run_sustained(
+    rate: int, seconds: int, schedulers: int = 1, groups: int = 1, one_cluster: bool = False
+) -> None:
     async with steady_load(
-        "sustained", rate, seconds, schedulers=schedulers, groups=groups
+        "sustained", rate, seconds, schedulers=schedulers, groups=groups, one_cluster=one_cluster
     ) as load:
         system, stores, arrivals = load.system, load.stores, load.arrivals
         before = await stores.usage()
@@ -248,7 +251,8 @@ async def run_sustained(rate: int, seconds: int, schedulers: int = 1, groups: in
         lag, starts, _ = await lags(stores, load.first_due)
         peak = system.peak_rss_mib()
     per_group = figures(window, done)
-    notes = (f"{processes(schedulers, groups)}; {finished} succeeded with full history; "
+    notes = (f"{processes(schedulers, groups, one_cluster)}; {finished} succeeded with full "
+             f"history; "
              f"WAL {wal / max(1, finished) / 1024:.1f} KiB per execution")  # fmt: skip
     if groups > 1:
         notes += f"; {summary(per_group)}"
@@ -357,11 +361,18 @@ def main() -> None:
     parser.add_argument("--groups", type=int, choices=[1, 2], default=1,
                         help="store groups (2: the second on HORAE_SECOND_DATABASE_URL's "
                              "cluster, holding the odd shards); sustained and top")  # fmt: skip
+    parser.add_argument("--one-cluster", action="store_true",
+                        help="--groups 2 with the second group a database of the first "
+                             "group's cluster: routing and split batches without a second "
+                             "cluster's own costs; sustained only")  # fmt: skip
     args = parser.parse_args()
+    if args.one_cluster and (args.groups != 2 or args.scenario != "sustained"):
+        parser.error("--one-cluster: with --groups 2 and --scenario sustained only")
     if args.groups != 1 and args.scenario == "failover":
         parser.error("--groups: sustained and top only")
     if args.scenario == "sustained":
-        asyncio.run(run_sustained(args.rate, args.seconds, groups=args.groups))
+        asyncio.run(run_sustained(args.rate, args.seconds, groups=args.groups,
+                                  one_cluster=args.one_cluster))  # fmt: skip
     elif args.scenario == "top":
         asyncio.run(run_top(args.count, args.lead, args.groups))
     else:

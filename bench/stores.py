@@ -3,8 +3,9 @@ counts summed and rows concatenated over the groups; and what each group's Postg
 cluster did over a window (statements, WAL, CPU), per group, for the `Result`'s figures.
 
 Each group is on a cluster of its own (bench.harness.scratch_store), so a cluster's WAL and
-CPU are its group's; pg_stat_statements is read on the cluster's base database (where
-hack/services.sh created the extension), filtered by the group's scratch database.
+CPU are its group's (with `--one-cluster`, both groups' are the first group's figures);
+pg_stat_statements is read on the cluster's base database (where hack/services.sh created
+the extension), filtered by the group's scratch database.
 """
 
 from __future__ import annotations
@@ -120,11 +121,13 @@ class Stores:
             ))
             for n in self.names
         }  # fmt: skip
-        return Window(
-            {n: now.statements[n] - before.statements[n] for n in self.names},
-            wal,
-            {n: round(now.cpu_seconds[n] - before.cpu_seconds[n], 2) for n in self.names},
-        )
+        cpu = {n: round(now.cpu_seconds[n] - before.cpu_seconds[n], 2) for n in self.names}
+        seen: set[str] = set()
+        for g in self.groups:  # a cluster's WAL and CPU count once, for its first group
+            if g.base_url in seen:
+                wal[g.name], cpu[g.name] = 0.0, 0.0
+            seen.add(g.base_url)
+        return Window({n: now.statements[n] - before.statements[n] for n in self.names}, wal, cpu)
 
 
 def figures(window: Window, executions: dict[str, int]) -> dict[str, dict[str, float]]:

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from kubernetes.client import ApiClient
 
 from horae.broker import Names
 from horae.kube import CustomObjects, Deployments, ServiceAccounts, load_api_client
@@ -14,6 +15,32 @@ from horae.operator.workerpool import Autoscaler, Pool, WorkerPoolSpec
 from horae.operator.workerpool.deployment import ensure_deployment
 from tests.support.kube import ControlPlane
 from tests.support.queues import backlog
+
+
+def applied_pool(plane: ControlPlane, namespace: str, name: str, max_replicas: int) -> Pool:
+    """A WorkerPool applied to the API server (its 1 to `max_replicas` replicas), as the
+    operator's handlers hand it to the autoscaler."""
+    spec = {"image": "registry.example/w:1", "tasks": "t", "minReplicas": 1,
+            "maxReplicas": max_replicas}  # fmt: skip
+    body = {
+        "apiVersion": "horae.dev/v1alpha1",
+        "kind": "WorkerPool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    plane.kubectl("apply", "-f", "-", input=json.dumps(body))
+    uid = plane.get_json("workerpool", name, "-n", namespace)["metadata"]["uid"]
+    return Pool(namespace=namespace, name=name, uid=uid, spec=WorkerPoolSpec.model_validate(spec))
+
+
+def autoscaler_of(api: ApiClient, broker_url: str, broker_prefix: str) -> Autoscaler:
+    return Autoscaler(
+        deployments=Deployments(api),
+        accounts=ServiceAccounts(api),
+        objects=CustomObjects(api),
+        broker_url=broker_url,
+        names=Names(broker_prefix),
+    )
 
 
 async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_once(
@@ -35,26 +62,10 @@ async def test_a_deployment_the_pool_does_not_own_is_never_scaled_and_reported_o
         "--image=registry.example/web:1",
         "--replicas=3",
     )
-    spec = {"image": "registry.example/w:1", "tasks": "t", "minReplicas": 1, "maxReplicas": 2}
-    body = {
-        "apiVersion": "horae.dev/v1alpha1",
-        "kind": "WorkerPool",
-        "metadata": {"name": "web", "namespace": namespace},
-        "spec": spec,
-    }
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
-    uid = control_plane.get_json("workerpool", "web", "-n", namespace)["metadata"]["uid"]
+    pool = applied_pool(control_plane, namespace, "web", 2)
     api = load_api_client(str(component_kubeconfigs["operator"]))
-    autoscaler = Autoscaler(
-        deployments=Deployments(api),
-        accounts=ServiceAccounts(api),
-        objects=CustomObjects(api),
-        broker_url=broker_url,
-        names=Names(broker_prefix),
-    )
-    autoscaler.track(
-        Pool(namespace=namespace, name="web", uid=uid, spec=WorkerPoolSpec.model_validate(spec))
-    )
+    autoscaler = autoscaler_of(api, broker_url, broker_prefix)
+    autoscaler.track(pool)
     try:
         with caplog.at_level(logging.INFO, logger="horae.operator.workerpool.autoscaler"):
             for _ in range(3):
@@ -91,24 +102,9 @@ async def test_a_pool_deleted_before_its_delete_event_arrives_is_never_scaled_ag
     # Its Deployment outlives it until garbage collection (which does not run here), and
     # the delete event reaches `forget` only after the round that looks at it began: the
     # e2e test saw a deleted pool scaled from 1 to 2 replicas by that round.
-    spec = {"image": "registry.example/w:1", "tasks": "t", "minReplicas": 1, "maxReplicas": 4}
-    body = {
-        "apiVersion": "horae.dev/v1alpha1",
-        "kind": "WorkerPool",
-        "metadata": {"name": "gone", "namespace": namespace},
-        "spec": spec,
-    }
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
-    uid = control_plane.get_json("workerpool", "gone", "-n", namespace)["metadata"]["uid"]
+    pool = applied_pool(control_plane, namespace, "gone", 4)
     api = load_api_client(str(component_kubeconfigs["operator"]))
-    pool = Pool(namespace=namespace, name="gone", uid=uid, spec=WorkerPoolSpec.model_validate(spec))
-    autoscaler = Autoscaler(
-        deployments=Deployments(api),
-        accounts=ServiceAccounts(api),
-        objects=CustomObjects(api),
-        broker_url=broker_url,
-        names=Names(broker_prefix),
-    )
+    autoscaler = autoscaler_of(api, broker_url, broker_prefix)
     try:
         await ensure_deployment(Deployments(api), ServiceAccounts(api), pool)
         autoscaler.track(pool)
