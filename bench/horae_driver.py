@@ -9,7 +9,9 @@ through the job API (`POST /jobs:batch`), run by real `horae` processes on this 
 `--groups 2` splits the store over the two local PostgreSQL clusters (bench.harness:
 the odd shards in group `second`, on HORAE_SECOND_DATABASE_URL's cluster) before anything
 starts; every count, lag, statement and WAL figure is then read from both, and the Result
-gains each group's own figures (`groups`).
+gains each group's own figures (`groups`). `--groups 2 --one-cluster` puts the second
+group in a database of the first cluster instead: the routing and the per-group batches
+without a second cluster's own costs (the cluster's WAL and CPU are then main's figures).
 
 Processes: one API, one scheduler (two for `failover`), two workers with 64 concurrent
 handlers each (a no-op). Start lag is `started_at - due_at` from the executions table

@@ -170,7 +170,9 @@ def cluster_cpu(postmasters: dict[str, int]) -> dict[str, float]:
     cpu_snapshot's "postgres", which counts live processes only: a backend that ends within
     a window takes its CPU time out of that figure, not out of this one."""
     out = dict.fromkeys(postmasters, 0.0)
-    by_pid = {pid: name for name, pid in postmasters.items()}
+    by_pid: dict[int, str] = {}
+    for name, pid in postmasters.items():
+        by_pid.setdefault(pid, name)  # a cluster of several groups counts for the first
     for pid, ppid, _, seconds, reaped in processes():
         if pid in by_pid:
             out[by_pid[pid]] += seconds + reaped
