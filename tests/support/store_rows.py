@@ -41,8 +41,8 @@ class StoreRows:
 
     async def group_of(self, job_id: uuid.UUID) -> str:
         """The group the catalog places the job's shard in."""
-        [(group, _)] = (await self.by_group([job_id])).items()
-        return group
+        shards, placed = await self._placement()
+        return placed.get(shard_of(job_id, shards), MAIN)
 
     async def job(self, job_id: uuid.UUID) -> asyncpg.Pool:
         """The pool of the job's group: where to create it, or change its rows."""
@@ -55,12 +55,11 @@ class StoreRows:
             yield conn
 
     async def create_job(self, spec: JobSpec, **kw: Any) -> uuid.UUID:
-        """`jobs.create_job` (its keywords but `shards` and `job_id`) in the group of a new
+        """One job (`NewJob`'s keywords, and `now`) in the group of a new
         job id's shard; the id."""
-        job_id = uuid.uuid4()
-        shards = await self.main.fetchval("SELECT shards FROM installation")
-        async with self.on_job(job_id) as conn:
-            return await jobs.create_job(conn, spec, shards=shards, job_id=job_id, **kw)
+        now = kw.pop("now")
+        [job_id] = await self.create([NewJob(spec=spec, **kw)], now=now)
+        return job_id
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         """The rows of every group, group after group (an ORDER BY orders within one)."""
@@ -91,19 +90,19 @@ class StoreRows:
 
     async def create(self, new: Sequence[NewJob], *, now: datetime) -> list[uuid.UUID]:
         """Create `new` (the store's functions, in the group of each job's shard); their ids."""
-        shards = await self.main.fetchval("SELECT shards FROM installation")
-        for group, ids in (await self.by_group([j.job_id for j in new])).items():
-            part = [j for j in new if j.job_id in set(ids)]
+        shards, placed = await self._placement()
+        by_group: dict[str, list[NewJob]] = {}
+        for job in new:
+            by_group.setdefault(placed.get(shard_of(job.job_id, shards), MAIN), []).append(job)
+        for group, part in by_group.items():
             async with self.pools[group].acquire() as conn:
                 for i in range(0, len(part), 1000):
                     await jobs.create_jobs(conn, part[i : i + 1000], shards=shards, now=now)
         return [j.job_id for j in new]
 
-    async def by_group(self, ids: Sequence[uuid.UUID]) -> dict[str, list[uuid.UUID]]:
-        """`ids` (of jobs) by the group that holds them."""
+    async def _placement(self) -> tuple[int, dict[int, str]]:
+        """The installation's shard count, and the group of each shard the catalog places
+        (a store never split places none: all are `main`'s)."""
         shards = await self.main.fetchval("SELECT shards FROM installation")
         placed = dict(await self.main.fetch("SELECT shard, group_name FROM shard_placement"))
-        split: dict[str, list[uuid.UUID]] = {}
-        for job_id in ids:
-            split.setdefault(placed.get(shard_of(job_id, shards), MAIN), []).append(job_id)
-        return split
+        return int(shards), placed

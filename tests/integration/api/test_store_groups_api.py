@@ -25,7 +25,7 @@ from horae.store.groups import Store
 from horae.store.moves import move_shards
 from horae.store.new_jobs import NewJob
 from tests.integration.api.conftest import Tenants, bearer
-from tests.support.groups import SECOND
+from tests.support.groups import SECOND, job_in
 from tests.support.processes import HORAE, REPO
 
 CRON = {"task": "t", "cron": "0 0 * * * *"}
@@ -47,13 +47,6 @@ async def store(db_url: str, second_url: str) -> AsyncIterator[Store]:
 
 def group_of(job_id: uuid.UUID | str) -> str:
     return SECOND if shard_of(uuid.UUID(str(job_id)), 64) % 2 else "main"
-
-
-def job_in(shard: int) -> uuid.UUID:
-    while True:
-        job_id = uuid.uuid4()
-        if shard_of(job_id, 64) == shard:
-            return job_id
 
 
 async def where(groups: dict[str, asyncpg.Connection], job_id: uuid.UUID | str) -> list[str]:
