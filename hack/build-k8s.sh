@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Build the Kubernetes control-plane binaries Horae's tests and demo run on:
-# kube-apiserver, kubectl (k8s.io/kubernetes), etcd and helm, at pinned
-# versions, from the Go module proxy, into a cache outside the repository.
+# Build the Kubernetes binaries Horae's tests and demo run on, at pinned versions,
+# from the Go module proxy, into a cache outside the repository: kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubectl (k8s.io/kubernetes), etcd,
+# helm, kwok (simulated nodes and pod lifecycles: sigs.k8s.io/kwok) and promtool
+# (checks and unit-tests the chart's alerting rules).
 #
 #   hack/build-k8s.sh            build what is missing, print the bin directory
 #
@@ -15,7 +17,10 @@ set -euo pipefail
 K8S_VERSION=${HORAE_K8S_VERSION:-v1.34.3}
 ETCD_VERSION=${HORAE_ETCD_VERSION:-v3.6.13}
 HELM_VERSION=${HORAE_HELM_VERSION:-v3.19.5}
-BINARIES=(kube-apiserver kubectl etcd helm)
+KWOK_VERSION=${HORAE_KWOK_VERSION:-v0.8.0}
+# Prometheus's Go module v0.316.x is Prometheus 3.6's code (github.com/prometheus/prometheus).
+PROMETHEUS_VERSION=${HORAE_PROMETHEUS_VERSION:-v0.316.0}
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm kwok promtool)
 
 die() { echo "build-k8s: $*" >&2; exit 1; }
 
@@ -35,7 +40,7 @@ for var in HORAE_K8S_BIN KUBEBUILDER_ASSETS; do
   fi
 done
 
-CACHE=${HORAE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horae}/k8s/$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION
+CACHE=${HORAE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horae}/k8s/$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION-kwok$KWOK_VERSION-prom$PROMETHEUS_VERSION
 BIN=$CACHE/bin
 
 # What to build: the binaries neither the provided directory nor the cache has.
@@ -68,7 +73,7 @@ command -v go >/dev/null || die "no Go toolchain on PATH: install Go >= 1.24 to 
 mkdir -p "$BIN"
 LOG=$CACHE/build.log
 : >"$LOG"
-echo "build-k8s: building ${missing[*]} (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION) into $BIN (log: $LOG)" >&2
+echo "build-k8s: building ${missing[*]} (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION, kwok $KWOK_VERSION, prometheus $PROMETHEUS_VERSION) into $BIN (log: $LOG)" >&2
 
 export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-local} CGO_ENABLED=0
 work=$(mktemp -d)
@@ -101,7 +106,7 @@ build_module() {  # name, module require lines, replace lines, then pkg=>out pai
   done
 }
 
-if needs kube-apiserver || needs kubectl; then
+if needs kube-apiserver || needs kube-controller-manager || needs kube-scheduler || needs kubectl; then
   gomod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>>"$LOG" \
     | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p') || true
   [ -f "$gomod" ] || die "could not fetch k8s.io/kubernetes@$K8S_VERSION from the Go module proxy (see $LOG)"
@@ -115,6 +120,8 @@ if needs kube-apiserver || needs kubectl; then
   done
   pairs=()
   needs kube-apiserver && pairs+=("k8s.io/kubernetes/cmd/kube-apiserver=>kube-apiserver")
+  needs kube-controller-manager && pairs+=("k8s.io/kubernetes/cmd/kube-controller-manager=>kube-controller-manager")
+  needs kube-scheduler && pairs+=("k8s.io/kubernetes/cmd/kube-scheduler=>kube-scheduler")
   needs kubectl && pairs+=("k8s.io/kubernetes/cmd/kubectl=>kubectl")
   build_module kubernetes "	k8s.io/kubernetes $K8S_VERSION" "$replaces" "${pairs[@]}"
 fi
@@ -127,6 +134,17 @@ fi
 if needs helm; then
   LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
   build_module helm "	helm.sh/helm/v3 $HELM_VERSION" "" "helm.sh/helm/v3/cmd/helm=>helm"
+fi
+
+if needs kwok; then
+  LDFLAGS="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+  build_module kwok "	sigs.k8s.io/kwok $KWOK_VERSION" "" "sigs.k8s.io/kwok/cmd/kwok=>kwok"
+fi
+
+if needs promtool; then
+  LDFLAGS="-s -w"
+  build_module prometheus "	github.com/prometheus/prometheus $PROMETHEUS_VERSION" "" \
+    "github.com/prometheus/prometheus/cmd/promtool=>promtool"
 fi
 
 print_bin
