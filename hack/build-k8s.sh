@@ -40,14 +40,22 @@ for var in HORAE_K8S_BIN KUBEBUILDER_ASSETS; do
   fi
 done
 
-CACHE=${HORAE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horae}/k8s/$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION-kwok$KWOK_VERSION-prom$PROMETHEUS_VERSION
+CACHE=${HORAE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horae}/k8s/$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION
 BIN=$CACHE/bin
+# The directory's name carries the Kubernetes, etcd and helm versions; kwok and promtool,
+# added later, carry theirs in a stamp beside the binary, so a cache built before them
+# is completed rather than rebuilt.
+declare -A STAMPED=([kwok]=$KWOK_VERSION [promtool]=$PROMETHEUS_VERSION)
+cached() {  # the cache has binary $1 at the pinned version
+  [ -x "$BIN/$1" ] || return 1
+  [ -z "${STAMPED[$1]:-}" ] || [ "$(cat "$BIN/.$1.version" 2>/dev/null)" = "${STAMPED[$1]}" ]
+}
 
 # What to build: the binaries neither the provided directory nor the cache has.
 missing=()
 for b in "${BINARIES[@]}"; do
   [ -n "$provided" ] && [ -x "$provided/$b" ] && continue
-  [ -x "$BIN/$b" ] || missing+=("$b")
+  cached "$b" || missing+=("$b")
 done
 needs() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
@@ -103,6 +111,8 @@ build_module() {  # name, module require lines, replace lines, then pkg=>out pai
     (cd "$dir" && go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/${pair##*=>}.tmp.$$" "${pair%%=>*}" >>"$LOG" 2>&1) \
       || die "go build ${pair%%=>*} failed (see $LOG)"
     mv "$BIN/${pair##*=>}.tmp.$$" "$BIN/${pair##*=>}"
+    local out=${pair##*=>}
+    [ -z "${STAMPED[$out]:-}" ] || echo "${STAMPED[$out]}" >"$BIN/.$out.version"
   done
 }
 
