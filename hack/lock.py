@@ -81,11 +81,23 @@ def build_pins() -> dict[str, str]:
     requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-             "--report", str(report), *requires],
-            check=True,
-        )  # fmt: skip
+        resolved = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                *requires,
+            ],
+            check=False,
+        )
+        if resolved.returncode != 0:
+            raise SystemExit(f"make lock: pip could not resolve {requires} (its errors above)")
         chosen = json.loads(report.read_text())["install"]
     return {
         _name(p["metadata"]["name"]): f"{p['metadata']['name']}=={p['metadata']['version']}"
@@ -100,8 +112,11 @@ def release_hashes(pin: str) -> list[str]:
         f"{INDEX}/{canonicalize_name(name)}/",
         headers={"Accept": "application/vnd.pypi.simple.v1+json"},
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        files = json.load(response)["files"]
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            files = json.load(response)["files"]
+    except OSError as exc:
+        raise SystemExit(f"make lock: cannot read {request.full_url}: {exc}") from None
     hashes = set()
     for file in files:
         try:
