@@ -66,17 +66,19 @@ chaos: venv services k8s
 		HORAE_CHAOS_SEED=$(SEED) HORAE_CHAOS_DURATION=$(DURATION) \
 		$(BIN)/pytest -q -p no:cacheprovider -s -m chaos tests/chaos
 
-# requirements.lock pins horae's runtime and dev dependencies (their whole closure) as
-# installed in the venv; `make lock` regenerates it after a dependency change.
+# The locks, with the sha256 of every file of each pinned release (hack/lock.py):
+# requirements.lock, horae's runtime and dev dependencies (their whole closure) as installed
+# in the venv; requirements-runtime.lock, the runtime ones alone, and requirements-build.lock,
+# what builds horae's wheel: both for the Dockerfile. `make lock` regenerates all three
+# after a dependency change (it reads the hashes from the package index).
 .PHONY: lock audit
 lock: venv
-	@{ echo "# horae's runtime + dev dependencies, pinned as installed by pip install -e '.[dev]'."; \
-	   echo "# Regenerate with \`make lock\` (hack/lock.py); \`make audit\` checks it."; \
-	   $(BIN)/python hack/lock.py; } >requirements.lock
+	@$(BIN)/python hack/lock.py
 
-# Known vulnerabilities (PyPI's advisory data) in the locked versions; no resolution, no
-# install: the lock is already pinned. hack/audit.py fails on any vulnerability and says
-# so loudly when the advisory data cannot be read from this machine at all.
+# Known vulnerabilities (PyPI's advisory data) in the locked versions (requirements.lock and
+# requirements-build.lock); no resolution, no install: the locks are already pinned.
+# hack/audit.py fails on any vulnerability and says so loudly when the advisory data cannot
+# be read from this machine at all.
 audit: venv
 	@$(BIN)/python hack/audit.py
 

@@ -1,4 +1,6 @@
-"""`make audit`: pip-audit over requirements.lock, read as JSON, with one verdict line.
+"""`make audit`: pip-audit over the locks (requirements.lock: runtime and dev, the
+runtime lock's packages among them; requirements-build.lock: what builds the image's
+wheel), read as JSON, with one verdict line.
 
 - a locked version with a known vulnerability: exit 1, naming it (bump it in
   pyproject.toml, then `make lock`);
@@ -18,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 BIN = Path(sys.executable).parent
+LOCKS = ("requirements.lock", "requirements-build.lock")
 
 
 def main() -> int:
     proc = subprocess.run(
         [str(BIN / "pip-audit"), "--disable-pip", "--no-deps", "--progress-spinner", "off",
-         "-r", "requirements.lock", "-f", "json"],
+         *(arg for lock in LOCKS for arg in ("-r", lock)), "-f", "json"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     try:

@@ -2,7 +2,8 @@
 store (HORAE_DATABASE_URL), one store operation each.
 
 The json and yaml outputs are the HTTP API's job representation (`JobOut`), so a script
-can switch between the two without translating.
+can switch between the two without translating; `-o name` prints `job/ID`, which every
+command taking a JOB takes too.
 """
 
 from __future__ import annotations
@@ -17,17 +18,23 @@ from zoneinfo import ZoneInfo
 import typer
 
 from horae.cli.support import (
+    LIST_FORMATS,
+    ONE_FORMATS,
     JobRef,
-    OutputOption,
+    ListOutputOption,
+    OneOutputOption,
+    completes,
     fail,
     find_job,
     one_of,
     output_format,
     print_data,
+    print_names,
     run,
     settings,
     store_groups,
 )
+from horae.cli.tables import at, jobs_grid, render, schedule
 from horae.models import JobState
 
 if TYPE_CHECKING:
@@ -45,7 +52,9 @@ NEXT_RUNS = 5
 """How many upcoming fire times `jobs get` shows."""
 
 TenantOption = Annotated[str, typer.Option(help="Tenant (namespace) of the job(s).")]
-JobArgument = Annotated[str, typer.Argument(help="Job id, or NAMESPACE/NAME of a ScheduledJob.")]
+JobArgument = Annotated[
+    str, typer.Argument(help="Job id (or job/ID), or NAMESPACE/NAME of a ScheduledJob.")
+]
 
 # Which command-line option each JobSpec field comes from, to name it in errors.
 _OPTION_OF_FIELD = {
@@ -57,16 +66,6 @@ _OPTION_OF_FIELD = {
     "retry": "--max-attempts",
     "timeout_seconds": "--timeout",
 }
-
-
-def _at(value: datetime | None) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
-
-
-def _schedule(job: JobOut) -> str:
-    if job.cron is None:
-        return f"once at {_at(job.run_at)}"
-    return job.cron if job.time_zone == "UTC" else f"{job.cron} ({job.time_zone})"
 
 
 def _job_out(row: JobRow, *, with_next_runs: bool) -> JobOut:
@@ -88,6 +87,9 @@ def _job_out(row: JobRow, *, with_next_runs: bool) -> JobOut:
 
 
 def _print_job(job: JobOut, fmt: str) -> None:
+    if fmt == "name":
+        print_names("job", [job.id])
+        return
     if fmt != "table":
         print_data(job.model_dump(mode="json"), fmt)
         return
@@ -104,13 +106,13 @@ def _print_job(job: JobOut, fmt: str) -> None:
         "source": job.source.value,
         "state": job.state.value,
         "task": job.task,
-        "schedule": _schedule(job),
+        "schedule": schedule(job),
         "payload": json.dumps(job.payload),
         "max attempts": str(job.retry.max_attempts),
         "timeout": f"{job.timeout_seconds}s" if job.timeout_seconds else "-",
-        "last run": _at(job.last_run_at),
+        "last run": at(job.last_run_at),
         "last status": job.last_status.value if job.last_status else "-",
-        "created": _at(job.created_at),
+        "created": at(job.created_at),
         "spec version": str(job.spec_version),
     }
     for key, value in rows.items():
@@ -127,23 +129,26 @@ def _print_job(job: JobOut, fmt: str) -> None:
     upcoming.add_column("UTC", no_wrap=True)
     upcoming.add_column(f"LOCAL ({job.time_zone})", no_wrap=True)
     for fire in job.next_runs:
-        upcoming.add_row(_at(fire), fire.astimezone(zone).isoformat())
+        upcoming.add_row(at(fire), fire.astimezone(zone).isoformat())
     out.print(upcoming)
 
 
 @jobs_app.command("ls")
 def jobs_ls(
     tenant: TenantOption = DEFAULT_TENANT,
-    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(help="Only jobs in this state.", autocompletion=completes(JobState)),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=500, help="At most N jobs.")] = 100,
-    output: OutputOption = "table",
+    output: ListOutputOption = "table",
 ) -> None:
     """List a tenant's jobs in creation order (from every store group)."""
     from horae.api.schemas import JobOut
     from horae.store import routing
 
     one_of("--state", state, (s.value for s in JobState))
-    fmt = output_format(output)
+    fmt = output_format(output, LIST_FORMATS)
     cfg = settings()
 
     async def go() -> None:
@@ -152,36 +157,24 @@ def jobs_ls(
                 store, tenant, after=None, limit=limit, state=JobState(state) if state else None
             )
         jobs = [JobOut.from_row(r) for r in rows]
-        if fmt != "table":
+        if fmt == "name":
+            print_names("job", (j.id for j in jobs))
+        elif fmt in ("json", "yaml"):
             print_data([j.model_dump(mode="json") for j in jobs], fmt)
-            return
-        from rich.table import Table
+        else:
+            from horae.cli.support import console
 
-        from horae.cli.support import console
-
-        table = Table(title=f"jobs of tenant {tenant}", title_justify="left")
-        for col in ("ID", "NAME", "TASK", "SCHEDULE", "STATE", "NEXT RUN", "LAST STATUS"):
-            table.add_column(col, no_wrap=col in ("ID", "NEXT RUN"))
-        for j in jobs:
-            table.add_row(
-                str(j.id),
-                j.name or "-",
-                j.task,
-                _schedule(j),
-                j.state.value,
-                _at(j.next_run_at),
-                j.last_status.value if j.last_status else "-",
-            )
-        console().print(table)
+            table = render(jobs_grid(tenant, jobs, wide=fmt == "wide"))
+            console(table if fmt == "wide" else None).print(table)
 
     run(go())
 
 
 @jobs_app.command("get")
-def jobs_get(job: JobArgument, output: OutputOption = "table") -> None:
+def jobs_get(job: JobArgument, output: OneOutputOption = "table") -> None:
     """Show a job and its next 5 fire times."""
     ref = JobRef.parse(job)
-    fmt = output_format(output)
+    fmt = output_format(output, ONE_FORMATS)
     cfg = settings()
 
     async def go() -> None:
@@ -269,7 +262,7 @@ def jobs_create(
         int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
     ] = None,
     timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
-    output: OutputOption = "table",
+    output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
     from horae.models import JobSource
@@ -288,7 +281,7 @@ def jobs_create(
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:
             raise fail(f"{option}: must be 1 to 253 characters")
-    fmt = output_format(output)
+    fmt = output_format(output, ONE_FORMATS)
     cfg = settings()
 
     async def go() -> None:

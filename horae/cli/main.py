@@ -15,7 +15,9 @@ from horae.cli.support import console, fail
 from horae.cli.support import run as _run
 from horae.cli.support import settings as _settings
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+# Typer's --install-completion and --show-completion: commands, options and the values of
+# -o, --status and --state complete in bash, zsh, fish and PowerShell.
+app = typer.Typer(no_args_is_help=True, help=__doc__)
 
 
 @app.command()

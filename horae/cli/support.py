@@ -1,5 +1,6 @@
 """What the `horae` subcommands share: settings, the event loop, one-line errors, the
-`-o table|json|yaml` output formats, the store (every group's pool) and job references.
+`-o` output formats (`table|wide|name|json|yaml` for resources), the store (every group's
+pool) and job references.
 
 Only the command line uses this module; nothing here parses arguments itself.
 """
@@ -11,7 +12,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,15 +24,57 @@ from horae.config import Settings
 from horae.errors import ConfigError, QuotaExceeded, StoreError
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
     from horae.store.db import Conn
     from horae.store.groups import Store
     from horae.store.rows import JobRow
 
+
+def completes(values: Iterable[str]) -> Callable[[str], list[str]]:
+    """A shell-completion callback offering `values` (those that begin what is typed)."""
+    choices = list(values)
+
+    def complete(incomplete: str) -> list[str]:
+        return [v for v in choices if v.startswith(incomplete)]
+
+    return complete
+
+
 FORMATS = ("table", "json", "yaml")
+"""The outputs of a command that prints data rather than resources (a preview, a status)."""
+ONE_FORMATS = ("table", "name", "json", "yaml")
+"""The outputs of a command that prints one resource (`name`: KIND/ID, as kubectl's)."""
+LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
+"""The outputs of a command that lists resources (`wide`: more columns, as kubectl's)."""
+
 OutputOption = Annotated[
-    str, typer.Option("-o", "--output", help="table (for people), json or yaml (for scripts).")
+    str,
+    typer.Option(
+        "-o",
+        "--output",
+        help="table (for people), json or yaml (for scripts).",
+        autocompletion=completes(FORMATS),
+    ),
+]
+OneOutputOption = Annotated[
+    str,
+    typer.Option(
+        "-o",
+        "--output",
+        help="table (for people); name (KIND/ID), json or yaml (for scripts).",
+        autocompletion=completes(ONE_FORMATS),
+    ),
+]
+ListOutputOption = Annotated[
+    str,
+    typer.Option(
+        "-o",
+        "--output",
+        help="table, or wide with more columns (for people); name (KIND/ID, one a line),"
+        " json or yaml (for scripts).",
+        autocompletion=completes(LIST_FORMATS),
+    ),
 ]
 
 
@@ -48,9 +91,16 @@ def one_of(option: str, value: str | None, allowed: Iterable[str]) -> None:
         raise fail(f"{option} must be one of {', '.join(allowed)}; got {value!r}")
 
 
-def output_format(value: str) -> str:
-    one_of("-o/--output", value, FORMATS)
+def output_format(value: str, allowed: Sequence[str] = FORMATS) -> str:
+    one_of("-o/--output", value, allowed)
     return value
+
+
+def print_names(kind: str, ids: Iterable[object]) -> None:
+    """`-o name`: `kind/id`, one a line, as kubectl prints them (for xargs and loops; the
+    commands that take a job or an execution take these too)."""
+    for i in ids:
+        typer.echo(f"{kind}/{i}")
 
 
 def settings() -> Settings:
@@ -74,11 +124,18 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         raise fail(str(exc), 1) from None
 
 
-def console() -> Console:
+def console(whole: RenderableType | None = None) -> Console:
+    """Where to print for people: the terminal, or 140 columns when piped (not 80); wider
+    when `whole` (a wide table) needs it, which is then printed uncut, its lines longer than
+    the terminal's, as kubectl's `-o wide`."""
     from rich.console import Console
 
-    # Piped output is not cut to 80 columns.
-    return Console() if sys.stdout.isatty() else Console(width=140)
+    out = Console() if sys.stdout.isatty() else Console(width=140)
+    if whole is not None:
+        unbounded = out.options.update_width(100_000)
+        if (needed := out.measure(whole, options=unbounded).maximum) > out.width:
+            out = Console(width=needed)
+    return out
 
 
 def print_data(data: Any, fmt: str) -> None:
@@ -130,7 +187,8 @@ async def store_groups(url: str) -> AsyncIterator[Store]:
 
 @dataclass(frozen=True)
 class JobRef:
-    """A job named on the command line: its id, or NAMESPACE/NAME of its ScheduledJob."""
+    """A job named on the command line: its id (also as `job/ID`, what `-o name` prints),
+    or NAMESPACE/NAME of its ScheduledJob."""
 
     text: str
     job_id: uuid.UUID | None = None
@@ -140,9 +198,11 @@ class JobRef:
     @classmethod
     def parse(cls, text: str) -> JobRef:
         try:
-            return cls(text, job_id=uuid.UUID(text))
+            job_id = uuid.UUID(text.removeprefix("job/"))
         except ValueError:
             pass
+        else:
+            return cls(str(job_id), job_id=job_id)
         if text.count("/") == 1 and all(text.split("/")):
             namespace, name = text.split("/")
             return cls(text, namespace=namespace, name=name)

@@ -1,5 +1,6 @@
 """`horae schedule`, `horae tenants`, `horae executions` and `horae rerun`: what the store
-holds, read (and an occurrence re-run) straight from PostgreSQL."""
+holds, read (and an occurrence re-run) straight from PostgreSQL. How executions are shown
+and named: `ids`; their tables: `tables`."""
 
 from __future__ import annotations
 
@@ -8,23 +9,28 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from horae.cli.ids import ExecutionRef
 from horae.cli.support import (
+    LIST_FORMATS,
     JobRef,
+    ListOutputOption,
     OutputOption,
+    completes,
     console,
     fail,
     find_job,
     one_of,
     output_format,
     print_data,
+    print_names,
     store_groups,
 )
 from horae.cli.support import run as _run
 from horae.cli.support import settings as _settings
+from horae.cli.tables import executions_grid, render
+from horae.models import ExecutionStatus
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from horae.store.rows import ExecutionRow, TenantRow
 
 
@@ -111,7 +117,7 @@ def _tenant_line(row: TenantRow) -> str:
 
 @tenants_app.command("set")
 def tenants_set(
-    tenant: Annotated[str, typer.Argument(help="Tenant (namespace) name.")],
+    tenant: Annotated[str, typer.Argument(help="Tenant (namespace) name (or tenant/NAME).")],
     max_running: Annotated[
         int | None, typer.Option(help="Concurrently running executions; omit for no limit.")
     ] = None,
@@ -139,6 +145,7 @@ def tenants_set(
     for option, value in limits.items():
         if value is not None and value < 1:
             raise fail(f"{option} must be >= 1, got {value}")
+    tenant = tenant.removeprefix("tenant/")  # as `tenants ls -o name` prints it
     settings = _settings()
 
     async def go() -> None:
@@ -158,69 +165,58 @@ def tenants_set(
 
 
 @tenants_app.command("ls")
-def tenants_ls(output: OutputOption = "table") -> None:
+def tenants_ls(output: ListOutputOption = "table") -> None:
     """List tenants with their limits and quotas (defaults filled in) and what they use
-    (summed over every store group)."""
+    (summed over every store group). The table shows every field: wide adds nothing."""
     from horae.store import tenants
 
-    fmt = output_format(output)
+    fmt = output_format(output, LIST_FORMATS)
     settings = _settings()
 
     async def go() -> None:
         async with store_groups(settings.database.url) as store:
             rows = await tenants.in_every_group(store)
-        if fmt != "table":
+        if fmt == "name":
+            print_names("tenant", (row.name for row in rows))
+        elif fmt in ("json", "yaml"):
             print_data([{k: getattr(row, k) for k in TENANT_KEYS} for row in rows], fmt)
-            return
-        for row in rows:
-            typer.echo(_tenant_line(row))
+        else:
+            for row in rows:
+                typer.echo(_tenant_line(row))
 
     _run(go())
 
 
-def _executions_table(rows: list[tuple[str, ExecutionRow]]) -> Table:
-    """The executions of `horae executions` as a table: (job as named, execution) pairs."""
-    from rich.table import Table
-
-    t = Table(title="executions", title_justify="left")
-    for col in ("JOB", "EXECUTION", "ATTEMPT", "STATUS", "DUE", "START LAG", "ERROR"):
-        t.add_column(col, no_wrap=col != "ERROR")
-    for ref, r in rows:
-        lag = f"{(r.started_at - r.due_at).total_seconds() * 1000:.0f}ms" if r.started_at else ""
-        t.add_row(
-            ref,
-            str(r.id)[:8],
-            str(r.attempt),
-            r.status,
-            r.due_at.strftime("%H:%M:%S"),
-            lag,
-            (r.error_message or "")[:50],
-        )
-    return t
-
-
 def executions(
-    jobs: Annotated[list[str], typer.Argument(help="Job ids, or NAMESPACE/NAME of ScheduledJobs.")],
-    status: Annotated[str | None, typer.Option(help="Only executions with this status.")] = None,
+    jobs: Annotated[
+        list[str], typer.Argument(help="Job ids (or job/ID), or NAMESPACE/NAME of ScheduledJobs.")
+    ],
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help="Only executions with this status.", autocompletion=completes(ExecutionStatus)
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Newest N per job.")] = 20,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep refreshing.")] = False,
     for_seconds: Annotated[
         float | None, typer.Option("--for", min=0, help="With --watch: stop after N seconds.")
     ] = None,
-    output: OutputOption = "table",
+    output: ListOutputOption = "table",
 ) -> None:
-    """Show jobs' executions, newest first."""
+    """Show jobs' executions, newest first. The table shows each execution's id by its
+    first 12 hex digits (more where two rows share them), which `horae rerun` takes; the
+    wide table, in full."""
     from rich.live import Live
 
     from horae.api.schemas import ExecutionOut
-    from horae.models import ExecutionStatus
     from horae.store import routing
 
     refs = [JobRef.parse(ref) for ref in jobs]
     one_of("--status", status, (s.value for s in ExecutionStatus))
     wanted = ExecutionStatus(status) if status else None
-    fmt = output_format(output)
-    if watch and fmt != "table":
+    fmt = output_format(output, LIST_FORMATS)
+    if watch and fmt not in ("table", "wide"):
         raise fail(f"--watch: shows a table; it cannot be combined with -o {fmt}")
     settings = _settings()
 
@@ -240,44 +236,51 @@ def executions(
                 return rows
 
             rows = await fetch()
-            if fmt != "table":
+            if fmt == "name":
+                print_names("execution", (r.id for _, r in rows))
+                return
+            if fmt in ("json", "yaml"):
                 print_data([ExecutionOut.from_row(r).model_dump(mode="json") for _, r in rows], fmt)
                 return
-            out = console()
+            wide = fmt == "wide"
+            table = render(executions_grid(rows, wide=wide))
+            out = console(table if wide else None)
             if not watch:
-                out.print(_executions_table(rows))
+                out.print(table)
                 return
             loop = asyncio.get_running_loop()
             deadline = loop.time() + for_seconds if for_seconds is not None else None
-            with Live(_executions_table(rows), console=out, refresh_per_second=4) as live:
+            with Live(table, console=out, refresh_per_second=4) as live:
                 while deadline is None or loop.time() < deadline:
                     await asyncio.sleep(0.5)
-                    live.update(_executions_table(await fetch()))
+                    live.update(render(executions_grid(await fetch(), wide=wide)))
 
     _run(go())
 
 
 def rerun(
-    execution: Annotated[str, typer.Argument(help="The execution's full id (-o json shows it).")],
+    execution: Annotated[
+        str,
+        typer.Argument(
+            help="The execution: its id as `horae executions` shows it (8 or more leading hex"
+            " digits, unique), in full, or execution/ID."
+        ),
+    ],
 ) -> None:
     """Run a dead, failed or timed-out occurrence again, now (also of a completed one-off
     job): one more attempt of the same occurrence. Prints the new execution's id."""
-    import uuid
-
     from horae.errors import Conflict, NotFound
     from horae.store import jobs as jobs_store
     from horae.store import quotas, routing
 
-    try:
-        execution_id = uuid.UUID(execution)
-    except ValueError:
-        raise fail(f"EXECUTION must be an execution's full id, got {execution!r}") from None
+    ref = ExecutionRef.parse(execution)
     settings = _settings()
 
     async def go() -> None:
         from datetime import UTC, datetime
 
         async with store_groups(settings.database.url) as store:
+            execution_id = await ref.resolve(store)
             # Found in whichever group holds it; re-run in its job's group.
             found = await routing.get_execution(store, execution_id, None)
             if found is None:

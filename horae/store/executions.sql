@@ -239,6 +239,10 @@ LIMIT $5
 -- One execution by id within a tenant (NULL tenant: any tenant).
 SELECT * FROM executions WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)
 
+-- name: execution_ids_in_range
+-- Ids from $1 to $2 in order, at most $3: those a short id begins (its digits then 0s, then fs).
+SELECT DISTINCT id FROM executions WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3
+
 -- name: release_running
 -- Shutdown: give this worker's unfinished executions back, due now (horae_release).
 SELECT horae_release($1, $2::uuid[], $3)

@@ -106,3 +106,11 @@ async def get_execution(
     """One execution (of `tenant`; None: of any tenant)."""
     row = await conn.fetchrow(Q["get_execution"], execution_id, tenant)
     return execution_of(row) if row is not None else None
+
+
+@translated
+async def execution_ids_in_range(
+    conn: Conn, low: uuid.UUID, high: uuid.UUID, limit: int
+) -> list[uuid.UUID]:
+    """The execution ids from `low` to `high` (inclusive), at most `limit`, in order."""
+    return [r["id"] for r in await conn.fetch(Q["execution_ids_in_range"], low, high, limit)]

@@ -220,3 +220,12 @@ async def get_execution(
         if group == store.catalog.group_of(row.shard):
             return row
     return found[0][1] if found else None
+
+
+async def execution_ids_in_range(
+    store: Store, low: uuid.UUID, high: uuid.UUID, limit: int
+) -> list[uuid.UUID]:
+    """The execution ids from `low` to `high` (inclusive) in every group, at most `limit`,
+    in order (one a move in flight holds in two groups counted once)."""
+    pages = await _each(store, lambda c: reads.execution_ids_in_range(c, low, high, limit))
+    return sorted({i for _, ids in pages for i in ids})[:limit]

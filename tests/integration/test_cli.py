@@ -292,7 +292,7 @@ async def test_rerun_runs_a_dead_occurrence_again_and_refuses_the_rest(
         f"horae: execution {dead} is attempt 1 of its occurrence; attempt 2 ({new}) is the"
         " latest: re-run that one"
     )
-    bad = horae("rerun", "0193abcd", db_url=db_url)
+    bad = horae("rerun", "0193abc", db_url=db_url)  # fewer than 8 digits
     assert bad.returncode == 2 and bad.stderr.startswith("horae: EXECUTION must be")
     missing = horae("rerun", str(uuid.uuid4()), db_url=db_url)
     assert missing.returncode == 1 and "not found" in missing.stderr

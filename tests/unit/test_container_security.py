@@ -14,12 +14,13 @@ from horae.operator.workerpool import IMAGE_USER, Pool, WorkerPoolSpec, deployme
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("image", ["operator", "worker"])
-def test_each_image_ends_as_a_non_root_numeric_user(image: str) -> None:
-    dockerfile = (REPO / image / "Dockerfile").read_text()
-    final_stage = re.split(r"^FROM ", dockerfile, flags=re.MULTILINE)[-1]
-    users = re.findall(r"^USER\s+(\S+)\s*$", final_stage, flags=re.MULTILINE)
-    assert users, f"{image}/Dockerfile: the final stage sets no USER (it would run as root)"
+@pytest.mark.parametrize("target", ["horae", "worker"])
+def test_each_image_ends_as_a_non_root_numeric_user(target: str) -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    [stage] = re.findall(rf"^FROM \S+ AS {target}\n(.*?)(?=^FROM |\Z)", dockerfile,
+                         flags=re.MULTILINE | re.DOTALL)  # fmt: skip
+    users = re.findall(r"^USER\s+(\S+)\s*$", stage, flags=re.MULTILINE)
+    assert users, f"Dockerfile, target {target}: sets no USER (it would run as root)"
     # Numeric, so that Kubernetes' runAsNonRoot can check it without reading /etc/passwd.
     assert users[-1].isdigit() and int(users[-1]) != 0, users[-1]
     assert int(users[-1]) == IMAGE_USER

@@ -66,7 +66,7 @@ def termination_grace(pool: Pool) -> int:
 
 
 IMAGE_USER = 10001
-"""The numeric user and group of worker/Dockerfile (a pool's own image should keep them)."""
+"""The numeric user and group of Horae's images (Dockerfile); a pool's own should keep them."""
 
 POD_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
