@@ -16,11 +16,14 @@ help:
 	@echo "make chaos   a chaos run of DURATION seconds of faults: make chaos SEED=7 DURATION=1800"
 	@echo "make lint | typecheck | format | crds | docs | unit | bench-venv"
 
-$(STAMP): pyproject.toml
+# The venv installs exactly what requirements.lock pins, each file checked against its hash
+# (the images install the runtime part of it: Dockerfile), then horae itself, editable.
+$(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "make: Python >= 3.11 required ($(PYTHON) is $$($(PYTHON) -V))" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e '.[dev]'
 	@touch $@
 
 venv: $(STAMP)
@@ -73,6 +76,7 @@ chaos: venv services k8s
 # after a dependency change (it reads the hashes from the package index).
 .PHONY: lock audit
 lock: venv
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@$(BIN)/python hack/lock.py
 
 # Known vulnerabilities (PyPI's advisory data) in the locked versions (requirements.lock and
