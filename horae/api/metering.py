@@ -13,7 +13,9 @@ whichever accepts it. With more than one, `horae api` gives them a directory
   included, the processes' pools added up; no `process_*` metrics in this mode);
 - each process's event loop beats a file of its own there every second, and /healthz
   fails (503) once any live process's loop has not turned for HORAE_LIVENESS_STALL_SECONDS:
-  a hung process would otherwise go unnoticed, as the others keep answering the probe.
+  a hung process would otherwise go unnoticed, as the others keep answering the probe. A
+  process found dead (killed: uvicorn starts another) has its heartbeat and its gauges
+  dropped then; its counters stay in the sums, which so never go back.
 
 With one process, /healthz is answered on the event loop itself, so a hung loop leaves
 the probe unanswered (a failure too).
@@ -171,8 +173,9 @@ class Heartbeats:
         now = time.time()
         for path in self._dir.glob("beat-*"):
             pid = int(path.name.removeprefix("beat-"))
-            if not _alive(pid):
-                path.unlink(missing_ok=True)  # killed: the server starts another
+            if not _alive(pid):  # killed: the server starts another; its gauges go
+                path.unlink(missing_ok=True)
+                multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # see above
                 continue
             with contextlib.suppress(FileNotFoundError):
                 quiet = now - path.stat().st_mtime

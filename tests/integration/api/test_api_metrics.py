@@ -31,6 +31,14 @@ class Api:
     http: httpx.AsyncClient
     proc: subprocess.Popen[bytes]
 
+    def shared_dir(self) -> Path:
+        """The directory `horae api` gave its server processes (PROMETHEUS_MULTIPROC_DIR, in
+        the environment they started with)."""
+        some = self.server_processes()[0]
+        environ = Path(f"/proc/{some}/environ").read_bytes().split(b"\0")
+        [entry] = [e for e in environ if e.startswith(b"PROMETHEUS_MULTIPROC_DIR=")]
+        return Path(entry.split(b"=", 1)[1].decode())
+
     def server_processes(self) -> list[int]:
         """The pids of uvicorn's server processes (children of `horae api`'s)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
@@ -165,3 +173,30 @@ async def test_liveness_fails_while_one_server_process_is_stopped_and_the_other_
         return await liveness() == 200
 
     await until(alive, timeout=10, what="/healthz answering 200 again")
+
+
+async def test_a_killed_server_process_is_replaced_and_leaves_no_trace_in_liveness_or_gauges(
+    api: Api,
+) -> None:
+    killed, kept = api.server_processes()
+    shared = api.shared_dir()
+    os.kill(killed, signal.SIGKILL)
+
+    async def replacement() -> int | None:
+        pids = api.server_processes()
+        new = [p for p in pids if p not in (killed, kept)]
+        # Serving once it beats (its gauges are written with its first beat).
+        if killed in pids or len(new) != 1 or not (shared / f"beat-{new[0]}").exists():
+            return None
+        return new[0]
+
+    await until(replacement, timeout=30, what="uvicorn's new server process beating")
+
+    async def both_pools_counted_once() -> bool:
+        # Probed, /healthz drops the killed process's heartbeat and its live gauges.
+        assert (await api.http.get("/healthz")).status_code == 200
+        samples = parse((await api.http.get("/metrics")).text)
+        return most_connections(samples) == 2 * POOL_SIZE
+
+    await until(both_pools_counted_once, timeout=20, what="the killed process's pool gone")
+    assert not (shared / f"beat-{killed}").exists()
