@@ -215,7 +215,11 @@ class Settings:
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     operator: OperatorSettings = field(default_factory=OperatorSettings)
     metrics_port: int = 0
-    """HORAE_METRICS_PORT: serve Prometheus /metrics on this port (0: off)."""
+    """HORAE_METRICS_PORT: serve Prometheus /metrics, /healthz and /readyz on this port (0:
+    off)."""
+    liveness_stall: timedelta = timedelta(seconds=30)
+    """HORAE_LIVENESS_STALL_SECONDS: /healthz fails once the event loop has not turned for
+    this long (horae/probes.py; the API's processes too)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -262,6 +266,7 @@ class Settings:
                 identity=identity or sched_defaults.identity,
             ),
             metrics_port=_int(env, "HORAE_METRICS_PORT", 0, minimum=0),
+            liveness_stall=env_seconds(env, "HORAE_LIVENESS_STALL_SECONDS", 30),
             operator=OperatorSettings(
                 lease_duration=env_seconds(env, "HORAE_OPERATOR_LEASE_SECONDS", 15),
                 resync_period=env_seconds(env, "HORAE_RESYNC_SECONDS", 60),

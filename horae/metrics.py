@@ -1,7 +1,10 @@
-"""Prometheus metrics of every Horae process, defined once; `horae.probes` serves them.
+"""Prometheus metrics of every Horae process, defined once; `horae.probes` serves them
+(the API: `horae.api.metering`).
 
 Lags are seconds after the due moment: dispatch lag (publish - due) on the
-scheduler, start lag (handler start - due) on the worker.
+scheduler, start lag (handler start - due) on the worker. The alerting rules shipped
+with the chart (charts/horae/files/alerts.yaml) use these names; a test checks that
+every name they use is defined here.
 """
 
 from __future__ import annotations
@@ -65,9 +68,75 @@ held_messages = Gauge(
     "Dispatch messages waiting in <prefix>.held: executions of a tenant no pool serves.",
 )
 throttled = Counter("horae_tenant_throttled_total", "Claims deferred by a tenant limit.")
+concurrency = Gauge(
+    "horae_concurrency", "Handlers this worker runs at once at most (HORAE_CONCURRENCY)."
+)
+shards = Gauge(
+    "horae_shards",
+    "The installation's shard count (recorded by its first horae migrate), as a scheduler "
+    "or the leading operator read it: what the schedulers' horae_owned_shards should add "
+    "up to.",
+)
 held_back = Counter(
     "horae_tenant_held_back_total",
     "Executions kept back at dispatch, for a while, because their tenant ran its max_running.",
+)
+
+# The operator's own.
+reconciles = Counter(
+    "horae_operator_reconciles_total",
+    "Runs of the operator's handlers of a resource (create, update, resume, delete), by kind "
+    "(ScheduledJob, WorkerPool) and result: ok; refused (the resource cannot be acted on as "
+    "it stands: an invalid spec, a quota, a refused pool; said in its status and Events); "
+    "error (anything else, retried).",
+    ["kind", "result"],
+)
+reconcile_duration = Histogram(
+    "horae_operator_reconcile_seconds",
+    "How long one run of the operator's handlers of a resource took, by kind.",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+operator_errors = Counter(
+    "horae_operator_errors_total",
+    "Failures of the operator's background parts (status-mirror, execution-mirrors, "
+    "autoscaler, resync), each logged and retried.",
+    ["part"],
+)
+scale_decisions = Counter(
+    "horae_operator_scale_decisions_total",
+    "WorkerPool Deployments scaled by the autoscaler, by direction (up, down).",
+    ["direction"],
+)
+mirror_lag = Histogram(
+    "horae_operator_mirror_lag_seconds",
+    "From the operator's notification of a store change of a ScheduledJob's executions to "
+    "its status and Execution mirrors written.",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+
+# The API's own (served summed over its processes: horae.api.metering).
+API_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+api_requests = Counter(
+    "horae_api_requests_total",
+    "HTTP requests the API answered, by route template (`/jobs/{job_id}`; `unmatched` for a "
+    "path no route serves), method and status code.",
+    ["route", "method", "status"],
+)
+api_latency = Histogram(
+    "horae_api_request_seconds",
+    "How long the API took to answer a request, by route template and method.",
+    ["route", "method"],
+    buckets=API_LATENCY_BUCKETS,
+)
+
+summed_store_connections = Gauge(
+    "horae_store_connections",
+    "Connections of the API's server processes to each store group, by state (in_use, idle, "
+    "max), summed over the live processes.",
+    ["group", "state"],
+    multiprocess_mode="livesum",
+    registry=None,  # multiprocess mode only: `StorePools` reports it otherwise
 )
 
 
@@ -117,3 +186,10 @@ class StorePools(Collector):
 def watch_store_pools(use: PoolUse) -> None:
     """Report the store groups' pools of this process (once per process)."""
     REGISTRY.register(StorePools(use))
+
+
+def zero(counter: Counter, *values: str) -> None:
+    """Create a counter's series for each label value at 0 when the process starts, so
+    that its first event shows in rate() and increase() (which need a sample before it)."""
+    for value in values:
+        counter.labels(value)

@@ -13,10 +13,9 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import make_asgi_app
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from horae.api import problems
+from horae.api import metering, problems
 from horae.api.auth import Authenticator, Chain, KubernetesAuth, ReviewLimits, StaticTokens
 from horae.api.deps import Services
 from horae.api.gate import BodyLimits, Gate
@@ -84,21 +83,25 @@ def create_app(
     auth: Authenticator,
     pool_size: int = 10,
     limits: BodyLimits | None = None,
+    liveness_stall: float = 30.0,
 ) -> FastAPI:
     services = Services(auth=auth)
+    heartbeats = metering.Heartbeats(stall_after=liveness_stall)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         services.groups = store = await Store.open(dsn, size=pool_size)
         stop = asyncio.Event()
         following = asyncio.create_task(store.follow(stop), name="follow-catalog")
+        beat = asyncio.create_task(heartbeats.beat(store.pool_use), name="beat")
         log.info("job API ready (pid %d; store groups %s)", os.getpid(), store.describe())
         try:
             yield
         finally:
             stop.set()
             following.cancel()
-            await asyncio.gather(following, return_exceptions=True)
+            beat.cancel()
+            await asyncio.gather(following, beat, return_exceptions=True)
             await store.close()
 
     app = FastAPI(
@@ -115,8 +118,12 @@ def create_app(
     app.include_router(build_router())
 
     @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Response:
+        # Answered on the event loop: a hung loop leaves it unanswered; with several
+        # server processes, also 503 once any other's loop stopped turning (metering.py).
+        ok, detail = heartbeats.liveness()
+        body = {"status": "ok" if ok else "unavailable", "detail": detail}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> Response:
@@ -126,10 +133,11 @@ def create_app(
             return JSONResponse({"status": "unready"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    app.mount("/metrics", make_asgi_app())
+    app.add_api_route("/metrics", metering.metrics_endpoint(), include_in_schema=False)
     # Authentication and body limits before the application reads any body (gate.py).
     app.add_middleware(Gate, auth=auth, limits=limits or BodyLimits())
     app.add_middleware(AccessLog)
+    app.add_middleware(metering.RequestMetrics)  # outermost: the gate's refusals count
     return app
 
 
@@ -224,4 +232,5 @@ def app_from_env() -> FastAPI:
         dsn=settings.database.url,
         auth=authenticator(settings, plan),
         pool_size=settings.database.pool_size,
+        liveness_stall=settings.liveness_stall.total_seconds(),
     )

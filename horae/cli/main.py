@@ -114,9 +114,12 @@ def api(
 ) -> None:
     """Serve the HTTP job API (auth: Kubernetes tokens when there is a cluster;
     HORAE_API_TOKENS_FILE for local development)."""
+    import shutil
+
     import uvicorn
 
     from horae.api.app import auth_plan
+    from horae.api.metering import share_between_processes
     from horae.errors import ConfigError
 
     _settings()  # fail fast with a one-line error on bad settings
@@ -125,15 +128,21 @@ def api(
     except ConfigError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"horae api on {host}:{port}: {plan.describe()}", err=True)
-    uvicorn.run(
-        "horae.api.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        access_log=False,
-    )
+    # Several processes behind one port share their metrics and heartbeats (metering.py).
+    shared = share_between_processes(workers)
+    try:
+        uvicorn.run(
+            "horae.api.app:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="warning",
+            access_log=False,
+        )
+    finally:
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
+from horae import metrics
 from horae.broker import Names
 from horae.config import Settings
 from horae.kube import (
@@ -26,7 +27,7 @@ from horae.kube import (
     load_api_client,
     watch_leases,
 )
-from horae.operator import scheduledjob, workerpool
+from horae.operator import measuring, scheduledjob, workerpool
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
@@ -153,6 +154,8 @@ async def _start_leading(
     and the WorkerPool autoscaler."""
     cfg = settings.operator
     store = await Store.open(settings.database.url, size=settings.database.pool_size)
+    metrics.shards.set(store.catalog.shards)
+    measuring.start()
     objects = CustomObjects(api)
     mirrors = ExecutionMirrors(store, objects)
     events = Events(api)
@@ -199,7 +202,7 @@ def _exit_deposed() -> None:
 
 async def run(settings: Settings) -> None:
     cfg = settings.operator
-    probes = Probes()
+    probes = Probes(stall_after=settings.liveness_stall.total_seconds())
     probes.serve(settings.metrics_port)  # in standby too
     beat = asyncio.create_task(probes.beat())
     api = load_api_client(settings.kube.kubeconfig)

@@ -21,6 +21,7 @@ import pydantic
 from horae.errors import QuotaExceeded
 from horae.kube import CustomObjects
 from horae.operator.executions import ExecutionMirrors
+from horae.operator.measuring import failed
 from horae.operator.scheduledjob import cancel, ready_status, sync_job
 from horae.resources import ScheduledJobSpec
 from horae.store import routing
@@ -57,6 +58,7 @@ class Resync:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                failed("resync")
                 log.exception("resync pass failed")
 
     async def once(self) -> tuple[int, int]:
@@ -78,6 +80,7 @@ class Resync:
             try:
                 stored += await self._store(uid, live[uid])
             except Exception:
+                failed("resync")
                 log.exception(
                     "resync: ScheduledJob %s/%s not stored", meta["namespace"], meta["name"]
                 )
@@ -87,6 +90,7 @@ class Resync:
             try:
                 cancelled += await self._cancel_orphan(job_id, job.tenant, job.name)
             except Exception:
+                failed("resync")
                 log.exception("resync: job %s not cancelled", job_id)
         return stored, cancelled
 

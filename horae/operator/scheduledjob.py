@@ -21,6 +21,7 @@ from horae.domain.instants import rfc3339
 from horae.errors import QuotaExceeded
 from horae.models import JobSource
 from horae.operator.conditions import condition, refuse
+from horae.operator.measuring import measured
 from horae.resources import GROUP, VERSION, ScheduledJobSpec
 from horae.store import jobs, quotas, routing
 from horae.store.new_jobs import NewJob
@@ -141,6 +142,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.create(GROUP, VERSION, "scheduledjobs", registry=registry)
     @kopf.on.update(GROUP, VERSION, "scheduledjobs", field="spec", registry=registry)
     @kopf.on.resume(GROUP, VERSION, "scheduledjobs", registry=registry)
+    @measured("ScheduledJob")
     async def reconcile(
         spec: kopf.Spec,
         meta: kopf.Meta,
@@ -183,6 +185,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
         patch.status.update(ready_status(row, generation))
 
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
+    @measured("ScheduledJob")
     async def delete(uid: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         assert namespace is not None, "ScheduledJob is namespaced"
         await cancel(memo.store, uuid.UUID(uid))

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
+from horae import metrics
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
+from horae.operator.measuring import failed
 from horae.operator.scheduledjob import conditions_of, status_of
 from horae.store import routing
 from horae.store.db import Listener
@@ -44,12 +47,14 @@ class StatusMirror:
         self._events = events
         self._mirrors = mirrors
         self._dead_seen: dict[uuid.UUID, object] = {}
-        self._pending: set[uuid.UUID] = set()
+        self._pending: dict[uuid.UUID, float] = {}
+        """Job ids notified, with when (monotonic) the first notification since the last
+        flush came: the mirror lag is counted from then."""
         self._wake = asyncio.Event()
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         try:
-            self._pending.add(uuid.UUID(str(payload)))
+            self._pending.setdefault(uuid.UUID(str(payload)), time.monotonic())
         except ValueError:
             return
         self._wake.set()
@@ -79,6 +84,7 @@ class StatusMirror:
                 try:
                     await self.flush()
                 except Exception:
+                    failed("status-mirror")
                     log.exception("status mirror failed to flush; going on")
         finally:
             for task in listeners.values():
@@ -103,12 +109,13 @@ class StatusMirror:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                failed("status-mirror")
                 log.exception("status mirror lost group %s; reconnecting", group)
                 await asyncio.sleep(1)
 
     async def flush(self) -> None:
-        ids, self._pending = self._pending, set()
-        for job_id in ids:
+        ids, self._pending = self._pending, {}
+        for job_id, notified in ids.items():
             row = await routing.find_job(self._store, job_id)
             if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
                 continue  # (a ScheduledJob's job is always named: jobs_crd_named)
@@ -122,7 +129,10 @@ class StatusMirror:
                 try:
                     await self._mirrors.sync(row)
                 except Exception:
+                    failed("execution-mirrors")
                     log.exception("could not mirror the executions of %s/%s", row.tenant, row.name)
+            if present:
+                metrics.mirror_lag.observe(time.monotonic() - notified)
             if row.last_status == "dead" and self._dead_seen.get(job_id) != row.last_run_at:
                 self._dead_seen[job_id] = row.last_run_at
                 await self._alert_dead(row)
@@ -142,4 +152,5 @@ class StatusMirror:
                 "dead-lettered (see `horae executions " + f"{row.tenant}/{row.name}`)",
             )
         except Exception:
+            failed("status-mirror")
             log.exception("could not post the ExecutionDead event")

@@ -26,13 +26,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from horae import broker
+from horae import broker, metrics
 from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
 from horae.store.groups import Store
 from horae.worker.execution import Executions
-from horae.worker.messages import Messages
+from horae.worker.messages import FOREIGN, Messages
 from horae.worker.sdk import TaskDefinition, registered_tasks
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,9 @@ async def run(settings: Settings, tasks_module: str) -> None:
     worker = Worker(settings=settings, store=store, publisher=publisher, tasks=tasks)
     async with store.home.acquire() as conn:
         await worker.clock.sync(conn)
-    probes = Probes()
+    probes = Probes(stall_after=settings.liveness_stall.total_seconds())
+    metrics.concurrency.set(cfg.concurrency)
+    metrics.zero(metrics.refused, "malformed", "oversized", "unprocessable", FOREIGN)
     probes.serve(settings.metrics_port)
     beat = asyncio.create_task(probes.beat())
     stop = asyncio.Event()

@@ -57,3 +57,12 @@ async def slow(ctx: TaskContext, payload: dict[str, Any]) -> None:
         record(ctx, "cleaned")
         raise
     record(ctx, "end")
+
+
+@task("e2e.blocking")
+async def blocking(ctx: TaskContext, payload: dict[str, Any]) -> None:
+    """An async handler that blocks its event loop for `seconds` (a blocking call where an
+    await belongs): the worker's whole loop stands still meanwhile."""
+    record(ctx, "start")
+    time.sleep(float(payload.get("seconds", 5)))  # noqa: ASYNC251 (the point of it)
+    record(ctx, "end")

@@ -11,15 +11,19 @@ from typing import Any
 import pytest
 import yaml
 
+from horae.operator.workerpool import POOL_LABEL, Pool, WorkerPoolSpec, deployment_body
 from tests.support.kube import REPO, ControlPlane
 
 CHART = REPO / "charts" / "horae"
 ALL_OPTIONS = CHART / "ci" / "all-options-values.yaml"
 
 # The optional integrations' kinds, so the API server can dry-run them: the Prometheus
-# Operator's ServiceMonitor and KEDA's ScaledObject and TriggerAuthentication.
+# Operator's ServiceMonitor, PodMonitor and PrometheusRule, and KEDA's ScaledObject and
+# TriggerAuthentication.
 THIRD_PARTY_CRDS = [
     ("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"),
+    ("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors"),
+    ("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules"),
     ("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects"),
     ("keda.sh", "v1alpha1", "TriggerAuthentication", "triggerauthentications"),
 ]
@@ -74,7 +78,8 @@ def test_chart_lints_and_every_rendered_manifest_is_accepted_by_the_api_server(
     expected = {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                 "RoleBinding", "PodDisruptionBudget", "Job"}  # fmt: skip
     expected |= (
-        {"NetworkPolicy", "ServiceMonitor", "ScaledObject", "TriggerAuthentication"}
+        {"NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject",
+         "TriggerAuthentication"}
         if values else {"WorkerPool"}
     )  # fmt: skip
     assert expected <= kinds, expected - kinds
@@ -319,3 +324,32 @@ def test_the_cloudnativepg_store_group_example_is_accepted_by_the_api_server(
     container = pod["spec"]["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert {e["name"] for e in container["env"]} == {"HORAE_DATABASE_URL", "PGPASSWORD"}
+
+
+def test_the_monitors_scrape_what_the_components_serve_and_the_rule_is_the_tested_file(
+    control_plane: ControlPlane,
+) -> None:
+    """The PodMonitor finds the worker pods the operator makes (their label, their port),
+    and the PrometheusRule ships charts/horae/files/alerts.yaml as promtool tests it."""
+    objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", ALL_OPTIONS)) if o]
+    by_kind = {o["kind"]: o for o in objects}
+    rules = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    assert by_kind["PrometheusRule"]["spec"] == rules
+    assert by_kind["PrometheusRule"]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+    pool = Pool(namespace="billing", name="reports", uid="u", tenants=("billing",),
+                spec=WorkerPoolSpec.model_validate({"image": "w:1", "tasks": "t"}))  # fmt: skip
+    pod = deployment_body(pool)["spec"]["template"]
+    monitor = by_kind["PodMonitor"]["spec"]
+    [selected] = monitor["selector"]["matchExpressions"]
+    assert (selected["key"], selected["operator"]) == (POOL_LABEL, "Exists")
+    assert POOL_LABEL in pod["metadata"]["labels"]
+    [endpoint] = monitor["podMetricsEndpoints"]
+    assert endpoint["port"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    [relabel] = endpoint["relabelings"]
+    assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_horae_dev_workerpool"]
+    assert monitor["namespaceSelector"] == {"matchNames": ["billing", "invoicing"]}
+    defaults = [o for o in yaml.safe_load_all(
+        render(control_plane, "horae", None, "metrics.podMonitor.enabled=true")) if o]  # fmt: skip
+    [default_monitor] = [o for o in defaults if o["kind"] == "PodMonitor"]
+    assert default_monitor["spec"]["namespaceSelector"] == {"any": True}

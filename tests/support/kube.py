@@ -69,7 +69,9 @@ def service_account_kubeconfig(
     return path
 
 
-def start_control_plane(base: Path) -> ControlPlane:
+def k8s_bin() -> Path:
+    """The directory of the pinned binaries (kube-apiserver, helm, promtool, ...):
+    hack/build-k8s.sh builds what is missing, then prints it."""
     bin_dir = subprocess.run(
         [str(REPO / "hack" / "build-k8s.sh")],
         capture_output=True,
@@ -77,6 +79,11 @@ def start_control_plane(base: Path) -> ControlPlane:
         timeout=3600,
         check=True,
     ).stdout.strip()
+    return Path(bin_dir)
+
+
+def start_control_plane(base: Path) -> ControlPlane:
+    bin_dir = k8s_bin()
     env = {
         **os.environ,
         "HORAE_ETCD_PORT": str(free_port()),
@@ -93,7 +100,7 @@ def start_control_plane(base: Path) -> ControlPlane:
     )
     if result.returncode != 0:
         raise RuntimeError(f"control plane did not start: {result.stderr.strip()}")
-    return ControlPlane(base, Path(bin_dir))
+    return ControlPlane(base, bin_dir)
 
 
 def stop_control_plane(plane: ControlPlane) -> None:

@@ -15,6 +15,7 @@ from horae.broker import Names, QueueDepths
 from horae.clock import utc_now
 from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects, Deployments, ServiceAccounts
+from horae.operator.measuring import failed
 from horae.operator.workerpool.deployment import PoolRefused, check_owned, ensure_deployment
 from horae.operator.workerpool.scaling import ScaleDown, decide, desired_replicas
 from horae.operator.workerpool.spec import Pool
@@ -107,6 +108,7 @@ class Autoscaler:
         except asyncio.CancelledError:
             raise
         except Exception:
+            failed("autoscaler")
             log.exception("could not read the depth of %s", self._names.held)
         for key, tracked in list(self._pools.items()):
             if self._pools.get(key) is not tracked:
@@ -123,6 +125,7 @@ class Autoscaler:
                     log.warning("WorkerPool %s/%s not scaled: %s", *key, refused)
                     tracked.refused = refused.reason
             except Exception:
+                failed("autoscaler")
                 log.exception("could not autoscale WorkerPool %s/%s", *key)
 
     async def _scale(self, tracked: _Tracked) -> None:
@@ -165,6 +168,8 @@ class Autoscaler:
             if not await self._deployments.scale(pool.namespace, pool.name, decision.replicas):
                 return
             tracked.last_scale_time = rfc3339(utc_now())
+            up = decision.replicas > deployment.replicas
+            metrics.scale_decisions.labels("up" if up else "down").inc()
             log.info(
                 "scaled WorkerPool %s/%s from %d to %d replicas (%d ready messages)",
                 pool.namespace,

@@ -95,10 +95,16 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
         "command": ["horae", "worker", "--tasks", pool.spec.tasks],
         "env": _env(pool),
         "ports": [{"name": "metrics", "containerPort": _metrics_port(pool)}],
-        # horae/probes.py: /healthz fails once the event loop stops turning, /readyz says
-        # whether the worker consumes.
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}},
+        # horae/probes.py: /healthz fails once the event loop has not turned for
+        # HORAE_LIVENESS_STALL_SECONDS (a thread answers it, in time even while the loop is
+        # busy), /readyz says whether the worker consumes. The chart's PodMonitor scrapes
+        # the port by its name.
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 20,
+            "timeoutSeconds": 5,
+        },
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "timeoutSeconds": 5},
         "securityContext": CONTAINER_SECURITY,
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }

@@ -8,6 +8,7 @@ import kopf
 import pydantic
 
 from horae.operator.conditions import condition, refuse
+from horae.operator.measuring import measured
 from horae.operator.tenancy import TenantsNotAllowed, served_tenants
 from horae.operator.workerpool.deployment import PoolRefused, ensure_deployment
 from horae.operator.workerpool.spec import Pool, WorkerPoolSpec
@@ -25,6 +26,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.create(GROUP, VERSION, "workerpools", registry=registry)
     @kopf.on.update(GROUP, VERSION, "workerpools", field="spec", registry=registry)
     @kopf.on.resume(GROUP, VERSION, "workerpools", registry=registry)
+    @measured("WorkerPool")
     async def reconcile(
         spec: kopf.Spec,
         meta: kopf.Meta,
