@@ -7,14 +7,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv services k8s lint typecheck format crds docs unit test demo bench bench-venv peers-venv chaos clean
+.PHONY: help venv services k8s lint typecheck format crds docs chart-readme unit test demo bench bench-venv peers-venv chaos clean
 
 help:
 	@echo "make test    set everything up, then lint, type-check and run the whole suite"
 	@echo "make demo    bring services, control plane and Horae up locally and fire example jobs"
 	@echo "make bench   run the benchmark suite, Horae and its peers (about an hour): bench/results/"
 	@echo "make chaos   a chaos run of DURATION seconds of faults: make chaos SEED=7 DURATION=1800"
-	@echo "make lint | typecheck | format | crds | docs | unit | bench-venv"
+	@echo "make lint | typecheck | format | crds | docs | chart-readme | unit | bench-venv"
 
 # The venv installs exactly what requirements.lock pins, each file checked against its hash
 # (the images install the runtime part of it: Dockerfile), then horae itself, editable.
@@ -51,6 +51,10 @@ crds: venv
 
 docs: venv
 	$(BIN)/python -m horae.api.docs docs/api.md
+
+# charts/horae/README.md, from README.md.in, values.schema.json and values.yaml.
+chart-readme: venv
+	$(BIN)/python hack/chart-readme.py
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make demo`: services, control plane and every Horae component on this
-# machine; applies the example ScheduledJobs and shows their executions live
-# until interrupted (or for HORAE_DEMO_DURATION seconds).
+# `make demo`: services, a local cluster (hack/k8s-up.sh: controllers, scheduler and
+# kwok's simulated nodes) and every Horae component on this machine; applies a WorkerPool
+# (a Deployment, ReplicaSet and pods the cluster makes) and the example ScheduledJobs, and
+# shows their executions live until interrupted (or for HORAE_DEMO_DURATION seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$PWD
@@ -39,6 +40,12 @@ start operator operator
 start scheduler scheduler
 start worker worker --tasks worker/examples/demo.py
 log "components started; logs in $RUN/demo/"
+# The pool's Deployment, ReplicaSet and pods (kwok's: no container runs in them; the worker
+# above serves the pool's queue).
+kubectl apply -n "$NS" -f examples/workerpool.yaml >/dev/null
+for _ in $(seq 1 120); do kubectl get deployment default -n "$NS" >/dev/null 2>&1 && break; sleep 0.5; done
+kubectl rollout status deployment/default -n "$NS" --timeout=60s >/dev/null \
+  || { log "WorkerPool default has no ready Deployment (see $RUN/demo/operator.log)"; exit 1; }
 # A previous demo's jobs go first (the operator's finalizer cancels them in the store).
 kubectl delete scheduledjobs --all -n "$NS" --timeout=60s >/dev/null
 
@@ -56,3 +63,4 @@ watch_args=()
   --watch "${watch_args[@]}" || true
 kubectl get scheduledjobs -n "$NS"
 kubectl get executions -n "$NS"
+kubectl get workerpools,deployments,replicasets,pods -n "$NS"

@@ -3,8 +3,10 @@
 - PostgreSQL: a migrated template database per session; each test gets its own
   copy (CREATE DATABASE ... TEMPLATE), dropped afterwards.
 - RabbitMQ: a vhost per session; each test its own exchange/queue prefix.
-- Kubernetes: etcd + kube-apiserver started once per session (hack/k8s-up.sh)
-  with Horae's CRDs applied; a fresh namespace per test.
+- Kubernetes: etcd + kube-apiserver started once per session (hack/k8s-up.sh with
+  HORAE_K8S_CONTROLLERS=0: no controller, scheduler or node spends the CPU) with Horae's
+  CRDs applied; a fresh namespace per test. tests/e2e/test_chart_cluster.py starts a
+  whole cluster of its own.
 
 `make test` has already installed and started PostgreSQL and RabbitMQ
 (hack/services.sh) and built the control-plane binaries (hack/build-k8s.sh).

@@ -67,6 +67,10 @@ def test_chart_lints_and_every_rendered_manifest_is_accepted_by_the_api_server(
     lint = helm(control_plane, "lint", str(CHART), *(["-f", str(values)] if values else []))
     assert lint.returncode == 0, lint.stdout + lint.stderr
     third_party_crds(control_plane)
+    if values:  # the `helm test` Pod names it, and a pod's PriorityClass must exist
+        priority = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": "horae-critical"}, "value": 1000000}  # fmt: skip
+        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(priority))
     text = render(control_plane, namespace, values)
     objects = [o for o in yaml.safe_load_all(text) if o]
     applied = control_plane.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
@@ -76,7 +80,7 @@ def test_chart_lints_and_every_rendered_manifest_is_accepted_by_the_api_server(
     assert len(accepted) == len(objects), applied.stdout
     kinds = {o["kind"] for o in objects}
     expected = {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                "RoleBinding", "PodDisruptionBudget", "Job"}  # fmt: skip
+                "RoleBinding", "PodDisruptionBudget", "Job", "Pod"}  # fmt: skip
     expected |= (
         {"NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject",
          "TriggerAuthentication"}
@@ -102,9 +106,16 @@ def test_bad_values_fail_at_install_naming_the_value(
     assert named in result.stderr, result.stderr
 
 
+def pod_templates(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(kind/name, pod template) of every pod the chart renders: the Deployments', the
+    migration Job's and the `helm test` Pod."""
+    return [(f"{o['kind']}/{o['metadata']['name']}",
+             o if o["kind"] == "Pod" else o["spec"]["template"])
+            for o in objects if o["kind"] in ("Deployment", "Job", "Pod")]  # fmt: skip
+
+
 def pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    return [(f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
-            for o in objects if o["kind"] in ("Deployment", "Job")]  # fmt: skip
+    return [(name, template["spec"]) for name, template in pod_templates(objects)]
 
 
 @pytest.mark.parametrize("values", [None, ALL_OPTIONS], ids=["defaults", "all-options"])
@@ -132,6 +143,37 @@ def test_every_pod_is_non_root_read_only_and_sized(
                                         if o["kind"] == "PodDisruptionBudget"}  # fmt: skip
     migrate = by_name["horae-migrate"]
     assert migrate["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+
+
+def test_every_pod_gets_the_scheduling_values_and_every_account_its_annotations(
+    control_plane: ControlPlane,
+) -> None:
+    """podAnnotations, priorityClassName and topologySpreadConstraints reach every pod the
+    chart renders, a constraint without a selector spreading that pod's own component; the
+    ServiceAccounts get serviceAccounts.annotations with their component's over them."""
+    values = yaml.safe_load(ALL_OPTIONS.read_text())
+    objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", ALL_OPTIONS)) if o]
+    found = pod_templates(objects)
+    assert {name.split("/")[0] for name, _ in found} == {"Deployment", "Job", "Pod"}
+    for name, template in found:
+        spec, labels = template["spec"], template["metadata"]["labels"]
+        assert template["metadata"]["annotations"].items() >= values["podAnnotations"].items()
+        assert spec["priorityClassName"] == "horae-critical", name
+        by_zone, by_host = spec["topologySpreadConstraints"]
+        assert by_zone["labelSelector"]["matchLabels"].items() <= labels.items(), name
+        assert by_zone["topologyKey"] == "topology.kubernetes.io/zone"
+        assert by_host["labelSelector"] == {"matchLabels": {"app.kubernetes.io/instance": "horae"}}
+    # KEDA's worker Deployment among them (the operator's WorkerPool pods get none of these).
+    assert any("horae.dev/workerpool" in t["metadata"]["labels"] for _, t in found)
+    accounts = {o["metadata"]["name"]: o["metadata"].get("annotations", {})
+                for o in objects if o["kind"] == "ServiceAccount"}  # fmt: skip
+    common = values["serviceAccounts"]["annotations"]
+    for component, own in values["serviceAccounts"].items():
+        if component != "annotations":
+            assert accounts[f"horae-{component}"].items() >= (common | own["annotations"]).items()
+    hook = accounts["horae-migrations"]
+    assert hook["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert int(hook["helm.sh/hook-weight"]) < 0  # before the Job (weight 0), which runs as it
 
 
 def env_names(spec: dict[str, Any]) -> set[str]:
@@ -227,8 +269,8 @@ def group_urls(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def postgres_workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every workload that talks to PostgreSQL, by kind/name: the chart's Deployments and
-    hook Job, and the WorkerPool (whose env the operator gives its Deployment)."""
+    """Every workload that talks to PostgreSQL, by kind/name: the chart's Deployments, hook
+    Job and test Pod, and the WorkerPool (whose env the operator gives its Deployment)."""
     found = dict(pods(objects))
     found.update({f"WorkerPool/{o['metadata']['name']}": {"containers": [o["spec"]]}
                   for o in objects if o["kind"] == "WorkerPool"})  # fmt: skip
@@ -259,8 +301,10 @@ def test_each_store_group_reaches_every_component_through_its_own_secret(
     objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", path)) if o]
     workloads = postgres_workloads(objects)
     pool = "Deployment/default" if keda else "WorkerPool/default"
+    # `helm test`'s Pod reads the store as the API does.
     who = {"Deployment/horae-api": "api", "Deployment/horae-operator": "operator",
-           "Deployment/horae-scheduler": "scheduler", pool: "worker"}  # fmt: skip
+           "Deployment/horae-scheduler": "scheduler", pool: "worker",
+           "Pod/horae-test": "api"}  # fmt: skip
     assert sorted(workloads) == sorted([*who, "Job/horae-migrate"])
     second, west, third = (
         "HORAE_STORE_GROUP_SECOND_URL", "HORAE_STORE_GROUP_EU_WEST_3_URL",

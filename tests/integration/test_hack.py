@@ -72,9 +72,22 @@ def test_control_plane_refuses_a_taken_port(tmp_path: Path) -> None:
     assert err.splitlines()[-1].startswith(f"k8s-up: port {port} on 127.0.0.1 is already taken")
 
 
+def test_control_plane_names_the_modes_it_knows(tmp_path: Path) -> None:
+    rc, err = run("k8s-up.sh", str(tmp_path / "k8s"), env={"HORAE_K8S_CONTROLLERS": "yes"})
+    assert rc != 0
+    assert err.splitlines()[-1] == (
+        "k8s-up: HORAE_K8S_CONTROLLERS must be 1 (controllers, scheduler and kwok nodes)"
+        " or 0 (etcd and kube-apiserver only), not 'yes'"
+    )
+
+
 # ---- build-k8s.sh with a directory holding only some binaries (setup-envtest's) ---------
 
-BINARIES = ("kube-apiserver", "kubectl", "etcd", "helm")
+ENVTEST = ("kube-apiserver", "etcd", "kubectl")
+"""What setup-envtest's directory holds."""
+LACKING = ("kube-controller-manager", "kube-scheduler", "helm", "kwok", "promtool")
+"""What it lacks, in the order build-k8s.sh names them."""
+BINARIES = (*ENVTEST, *LACKING)
 
 
 def cached_bin() -> Path:
@@ -92,25 +105,26 @@ def cached_bin() -> Path:
 
 
 def envtest_like(tmp_path: Path, source: Path) -> Path:
-    """A setup-envtest directory: kube-apiserver, etcd and kubectl, but no helm."""
+    """A setup-envtest directory: kube-apiserver, etcd and kubectl, none of the rest."""
     assets = tmp_path / "assets"
     assets.mkdir()
-    for binary in ("kube-apiserver", "etcd", "kubectl"):
+    for binary in ENVTEST:
         (assets / binary).symlink_to(source / binary)
     return assets
 
 
 @pytest.mark.parametrize("var", ["KUBEBUILDER_ASSETS", "HORAE_K8S_BIN"])
-def test_assets_without_helm_are_used_and_helm_comes_from_the_cache(
+def test_envtest_assets_are_used_and_what_they_lack_comes_from_the_cache(
     tmp_path: Path, var: str
 ) -> None:
     real = cached_bin()
     assets = envtest_like(tmp_path, real)
-    # A cache that has helm and nothing else, and no Go on PATH: any other build would fail.
+    # A cache that has only what the assets lack, and no Go on PATH: any build would fail.
     cache = tmp_path / "cache"
     cache_bin = cache / "k8s" / real.parent.name / "bin"
     cache_bin.mkdir(parents=True)
-    (cache_bin / "helm").symlink_to(real / "helm")
+    for binary in LACKING:
+        (cache_bin / binary).symlink_to(real / binary)
     result = subprocess.run(
         [str(HACK / "build-k8s.sh")],
         capture_output=True,
@@ -127,9 +141,10 @@ def test_assets_without_helm_are_used_and_helm_comes_from_the_cache(
     assert result.returncode == 0, result.stderr
     printed = Path(result.stdout.strip())
     assert sorted(p.name for p in printed.iterdir()) == sorted(BINARIES)
-    for binary in ("kube-apiserver", "etcd", "kubectl"):
+    for binary in ENVTEST:
         assert os.readlink(printed / binary) == str(assets / binary)
-    assert os.readlink(printed / "helm") == str(cache_bin / "helm")
+    for binary in LACKING:
+        assert os.readlink(printed / binary) == str(cache_bin / binary)
     version = subprocess.run(
         [str(printed / "kube-apiserver"), "--version"],
         capture_output=True,
@@ -140,10 +155,10 @@ def test_assets_without_helm_are_used_and_helm_comes_from_the_cache(
     assert version.startswith("Kubernetes v1.")
 
 
-def test_assets_without_helm_build_only_helm(tmp_path: Path) -> None:
+def test_envtest_assets_build_only_what_they_lack(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
     assets.mkdir()
-    for binary in ("kube-apiserver", "etcd", "kubectl"):
+    for binary in ENVTEST:
         (assets / binary).write_text("#!/bin/sh\n")
         (assets / binary).chmod(0o755)
     cache = tmp_path / "cache"
@@ -157,7 +172,9 @@ def test_assets_without_helm_build_only_helm(tmp_path: Path) -> None:
     )
     assert rc != 0
     first, last = err.splitlines()[0], err.splitlines()[-1]
-    assert first.startswith(f"build-k8s: KUBEBUILDER_ASSETS={assets} has no helm: building only")
+    assert first.startswith(
+        f"build-k8s: KUBEBUILDER_ASSETS={assets} has no {' '.join(LACKING)}: building only"
+    )
     assert last == (
         "build-k8s: no Go toolchain on PATH: install Go >= 1.24 to build the Kubernetes binaries"
     )

@@ -1,4 +1,5 @@
-"""The local control plane for tests: started once per session by hack/k8s-up.sh."""
+"""Local control planes for tests (hack/k8s-up.sh): the session's bare one, and whole
+clusters of their own for the tests that need controllers."""
 
 from __future__ import annotations
 
@@ -82,13 +83,17 @@ def k8s_bin() -> Path:
     return Path(bin_dir)
 
 
-def start_control_plane(base: Path) -> ControlPlane:
+def start_control_plane(base: Path, *, controllers: bool = False) -> ControlPlane:
+    """A control plane of hack/k8s-up.sh in `base`, on free ports: etcd and kube-apiserver
+    only (the suite's shared plane: no controller spends the two cores' time), or with
+    `controllers` the whole local cluster (controller manager, scheduler, kwok nodes)."""
     bin_dir = k8s_bin()
     env = {
         **os.environ,
         "HORAE_ETCD_PORT": str(free_port()),
         "HORAE_ETCD_PEER_PORT": str(free_port()),
         "HORAE_APISERVER_PORT": str(free_port()),
+        "HORAE_K8S_CONTROLLERS": "1" if controllers else "0",
     }
     result = subprocess.run(
         [str(REPO / "hack" / "k8s-up.sh"), str(base)],

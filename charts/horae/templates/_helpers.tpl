@@ -99,17 +99,68 @@ capabilities: {drop: [ALL]}
 {{- end }}
 {{- end -}}
 
+{{/* Where and how a pod is scheduled; every pod template of the chart includes it. Called
+     with (dict "root" $ "component" NAME): a topologySpreadConstraints entry without a
+     labelSelector spreads the pods of that component (its selector labels). */}}
 {{- define "horae.scheduling" -}}
-{{- with .Values.nodeSelector }}
+{{- $root := .root -}}
+{{- $component := .component -}}
+{{- with $root.Values.nodeSelector }}
 nodeSelector: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $root.Values.affinity }}
 affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.imagePullSecrets }}
+{{- with $root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.topologySpreadConstraints }}
+{{- $constraints := list }}
+{{- range . }}
+{{- $constraint := . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $own := include "horae.podSelector" (dict "root" $root "component" $component) | fromYaml }}
+{{- $constraint = merge (dict "labelSelector" (dict "matchLabels" $own)) $constraint }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
+{{- end }}
+topologySpreadConstraints: {{- toYaml $constraints | nindent 2 }}
+{{- end }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The selector labels of a component's pods: the chart's, or a worker pool's
+     (horae.dev/workerpool, as the operator labels a WorkerPool's pods). */}}
+{{- define "horae.podSelector" -}}
+{{- if eq .component "worker" -}}
+horae.dev/workerpool: {{ .root.Values.workerPool.name }}
+{{- else -}}
+{{ include "horae.selector" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod template's metadata: its selector labels and podAnnotations. Called with
+     (dict "root" $ "component" NAME). */}}
+{{- define "horae.podMetadata" -}}
+labels: {{- include "horae.podSelector" . | nindent 2 }}
+{{- with .root.Values.podAnnotations }}
+annotations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A ServiceAccount's annotations: serviceAccounts.annotations, then the component's own
+     (serviceAccounts.<component>.annotations) over them. Called with (list $ NAME). */}}
+{{- define "horae.serviceAccountAnnotations" -}}
+{{- $root := index . 0 -}}
+{{- $accounts := $root.Values.serviceAccounts -}}
+{{- $own := (get ($accounts | default dict) (index . 1)) | default dict -}}
+{{- $annotations := merge (dict) ($own.annotations | default dict) ($accounts.annotations | default dict) -}}
+{{- with $annotations }}
+annotations: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
