@@ -114,6 +114,7 @@ async def job_run_times(conn: Conn, job_id: uuid.UUID) -> tuple[datetime | None,
     """(the nominal time of the job's newest dispatched scheduled occurrence, the finish time
     of its newest succeeded execution); None where there is none."""
     row = await conn.fetchrow(Q["job_run_times"], job_id)
+    assert row is not None  # (one row of two scalar subqueries, always)
     return row["last_schedule"], row["last_success"]
 
 
