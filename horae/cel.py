@@ -89,21 +89,46 @@ def integer(minimum: int, maximum: int, description: str) -> dict[str, Any]:
     return {"type": "integer", "minimum": minimum, "maximum": maximum, "description": description}
 
 
-def conditions_schema() -> dict[str, Any]:
-    """A resource's `status.conditions`: one entry per condition type."""
+CONDITION_REASON = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+"""A condition's reason: CamelCase, as metav1.Condition's schema has it."""
+
+
+def conditions_schema(types: str) -> dict[str, Any]:
+    """A resource's `status.conditions`: metav1.Condition's schema (the one controller-gen
+    writes), one entry per type; `types` says which types the resource has."""
+
+    def text(description: str, **bounds: Any) -> dict[str, Any]:
+        return {"type": "string", "description": description, **bounds}
+
     return {
         "type": "array",
+        "description": f"The resource's state, one condition per type: {types}",
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
         "items": {
             "type": "object",
-            "required": ["type", "status"],
+            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
             "properties": {
-                "type": {"type": "string"},
-                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "reason": {"type": "string"},
-                "message": {"type": "string"},
-                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "type": text("The condition's type, in CamelCase.", maxLength=316),
+                "status": text("True, False or Unknown.", enum=["True", "False", "Unknown"]),
+                "observedGeneration": {
+                    "type": "integer",
+                    "format": "int64",
+                    "minimum": 0,
+                    "description": "The metadata.generation it was set from: below the"
+                    " resource's, it may be out of date.",
+                },
+                "lastTransitionTime": text(
+                    "When the condition last changed status (not when it was last written).",
+                    format="date-time",
+                ),
+                "reason": text(
+                    "Why it has its status, in one CamelCase word.",
+                    minLength=1,
+                    maxLength=1024,
+                    pattern=CONDITION_REASON,
+                ),
+                "message": text("The reason, in words (may be empty).", maxLength=32768),
             },
         },
     }

@@ -43,8 +43,8 @@ def _when_properties() -> dict[str, Any]:
             "format": "date-time",
             "maxLength": 64,
             "x-kubernetes-validations": [instant_rule("spec.runAt")],
-            "description": "Fire once at this instant (RFC 3339 with offset). "
-            "Exactly one of runAt and schedule.",
+            "description": "Run once, at this instant (RFC 3339 with an offset, e.g."
+            " 2030-01-01T09:00:00Z). Exactly one of runAt and schedule.",
         },
         "schedule": {
             "type": "string",
@@ -52,14 +52,19 @@ def _when_properties() -> dict[str, Any]:
             "maxLength": CRON_MAX_CHARS,
             "pattern": CRON_SHAPE,
             "x-kubernetes-validations": cron_rules(),
-            "description": "Cron expression: 5 fields, 6 with seconds first, or a macro.",
+            "description": "Run on this cron schedule, evaluated in timeZone: 5 fields"
+            " (minute hour day-of-month month day-of-week), 6 with seconds first, or a"
+            " macro (@hourly, @daily, @weekly, @monthly, @yearly). Exactly one of runAt and"
+            " schedule.",
         },
         "timeZone": {
             "type": "string",
             "maxLength": TIME_ZONE_MAX_CHARS,
             "pattern": TIME_ZONE_SHAPE,
             "default": "UTC",
-            "description": "IANA time zone the schedule is evaluated in.",
+            "description": "IANA time zone the schedule is evaluated in (e.g."
+            " Europe/London); around daylight-saving jumps it runs as Debian's cron does."
+            " Default UTC.",
         },
     }
 
@@ -69,19 +74,29 @@ def _retry_policy_schema() -> dict[str, Any]:
     inclusive OpenAPI minimum writes as a millisecond."""
     return {
         "type": "object",
+        "description": "How a failed or timed-out attempt is retried: after a random delay"
+        " (full jitter) of up to initialIntervalSeconds, doubling at each attempt up to"
+        " maxIntervalSeconds, until maxAttempts attempts in all; the last one failing, the"
+        " execution is Dead (dead-lettered, a Warning Event ExecutionDead).",
         "properties": {
             "maxAttempts": _int(
-                1, RETRY_LIMITS.max_attempts, "Attempts before the execution is dead."
+                1,
+                RETRY_LIMITS.max_attempts,
+                "Attempts in all, the first one included, before the execution is Dead. Default 5.",
             ),
             "initialIntervalSeconds": {
                 "type": "number",
                 "minimum": 0.001,
                 "maximum": RETRY_LIMITS.initial_interval_seconds,
+                "description": "Longest delay before the second attempt, in seconds; it"
+                " doubles at each further attempt. Default 1.",
             },
             "maxIntervalSeconds": {
                 "type": "number",
                 "minimum": 0.001,
                 "maximum": RETRY_LIMITS.max_interval_seconds,
+                "description": "Longest delay between two attempts, in seconds (at least"
+                " initialIntervalSeconds). Default 300.",
             },
         },
         "x-kubernetes-validations": [
@@ -96,67 +111,210 @@ def _retry_policy_schema() -> dict[str, Any]:
     }
 
 
+HISTORY_MAX = 1000
+"""Execution resources a ScheduledJob may keep, by any of its history limits."""
+
+DEFAULT_SUCCESSFUL_HISTORY = 3
+DEFAULT_FAILED_HISTORY = 1
+"""A CronJob's defaults, taken when a ScheduledJob sets only the other of the two limits."""
+
+
+def _history_properties() -> dict[str, Any]:
+    """How many Execution resources a ScheduledJob keeps: Horae's one limit, or a CronJob's
+    two (for a manifest migrated from a CronJob)."""
+    return {
+        "historyLimit": _int(
+            0,
+            HISTORY_MAX,
+            "Execution resources kept for this job: its newest dispatched executions,"
+            " whatever their status. Default 10 (when neither CronJob-style limit is set);"
+            " Horae's store keeps the whole history whatever the limit. Not together with"
+            " successfulJobsHistoryLimit or failedJobsHistoryLimit.",
+        ),
+        "successfulJobsHistoryLimit": _int(
+            0,
+            HISTORY_MAX,
+            "As a CronJob's: Succeeded executions kept as Execution resources (queued and"
+            f" running ones are always kept). Default {DEFAULT_SUCCESSFUL_HISTORY} when only"
+            " failedJobsHistoryLimit is set. Not together with historyLimit.",
+        ),
+        "failedJobsHistoryLimit": _int(
+            0,
+            HISTORY_MAX,
+            "As a CronJob's: executions that ended otherwise (Failed, TimedOut, Dead,"
+            " Cancelled, Skipped) kept as Execution resources. Default"
+            f" {DEFAULT_FAILED_HISTORY} when only successfulJobsHistoryLimit is set. Not"
+            " together with historyLimit.",
+        ),
+    }
+
+
+HISTORY_RULE = {
+    "rule": "!has(self.historyLimit) || "
+    "!(has(self.successfulJobsHistoryLimit) || has(self.failedJobsHistoryLimit))",
+    "message": "spec.historyLimit cannot be combined with spec.successfulJobsHistoryLimit or "
+    "spec.failedJobsHistoryLimit: set historyLimit (the newest executions of any status) or "
+    "the CronJob-style pair",
+    "fieldPath": ".historyLimit",
+}
+
+
 def _scheduledjob_spec_schema() -> dict[str, Any]:
     task = {
         "type": "string",
         "minLength": 1,
         "maxLength": TASK_NAME_MAX_CHARS,
         "pattern": TASK_NAME_PATTERN,
-        "description": "Name of the registered task handler to run.",
+        "description": "Name of the task to run, as its handler is registered with"
+        " @task(NAME) in the workers of a WorkerPool of this namespace.",
     }
     payload = {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": True,
         "maxProperties": 1000,
-        "description": "JSON object passed to the handler.",
+        "description": "JSON object handed to the handler (at most 256 KiB serialized;"
+        " the operator refuses a larger one, Ready=False InvalidSpec). Default {}.",
     }
-    deadline = "An occurrence not started this long after its due time is skipped."
     return {
         "type": "object",
+        "description": "What runs (task, payload), when (runAt or schedule), and how"
+        " (retries, timeout, concurrency, history).",
         "required": ["task"],
         "properties": {"task": task, "payload": payload}
         | _when_properties()
         | {
             "jitterSeconds": _int(
-                0, MAX_JITTER_SECONDS, "Stable per-job offset spread in [0, jitter)."
+                0,
+                MAX_JITTER_SECONDS,
+                "Delay every occurrence by the same per-job offset in [0, jitterSeconds)"
+                " seconds, to spread jobs that share a schedule. Default 0.",
             ),
-            "suspend": {"type": "boolean", "default": False, "description": "Pause the job."},
+            "suspend": {
+                "type": "boolean",
+                "default": False,
+                "description": "Pause the job: what was scheduled is cancelled and nothing"
+                " runs until it is false again (then it runs from now on). Default false.",
+            },
             "concurrencyPolicy": {
                 "type": "string",
                 "enum": [p.value for p in ConcurrencyPolicy],
                 "default": "Allow",
+                "description": "When an occurrence is due while the previous one still runs:"
+                " Allow runs both, Forbid skips the new one (Skipped), Replace cancels the"
+                " running one. Default Allow.",
             },
-            "startingDeadlineSeconds": _int(1, A_WEEK_SECONDS, deadline),
+            "startingDeadlineSeconds": _int(
+                1,
+                A_WEEK_SECONDS,
+                "An occurrence not started this many seconds after it was due is skipped"
+                " (Skipped). Unset: no deadline.",
+            ),
             "retryPolicy": _retry_policy_schema(),
-            "timeoutSeconds": _int(1, A_WEEK_SECONDS, "Handler timeout."),
-            "historyLimit": _int(0, 1000, "Execution resources kept for this job."),
-        },
+            "timeoutSeconds": _int(
+                1,
+                A_WEEK_SECONDS,
+                "Seconds an attempt's handler may run before it is cancelled and the attempt"
+                " is TimedOut (and retried per retryPolicy). Unset: no timeout.",
+            ),
+        }
+        | _history_properties(),
         "x-kubernetes-validations": [
             {
                 "rule": "has(self.runAt) != has(self.schedule)",
                 "message": "exactly one of spec.runAt and spec.schedule is required",
             },
+            HISTORY_RULE,
         ],
     }
 
 
-def scheduledjob_schema() -> dict[str, Any]:
-    status = {
+TRIGGER_ANNOTATION = "horae.dev/trigger"
+"""A ScheduledJob's run-now: each new value of this annotation runs the job once, now."""
+
+TRIGGER_MAX_CHARS = 253
+"""The longest trigger value the operator runs (the store's column says the same)."""
+
+
+def _scheduledjob_status_schema() -> dict[str, Any]:
+    def instant(description: str) -> dict[str, Any]:
+        return {
+            "type": "string",
+            "format": "date-time",
+            "nullable": True,
+            "description": description,
+        }
+
+    last_trigger = {
         "type": "object",
+        "description": f"The last {TRIGGER_ANNOTATION} annotation value the operator handled:"
+        " a new value runs the job once, now (a manual execution); the same value again"
+        " runs nothing.",
         "properties": {
-            "jobId": {"type": "string"},
-            "nextRunAt": {"type": "string", "format": "date-time", "nullable": True},
-            "lastRunAt": {"type": "string", "format": "date-time", "nullable": True},
-            "lastStatus": {"type": "string", "nullable": True},
-            "observedGeneration": {"type": "integer", "format": "int64"},
-            "conditions": conditions_schema(),
+            "value": {"type": "string", "description": "The annotation's value."},
+            "executionId": {
+                "type": "string",
+                "nullable": True,
+                "description": "The manual execution it started; unset when it started"
+                " none (the value the ScheduledJob was created with, or a job that was"
+                " suspended: a Warning Event TriggerRefused says so).",
+            },
+            "time": instant("When the operator handled it."),
         },
-        "x-kubernetes-preserve-unknown-fields": True,
     }
     return {
         "type": "object",
+        "description": "What the operator and Horae's store report; written by the operator only.",
+        "properties": {
+            "jobId": {
+                "type": "string",
+                "description": "The job's id in Horae's store (the resource's uid): what"
+                " `horae jobs get` and the HTTP API name it by.",
+            },
+            "nextRunAt": instant(
+                "When the next occurrence is due (nominal, before jitter). Unset when"
+                " nothing is scheduled: suspended, or a one-off that has run."
+            ),
+            "lastRunAt": instant("When the latest attempt's outcome was recorded."),
+            "lastStatus": {
+                "type": "string",
+                "nullable": True,
+                "description": "How the latest attempt ended: Succeeded, Failed, TimedOut,"
+                " Dead, Cancelled or Skipped.",
+            },
+            "lastScheduleTime": instant(
+                "As a CronJob's: the nominal time of the newest scheduled occurrence that was"
+                " dispatched to a worker (manual runs and retries left out)."
+            ),
+            "lastSuccessfulTime": instant(
+                "As a CronJob's: when the newest Succeeded execution finished."
+            ),
+            "lastTrigger": last_trigger,
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "The metadata.generation of the spec the operator last"
+                " acted on (stored, or refused).",
+            },
+            "conditions": conditions_schema(
+                "Ready (True: the job is stored and runs as its spec says; False: why not,"
+                " e.g. InvalidSpec, QuotaExceeded), Suspended (spec.suspend), and Failing"
+                " (True while the latest attempt failed, timed out or is dead)."
+            ),
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+
+
+def scheduledjob_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "A task run once at runAt or on a cron schedule by Horae's workers;"
+        " every run is an Execution (kubectl get executions -l horae.dev/job=NAME).",
         "required": ["spec"],
-        "properties": {"spec": _scheduledjob_spec_schema(), "status": status},
+        "properties": {
+            "spec": _scheduledjob_spec_schema(),
+            "status": _scheduledjob_status_schema(),
+        },
         "x-kubernetes-validations": [
             {
                 "rule": "size(self.metadata.name) <= 63",
@@ -168,22 +326,68 @@ def scheduledjob_schema() -> dict[str, Any]:
 
 
 def execution_schema() -> dict[str, Any]:
+    def instant(description: str) -> dict[str, Any]:
+        return {
+            "type": "string",
+            "format": "date-time",
+            "nullable": True,
+            "description": description,
+        }
+
     status = {
         "type": "object",
+        "description": "The execution as Horae's store records it (written by the operator).",
         "properties": {
-            name: {"type": "string", "format": "date-time", "nullable": True}
-            for name in ("dueAt", "occurrenceAt", "startedAt", "finishedAt")
-        }
-        | {
-            "executionId": {"type": "string"},
-            "jobId": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "status": {"type": "string"},
-            "duration": {"type": "string", "nullable": True},
-            "error": {"type": "string", "nullable": True, "maxLength": MIRRORED_ERROR_CHARS},
+            "executionId": {
+                "type": "string",
+                "description": "The execution's id in Horae's store (`horae executions`,"
+                " GET /executions/{id}).",
+            },
+            "jobId": {"type": "string", "description": "Its job's id (the ScheduledJob's uid)."},
+            "attempt": {
+                "type": "integer",
+                "description": "Which attempt of its occurrence it is: 1, then one more per retry.",
+            },
+            "status": {
+                "type": "string",
+                "description": "Queued, Running, Succeeded, Failed, TimedOut, Cancelled,"
+                " Skipped or Dead.",
+            },
+            "manual": {
+                "type": "boolean",
+                "description": "Its occurrence was run by hand (the horae.dev/trigger"
+                " annotation, `horae jobs trigger`, POST /jobs/{id}:trigger), not by the"
+                " schedule; so are its retries.",
+            },
+            "occurrenceAt": instant(
+                "The nominal time of the occurrence it runs (shared by its retries)."
+            ),
+            "dueAt": instant(
+                "When it was due to start: the occurrence's time plus the job's jitter, or a"
+                " retry's backoff."
+            ),
+            "startedAt": instant("When a worker started its handler."),
+            "finishedAt": instant("When it ended."),
+            "duration": {
+                "type": "string",
+                "nullable": True,
+                "description": "How long its handler ran, in seconds (e.g. 1.234s).",
+            },
+            "error": {
+                "type": "string",
+                "nullable": True,
+                "maxLength": MIRRORED_ERROR_CHARS,
+                "description": "Why it failed: the error's kind, then its message (cut to"
+                f" {MIRRORED_ERROR_CHARS} characters; Horae's store keeps it whole).",
+            },
         },
     }
-    return {"type": "object", "properties": {"status": status}}
+    return {
+        "type": "object",
+        "description": "One run (attempt) of a ScheduledJob, mirrored from Horae's store by"
+        " the operator; its ScheduledJob's history limits decide how many are kept.",
+        "properties": {"status": status},
+    }
 
 
 def _pool_env_schema() -> dict[str, Any]:
@@ -191,10 +395,15 @@ def _pool_env_schema() -> dict[str, Any]:
     return {
         "type": "array",
         "maxItems": 500,
+        "description": "Environment variables of the worker container, as in a Pod spec"
+        f" (name with value or valueFrom); {', '.join(RESERVED_POOL_ENV)} are the"
+        " operator's.",
         "items": {
             "type": "object",
             "x-kubernetes-preserve-unknown-fields": True,
-            "properties": {"name": {"type": "string", "maxLength": 256}},
+            "properties": {
+                "name": {"type": "string", "maxLength": 256, "description": "The variable."}
+            },
         },
         "x-kubernetes-validations": [
             {
@@ -237,24 +446,83 @@ def _pool_access_properties() -> dict[str, Any]:
     }
 
 
+AUTOSCALING_MODES = ("Builtin", "External")
+"""Who sets a WorkerPool's spec.replicas: the operator's autoscaler, or someone else."""
+
+
+def _pool_scaling_properties() -> dict[str, Any]:
+    """How many workers run, and who decides."""
+    backlog = _int(
+        1,
+        1_000_000,
+        "Ready messages on the pool's queue per replica that the built-in autoscaler aims at:"
+        " replicas = ceil(ready / targetBacklogPerReplica). Default 100.",
+    )
+    return {
+        "replicas": _int(
+            0,
+            1000,
+            "Worker replicas to run: the pool's Deployment always gets this figure. With"
+            " autoscaling Builtin the operator's autoscaler writes it; with External,"
+            " whoever scales the pool does (kubectl scale workerpool, an HPA, a KEDA"
+            " ScaledObject: the scale subresource). Unset: the operator fills it in (the"
+            " Deployment's replicas, or minReplicas for a new pool).",
+        ),
+        "autoscaling": {
+            "type": "string",
+            "enum": list(AUTOSCALING_MODES),
+            "default": AUTOSCALING_MODES[0],
+            "description": "Who sets spec.replicas. Builtin (default): the operator's"
+            " autoscaler, from the pool queue's depth within minReplicas..maxReplicas, at"
+            " once upwards and downwards only after the stabilization window (a replicas"
+            " figure set by hand meanwhile lasts until then). External: whoever scales the"
+            " pool (kubectl scale, an HPA or KEDA ScaledObject targeting the WorkerPool);"
+            " the operator never changes it, and minReplicas, maxReplicas and"
+            " targetBacklogPerReplica are not used.",
+        },
+        "minReplicas": _int(
+            0, 1000, "Fewest replicas the built-in autoscaler runs (an empty queue). Default 1."
+        )
+        | {"default": 1},
+        "maxReplicas": _int(1, 1000, "Most replicas the built-in autoscaler runs. Default 10.")
+        | {"default": 10},
+        "targetBacklogPerReplica": backlog | {"default": 100},
+    }
+
+
 def _workerpool_spec_schema() -> dict[str, Any]:
-    backlog = _int(1, 1_000_000, "Ready messages per replica.") | {"default": 100}
     return {
         "type": "object",
+        "description": "The workers (image, tasks, environment, account), how many run, and"
+        " who scales them.",
         "required": ["image", "tasks"],
         "properties": {
-            "image": {"type": "string", "minLength": 1, "maxLength": 512},
+            "image": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 512,
+                "description": "Container image of the workers: Horae's worker image, or one"
+                " built on it that holds the tasks module.",
+            },
             "tasks": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 253,
-                "description": "Python module with the @task handlers (--tasks).",
+                "description": "Python module whose @task handlers the workers serve"
+                " (horae worker --tasks MODULE).",
             },
-            "minReplicas": _int(0, 1000, "Replicas when the queue is empty.") | {"default": 1},
-            "maxReplicas": _int(1, 1000, "Upper bound of replicas.") | {"default": 10},
-            "targetBacklogPerReplica": backlog,
-            "concurrency": _int(1, 10_000, "Handlers per worker."),
-            "resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        }
+        | _pool_scaling_properties()
+        | {
+            "concurrency": _int(
+                1, 10_000, "Handlers each worker runs at once (HORAE_CONCURRENCY). Default 16."
+            ),
+            "resources": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "description": "The worker container's resources (requests, limits), as in a"
+                " Pod spec.",
+            },
             "env": _pool_env_schema(),
         }
         | _pool_access_properties(),
@@ -269,18 +537,58 @@ def _workerpool_spec_schema() -> dict[str, Any]:
     }
 
 
-def workerpool_schema() -> dict[str, Any]:
-    status = {
+def _workerpool_status_schema() -> dict[str, Any]:
+    def count(description: str) -> dict[str, Any]:
+        return {"type": "integer", "format": "int32", "description": description}
+
+    return {
         "type": "object",
+        "description": "What the operator saw and did at its last look (every few seconds).",
         "properties": {
-            "queueDepth": {"type": "integer", "description": "Ready messages on the pool's queue."},
-            "desiredReplicas": {"type": "integer", "description": "What the queue depth asks for."},
-            "replicas": {"type": "integer", "description": "The Deployment's spec.replicas."},
-            "readyReplicas": {"type": "integer", "description": "Worker pods ready."},
-            "lastScaleTime": {"type": "string", "format": "date-time", "nullable": True},
-            "conditions": conditions_schema(),
+            "queueDepth": count("Ready messages on the pool's queue."),
+            "desiredReplicas": count(
+                "Replicas the pool is asked for: with autoscaling Builtin, what the queue"
+                " depth asks for (fewer than now: followed after the stabilization window);"
+                " with External, spec.replicas."
+            ),
+            "replicas": count(
+                "Replicas of the pool's Deployment (its spec.replicas): what the scale"
+                " subresource reports as the pool's."
+            ),
+            "readyReplicas": count("Worker pods ready."),
+            "selector": {
+                "type": "string",
+                "description": "Label selector of the pool's pods (horae.dev/workerpool=NAME),"
+                " which an HPA reads through the scale subresource.",
+            },
+            "lastScaleTime": {
+                "type": "string",
+                "format": "date-time",
+                "nullable": True,
+                "description": "When the operator last changed the Deployment's replicas.",
+            },
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "The metadata.generation of the spec the operator last acted on.",
+            },
+            "conditions": conditions_schema(
+                "Ready (True: the Deployment is applied; False: why the pool is refused, e.g."
+                " ServiceAccountNotAllowed, DeploymentNotOwned, TenantsNotAllowed) and Scaling"
+                " (True while a scale-down waits out the stabilization window; its reason says"
+                " what holds the replicas)."
+            ),
         },
         "x-kubernetes-preserve-unknown-fields": True,
     }
-    spec = _workerpool_spec_schema()
-    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
+
+
+def workerpool_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Workers that run this namespace's executions: a Deployment the"
+        " operator keeps, scaled on the pool's queue (or by kubectl scale, an HPA or KEDA"
+        " through the scale subresource).",
+        "required": ["spec"],
+        "properties": {"spec": _workerpool_spec_schema(), "status": _workerpool_status_schema()},
+    }

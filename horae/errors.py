@@ -13,6 +13,7 @@
     │   └── ShardMoved            a shard no longer lives in the group asked (re-read the
     │                             catalog and ask its group)
     ├── LeaseConflict             a Kubernetes Lease changed or created by someone else first
+    ├── ObjectChanged             a Kubernetes object changed since the version a write named
     └── TaskError                 raised by task handlers to steer the outcome
         ├── RetryableError        try again later (optionally after `delay`)
         └── PermanentError        never try again
@@ -94,6 +95,11 @@ class ShardMoved(StoreError):
 class LeaseConflict(HoraeError):
     """Someone else changed or created the Lease first (the API server's 409, or 404 on a
     replace: it was deleted)."""
+
+
+class ObjectChanged(HoraeError):
+    """A Kubernetes object changed since the resourceVersion a write named (the API server's
+    409): read it again, then write."""
 
 
 class TaskError(HoraeError):

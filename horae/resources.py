@@ -9,16 +9,27 @@ naming the field.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 # Facts about the resources the operator reads from here (re-exported).
+from horae.crd_schemas import AUTOSCALING_MODES as AUTOSCALING_MODES
+from horae.crd_schemas import (
+    DEFAULT_FAILED_HISTORY,
+    DEFAULT_SUCCESSFUL_HISTORY,
+    HISTORY_MAX,
+    execution_schema,
+    scheduledjob_schema,
+    workerpool_schema,
+)
 from horae.crd_schemas import MIRRORED_ERROR_CHARS as MIRRORED_ERROR_CHARS
 from horae.crd_schemas import RESERVED_POOL_ENV as RESERVED_POOL_ENV
-from horae.crd_schemas import execution_schema, scheduledjob_schema, workerpool_schema
+from horae.crd_schemas import TRIGGER_ANNOTATION as TRIGGER_ANNOTATION
+from horae.crd_schemas import TRIGGER_MAX_CHARS as TRIGGER_MAX_CHARS
 from horae.domain.limits import payload_size_error
 from horae.models import ConcurrencyPolicy, JobSpec, RetryPolicy
 
@@ -34,6 +45,21 @@ class RetrySpec(RetryPolicy):
     """`spec.retryPolicy`: the job's RetryPolicy (its bounds and defaults), in camelCase."""
 
     model_config = _CAMEL
+
+
+DEFAULT_HISTORY_LIMIT = 10
+"""Execution resources a ScheduledJob keeps when it sets no history limit."""
+
+
+@dataclass(frozen=True)
+class History:
+    """Which of a job's executions its Execution resources show: its `newest` N of any
+    status; or, with a CronJob's limits (`newest` None), its queued and running ones, its
+    `succeeded` newest Succeeded ones and its `failed` newest that ended otherwise."""
+
+    newest: int | None = DEFAULT_HISTORY_LIMIT
+    succeeded: int = 0
+    failed: int = 0
 
 
 class ScheduledJobSpec(BaseModel):
@@ -52,7 +78,32 @@ class ScheduledJobSpec(BaseModel):
     starting_deadline_seconds: int | None = None
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     timeout_seconds: int | None = None
-    history_limit: int = Field(default=10, ge=0, le=1000)
+    history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
+    successful_jobs_history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
+    failed_jobs_history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
+
+    @model_validator(mode="after")
+    def _one_style_of_history(self) -> ScheduledJobSpec:
+        # As the CRD's CEL rule (HISTORY_RULE): a resource stored before it is refused here.
+        cronjob_style = (self.successful_jobs_history_limit, self.failed_jobs_history_limit)
+        if self.history_limit is not None and cronjob_style != (None, None):
+            raise ValueError(
+                "historyLimit cannot be combined with successfulJobsHistoryLimit or"
+                " failedJobsHistoryLimit"
+            )
+        return self
+
+    def history(self) -> History:
+        """Which executions the job's Execution resources show."""
+        succeeded, failed = self.successful_jobs_history_limit, self.failed_jobs_history_limit
+        if succeeded is None and failed is None:
+            limit = self.history_limit
+            return History(newest=DEFAULT_HISTORY_LIMIT if limit is None else limit)
+        return History(
+            newest=None,
+            succeeded=DEFAULT_SUCCESSFUL_HISTORY if succeeded is None else succeeded,
+            failed=DEFAULT_FAILED_HISTORY if failed is None else failed,
+        )
 
     @field_validator("payload")
     @classmethod
@@ -79,24 +130,51 @@ class ScheduledJobSpec(BaseModel):
         )
 
 
+@dataclass(frozen=True)
+class Column:
+    """A column of `kubectl get`: its header, type and JSONPath, and what it says (which
+    `kubectl get -o wide` and the API's discovery show)."""
+
+    name: str
+    type: str
+    path: str
+    description: str
+    wide: bool = False
+    """Shown by `kubectl get -o wide` only."""
+
+    def printer_column(self) -> dict[str, Any]:
+        column: dict[str, Any] = {
+            "name": self.name,
+            "type": self.type,
+            "jsonPath": self.path,
+            "description": self.description,
+        }
+        if self.wide:
+            column["priority"] = 1
+        return column
+
+
 def _crd(
     kind: str,
     plural: str,
     short: str,
     schema: dict[str, Any],
-    columns: list[tuple[str, str, str]],
+    columns: list[Column],
     *,
     status: bool = True,
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     version: dict[str, Any] = {
         "name": VERSION,
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": schema},
-        "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p} for n, t, p in columns],
+        "additionalPrinterColumns": [c.printer_column() for c in columns],
     }
     if status:
         version["subresources"] = {"status": {}}
+    if scale:
+        version["subresources"]["scale"] = scale
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -117,9 +195,22 @@ def _crd(
     }
 
 
+AGE = Column("Age", "date", ".metadata.creationTimestamp", "Time since the resource was created.")
+
+# A `date` column shows the time since an instant: right for an instant past, wrong for one
+# to come (kubectl prints a future one as 0s or <invalid>). A ScheduledJob's next run is to
+# come, so it is a `string` column, the instant in RFC 3339, UTC; the columns of instants
+# past (last schedule, an Execution's due and start times) stay ages.
+SCALE = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+"""A WorkerPool's scale subresource: `kubectl scale`, an HPA or KEDA set spec.replicas."""
+
+
 def crds() -> list[dict[str, Any]]:
     """Every Horae CRD, in apply order."""
-    age = ("Age", "date", ".metadata.creationTimestamp")
     return [
         _crd(
             "ScheduledJob",
@@ -127,12 +218,35 @@ def crds() -> list[dict[str, Any]]:
             "sj",
             scheduledjob_schema(),
             [
-                ("Task", "string", ".spec.task"),
-                ("Schedule", "string", ".spec.schedule"),
-                ("Suspend", "boolean", ".spec.suspend"),
-                ("Next Run", "date", ".status.nextRunAt"),
-                ("Last Status", "string", ".status.lastStatus"),
-                age,
+                Column("Task", "string", ".spec.task", "The task the job runs."),
+                Column("Schedule", "string", ".spec.schedule", "Its cron schedule."),
+                Column(
+                    "Time Zone", "string", ".spec.timeZone", "Its schedule's time zone.", wide=True
+                ),
+                Column("Suspend", "boolean", ".spec.suspend", "Whether it is paused."),
+                Column(
+                    "Last Schedule",
+                    "date",
+                    ".status.lastScheduleTime",
+                    "Time since its newest scheduled occurrence was dispatched.",
+                ),
+                Column(
+                    "Next Run",
+                    "string",
+                    ".status.nextRunAt",
+                    "When its next occurrence is due (UTC).",
+                ),
+                Column(
+                    "Last Status", "string", ".status.lastStatus", "How its latest attempt ended."
+                ),
+                Column(
+                    "Ready",
+                    "string",
+                    '.status.conditions[?(@.type=="Ready")].status',
+                    "Whether the job is stored as its spec says.",
+                    wide=True,
+                ),
+                AGE,
             ],
         ),
         _crd(
@@ -141,12 +255,19 @@ def crds() -> list[dict[str, Any]]:
             "ex",
             execution_schema(),
             [
-                ("Job", "string", ".metadata.labels.horae\\.dev/job"),
-                ("Attempt", "integer", ".status.attempt"),
-                ("Status", "string", ".status.status"),
-                ("Due", "date", ".status.dueAt"),
-                ("Started", "date", ".status.startedAt"),
-                ("Duration", "string", ".status.duration"),
+                Column("Job", "string", ".metadata.labels.horae\\.dev/job", "Its ScheduledJob."),
+                Column("Attempt", "integer", ".status.attempt", "Which attempt it is."),
+                Column("Status", "string", ".status.status", "Where it stands, or how it ended."),
+                Column(
+                    "Manual",
+                    "boolean",
+                    ".status.manual",
+                    "Run by hand, not by the schedule.",
+                    wide=True,
+                ),
+                Column("Due", "date", ".status.dueAt", "Time since it was due."),
+                Column("Started", "date", ".status.startedAt", "Time since its handler started."),
+                Column("Duration", "string", ".status.duration", "How long its handler ran."),
             ],
             status=False,  # written whole by the operator: no spec to guard
         ),
@@ -156,12 +277,22 @@ def crds() -> list[dict[str, Any]]:
             "wp",
             workerpool_schema(),
             [
-                ("Tasks", "string", ".spec.tasks"),
-                ("Desired", "integer", ".status.desiredReplicas"),
-                ("Ready", "integer", ".status.readyReplicas"),
-                ("Queue", "integer", ".status.queueDepth"),
-                age,
+                Column("Tasks", "string", ".spec.tasks", "The module of task handlers served."),
+                Column(
+                    "Autoscaling",
+                    "string",
+                    ".spec.autoscaling",
+                    "Who sets the replicas: Builtin or External.",
+                ),
+                Column("Replicas", "integer", ".status.replicas", "Replicas of its Deployment."),
+                Column("Ready", "integer", ".status.readyReplicas", "Worker pods ready."),
+                Column(
+                    "Desired", "integer", ".status.desiredReplicas", "Replicas it is asked for."
+                ),
+                Column("Queue", "integer", ".status.queueDepth", "Ready messages on its queue."),
+                AGE,
             ],
+            scale=SCALE,
         ),
     ]
 

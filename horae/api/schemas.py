@@ -150,6 +150,12 @@ class ExecutionOut(BaseModel):
     finished_at: datetime | None
     error: ExecutionError | None
     result: Any = None
+    manual: bool = Field(
+        default=False,
+        description="Its occurrence was run by hand (`:trigger`, `horae jobs trigger`, a "
+        "ScheduledJob's `horae.dev/trigger` annotation), not by the schedule; so are its "
+        "retries.",
+    )
 
     @classmethod
     def from_row(cls, row: ExecutionRow) -> ExecutionOut:

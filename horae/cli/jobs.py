@@ -1,5 +1,5 @@
-"""`horae jobs`: list, show, create, pause, resume and cancel jobs straight through the
-store (HORAE_DATABASE_URL), one store operation each.
+"""`horae jobs`: list, show, create, pause, resume, trigger and cancel jobs straight through
+the store (HORAE_DATABASE_URL), one store operation each.
 
 The json and yaml outputs are the HTTP API's job representation (`JobOut`), so a script
 can switch between the two without translating; `-o name` prints `job/ID`, which every
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from horae.store.rows import JobRow
 
 jobs_app = typer.Typer(
-    no_args_is_help=True, help="List, show, create, pause, resume and cancel jobs."
+    no_args_is_help=True, help="List, show, create, pause, resume, trigger and cancel jobs."
 )
 
 DEFAULT_TENANT = "default"
@@ -308,6 +308,19 @@ def jobs_resume(job: JobArgument) -> None:
     from horae.store import jobs as jobs_store
 
     _transition(job, "resumed", jobs_store.resume_job)
+
+
+@jobs_app.command("trigger")
+def jobs_trigger(job: JobArgument) -> None:
+    """Run an active job once now, outside its schedule: a manual execution (as the
+    HTTP API's :trigger, or a ScheduledJob's horae.dev/trigger annotation)."""
+    from horae.store import jobs as jobs_store
+
+    async def trigger(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> str:
+        execution_id = await jobs_store.trigger_job(conn, job_id, now=now)
+        return f"triggered: execution {execution_id}"
+
+    _transition(job, None, trigger)
 
 
 @jobs_app.command("cancel")

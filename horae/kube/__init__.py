@@ -4,13 +4,14 @@ reviews, Events, Deployments and ServiceAccounts, one module per adapter.
 Every request goes through `calling.call`: on a worker thread (the official client is
 synchronous), with its timeout from `calling`, 404 read as "gone" (None or False) where an
 object may be gone, and no retries. API errors are translated at this boundary: 409 on a
-Lease -> `LeaseConflict`. What belongs elsewhere: decisions about what to write (the
-scheduler's shard ownership, the operator's reconcile) live in the components.
+Lease -> `LeaseConflict`, on a custom object's versioned write -> `ObjectChanged`. What
+belongs elsewhere: decisions about what to write (the scheduler's shard ownership, the
+operator's reconcile) live in the components.
 
 The names below are the package's surface; components import them from `horae.kube`.
 """
 
-from horae.errors import LeaseConflict
+from horae.errors import LeaseConflict, ObjectChanged
 from horae.kube.calling import load_api_client
 from horae.kube.custom_objects import CustomObjects
 from horae.kube.deployments import DeploymentReplicas, Deployments
@@ -29,6 +30,7 @@ __all__ = [
     "Lease",
     "LeaseConflict",
     "Leases",
+    "ObjectChanged",
     "ReviewedUser",
     "Reviews",
     "ServiceAccounts",

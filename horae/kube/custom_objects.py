@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from horae.errors import ObjectChanged
 from horae.kube.calling import CLUSTER_LIST_TIMEOUT, LIST_TIMEOUT, REQUEST_TIMEOUT, call
 from horae.resources import GROUP, VERSION
 
@@ -44,6 +45,42 @@ class CustomObjects:
             missing_ok=True,
         )
         return patched is not None
+
+    async def patch_status_seen(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str,
+    ) -> dict[str, Any] | None:
+        """Merge-patch `status` only if the object is still at `resource_version` (what its
+        writer read: ObjectChanged otherwise); the object as patched, None when it is gone."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            patched = await self._call(
+                self._api.patch_namespaced_custom_object_status,
+                namespace,
+                plural,
+                name,
+                body,
+                missing_ok=True,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise ObjectChanged(f"{plural}/{name} in {namespace}") from exc
+            raise
+        return None if patched is None else dict(patched)
+
+    async def patch(
+        self, plural: str, namespace: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch the object (not its status); the object as patched, None when gone."""
+        patched = await self._call(
+            self._api.patch_namespaced_custom_object, namespace, plural, name, body, missing_ok=True
+        )
+        return None if patched is None else dict(patched)
 
     async def list_all(self, plural: str) -> list[dict[str, Any]]:
         """Every object of `plural` in every namespace."""

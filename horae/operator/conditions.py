@@ -1,39 +1,69 @@
-"""Status conditions of the operator's resources, and refusals: a resource the operator
-will not act on as it stands gets `Ready=False` naming the reason, and a Warning Event of
-that reason (what `kubectl describe` shows)."""
+"""Status conditions of the operator's resources, as metav1.Condition (pure: the caller
+passes `now`; `reporting` writes them).
+
+`merged` is the rule every writer of conditions applies: a condition's
+`lastTransitionTime` moves only when its status changes, so "Ready since" means what it
+says however often the status is written.
+"""
 
 from __future__ import annotations
 
-import kopf
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from horae.clock import utc_now
 from horae.domain.instants import rfc3339
-from horae.kube import Events
 
 
-def condition(kind: str, ok: bool, reason: str, message: str = "") -> dict[str, str]:
-    """A status condition of type `kind`, its transition dated now."""
-    return {
-        "type": kind,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": rfc3339(utc_now()),
-    }
+@dataclass(frozen=True)
+class Condition:
+    """One condition as its writer decides it; `merged` dates it."""
+
+    type: str
+    status: bool
+    reason: str
+    """One CamelCase word (metav1.Condition's pattern)."""
+    message: str = ""
 
 
-async def refuse(
-    events: Events, patch: kopf.Patch, meta: kopf.Meta, *, kind: str, reason: str, message: str
-) -> None:
-    """Report why the resource (`kind`, its `meta`) is refused: its only condition becomes
-    `Ready=False` in the status kopf patches, and a Warning Event says the same."""
-    assert meta.namespace is not None, f"{kind} is namespaced"
-    patch.status["conditions"] = [condition("Ready", False, reason, message)]
-    await events.emit(
-        kind=kind,
-        namespace=meta.namespace,
-        name=meta.name,
-        uid=meta.uid,
-        reason=reason,
-        message=message,
-    )
+def merged(
+    existing: Sequence[Mapping[str, Any]] | None,
+    wanted: Iterable[Condition],
+    *,
+    now: datetime,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """The conditions once `wanted` are set on `existing`: each wanted one keeps the
+    `lastTransitionTime` of the existing condition of its type when its status is the same,
+    and is dated `now` otherwise; each carries `generation` as its `observedGeneration`
+    (when known). Existing conditions of other types are kept as they are (another writer's,
+    or true still). Existing types keep their place; new ones come after, in `wanted`'s
+    order."""
+    by_type = {str(c.get("type")): dict(c) for c in existing or () if c.get("type")}
+    order = list(by_type)
+    for condition in wanted:
+        status = "True" if condition.status else "False"
+        before = by_type.get(condition.type)
+        since = before.get("lastTransitionTime") if before else None
+        written: dict[str, Any] = {
+            "type": condition.type,
+            "status": status,
+            "reason": condition.reason,
+            "message": condition.message,
+            "lastTransitionTime": since
+            if before is not None and before.get("status") == status and since
+            else rfc3339(now),
+        }
+        if generation is not None:
+            written["observedGeneration"] = generation
+        if condition.type not in by_type:
+            order.append(condition.type)
+        by_type[condition.type] = written
+    return [by_type[t] for t in order]
+
+
+def generation_of(meta: Mapping[str, Any]) -> int | None:
+    """A resource's `metadata.generation`, when it has one."""
+    generation = meta.get("generation")
+    return generation if isinstance(generation, int) else None

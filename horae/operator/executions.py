@@ -3,9 +3,11 @@
 `kubectl get executions -n NS` (or `-l horae.dev/job=NAME`) shows what ran, when and
 how it ended, without access to Postgres, which keeps the full history. Each mirror is
 owned by its ScheduledJob (ownerReference: garbage-collected with it) and labelled
-with the job's name; a job keeps its `historyLimit` newest mirrors. Writes go through
-one rate limiter, so a busy namespace cannot flood the API server, and a mirror is
-written only when what it shows changed.
+with the job's name; a job keeps its `historyLimit` newest mirrors, or, with a CronJob's
+limits, its `successfulJobsHistoryLimit` newest Succeeded ones and `failedJobsHistoryLimit`
+newest that ended otherwise, and every queued or running one (`resources.History`). Writes
+go through one rate limiter, so a busy namespace cannot flood the API server, and a mirror
+is written only when what it shows changed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects
-from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION
+from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION, History
 from horae.store import routing
 from horae.store.groups import Store
 from horae.store.rows import ExecutionRow, JobRow
@@ -27,7 +29,6 @@ from horae.store.rows import ExecutionRow, JobRow
 log = logging.getLogger(__name__)
 
 JOB_LABEL = f"{GROUP}/job"
-DEFAULT_HISTORY_LIMIT = 10
 
 
 class RateLimiter:
@@ -80,6 +81,7 @@ def mirror_status(row: ExecutionRow) -> dict[str, Any]:
         "finishedAt": rfc3339(row.finished_at),
         "duration": duration,
         "error": error,
+        "manual": row.manual,
     }
 
 
@@ -98,8 +100,8 @@ class ExecutionMirrors:
         self._store = store
         self._objects = objects
         self._limiter = RateLimiter(writes_per_second)
-        self.history_limits: dict[uuid.UUID, int] = {}
-        """Each ScheduledJob's historyLimit, kept up to date by its reconcile handler."""
+        self.history: dict[uuid.UUID, History] = {}
+        """Each ScheduledJob's history limits, kept up to date by its reconcile handler."""
         self._known: dict[uuid.UUID, dict[str, str]] = {}
 
     async def _existing(self, namespace: str, job_name: str) -> dict[str, str]:
@@ -112,9 +114,7 @@ class ExecutionMirrors:
         """Make the job's Execution resources show its newest dispatched executions."""
         job_id, namespace, job_name = job.id, job.tenant, job.name
         assert job_name is not None, "a ScheduledJob's job is named (jobs_crd_named)"
-        limit = self.history_limits.get(job_id, DEFAULT_HISTORY_LIMIT)
-        # From every store group: history stays in a group the job's shard left.
-        rows = await routing.recent_of_job(self._store, job_id, limit) if limit else []
+        rows = await self._wanted(job_id, self.history.get(job_id, History()))
         known = self._known.get(job_id)
         if known is None:
             known = self._known[job_id] = await self._existing(namespace, job_name)
@@ -151,10 +151,21 @@ class ExecutionMirrors:
             await self._objects.delete("executions", namespace, name)
             del known[name]
 
+    async def _wanted(self, job_id: uuid.UUID, history: History) -> list[ExecutionRow]:
+        """The executions `history` keeps, from every store group (history stays in a group
+        the job's shard left)."""
+        if history.newest is not None:
+            if not history.newest:
+                return []
+            return await routing.recent_of_job(self._store, job_id, history.newest)
+        return await routing.recent_of_job_by_outcome(
+            self._store, job_id, succeeded=history.succeeded, failed=history.failed
+        )
+
     async def forget(self, job_id: uuid.UUID, namespace: str, job_name: str) -> None:
         """The ScheduledJob is going: delete its mirrors (what garbage collection would do)."""
         self._known.pop(job_id, None)
-        self.history_limits.pop(job_id, None)
+        self.history.pop(job_id, None)
         await self._objects.delete_all(
             "executions", namespace, label_selector=f"{JOB_LABEL}={job_name}"
         )

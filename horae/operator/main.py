@@ -29,6 +29,7 @@ from horae.kube import (
 )
 from horae.operator import measuring, scheduledjob, workerpool
 from horae.operator.executions import ExecutionMirrors
+from horae.operator.reporting import StatusWriter
 from horae.operator.resync import Resync
 from horae.operator.status import StatusMirror
 from horae.probes import Probes
@@ -161,13 +162,17 @@ async def _start_leading(
     events = Events(api)
     mirror = StatusMirror(settings.database.url, store, objects, events, mirrors)
     mirror.listen()
-    resync = Resync(store, objects, mirrors, period=cfg.resync_period.total_seconds())
+    resync = Resync(
+        store, objects, mirrors, period=cfg.resync_period.total_seconds(), writer=mirror.writer
+    )
     deployments = Deployments(api)
     accounts = ServiceAccounts(api)
+    pool_status = StatusWriter(objects, "workerpools")
     autoscaler = workerpool.Autoscaler(
         deployments=deployments,
         accounts=accounts,
         objects=objects,
+        statuses=pool_status,
         broker_url=settings.broker.url,
         names=Names(settings.broker.prefix),
         period=cfg.autoscale_period,
@@ -178,6 +183,9 @@ async def _start_leading(
         store=store,
         mirrors=mirrors,
         events=events,
+        objects=objects,
+        job_status=mirror.writer,  # every writer of a status's conditions goes through one
+        pool_status=pool_status,
         deployments=deployments,
         service_accounts=accounts,
         autoscaler=autoscaler,

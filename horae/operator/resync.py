@@ -20,10 +20,12 @@ import pydantic
 
 from horae.errors import QuotaExceeded
 from horae.kube import CustomObjects
+from horae.operator.conditions import generation_of
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.measuring import failed
-from horae.operator.scheduledjob import cancel, ready_status, sync_job
-from horae.resources import ScheduledJobSpec
+from horae.operator.reporting import StatusWriter
+from horae.operator.scheduledjob import cancel, conditions_of, stored_status, sync_job
+from horae.resources import TRIGGER_ANNOTATION, ScheduledJobSpec
 from horae.store import routing
 from horae.store.groups import Store
 
@@ -38,10 +40,12 @@ class Resync:
         mirrors: ExecutionMirrors,
         *,
         period: float,
+        writer: StatusWriter | None = None,
     ) -> None:
         self._groups = store
         self._objects = objects
         self._mirrors = mirrors
+        self._writer = writer or StatusWriter(objects, "scheduledjobs")
         self._period = period
 
     async def run(self) -> None:
@@ -110,16 +114,21 @@ class Resync:
             spec.job_spec()
         except pydantic.ValidationError:
             return False  # invalid: its reconcile reported why in its status
-        self._mirrors.history_limits[uid] = spec.history_limit
+        self._mirrors.history[uid] = spec.history()
+        value = (meta.get("annotations") or {}).get(TRIGGER_ANNOTATION)
         try:
-            row = await sync_job(self._groups, uid, meta["namespace"], meta["name"], spec)
+            row, _ = await sync_job(
+                self._groups, uid, meta["namespace"], meta["name"], spec, trigger_value=value
+            )
         except QuotaExceeded:
             return False  # its reconcile reports it (Ready=False QuotaExceeded) and retries
-        await self._objects.patch_status(
-            "scheduledjobs",
+        await self._writer.write(
             meta["namespace"],
             meta["name"],
-            ready_status(row, meta.get("generation")),
+            str(uid),
+            await stored_status(self._groups, row),
+            conditions_of(row),
+            generation=generation_of(meta),
         )
         log.warning(
             "resync: stored job %s for ScheduledJob %s/%s, missing from the store",

@@ -20,13 +20,17 @@ from horae.domain.fields import first_error
 from horae.domain.instants import rfc3339
 from horae.errors import QuotaExceeded
 from horae.models import JobSource
-from horae.operator.conditions import condition, refuse
+from horae.operator import trigger
+from horae.operator.conditions import Condition, generation_of
 from horae.operator.measuring import measured
-from horae.resources import GROUP, VERSION, ScheduledJobSpec
+from horae.operator.reporting import refuse
+from horae.resources import GROUP, TRIGGER_ANNOTATION, TRIGGER_MAX_CHARS, VERSION, ScheduledJobSpec
 from horae.store import jobs, quotas, routing
 from horae.store.new_jobs import NewJob
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from horae.store.groups import Store
     from horae.store.rows import JobRow
 
@@ -51,27 +55,37 @@ def display_status(status: str | None) -> str | None:
     return "".join(p.capitalize() for p in status.split("_")) if status else None
 
 
-def status_of(row: JobRow) -> dict[str, Any]:
-    """The status fields that come from the store's job row."""
+def status_of(
+    row: JobRow, last_schedule: datetime | None, last_success: datetime | None
+) -> dict[str, Any]:
+    """The status fields that come from the store: the job row, and the times of its
+    newest dispatched scheduled occurrence and newest success (`routing.job_run_times`)."""
     return {
         "jobId": str(row.id),
         "nextRunAt": rfc3339(row.next_run_at),
         "lastRunAt": rfc3339(row.last_run_at),
         "lastStatus": display_status(row.last_status),
+        "lastScheduleTime": rfc3339(last_schedule),
+        "lastSuccessfulTime": rfc3339(last_success),
     }
+
+
+async def stored_status(store: Store, row: JobRow) -> dict[str, Any]:
+    """`status_of` the stored job, reading its run times (from every store group)."""
+    return status_of(row, *await routing.job_run_times(store, row.id))
 
 
 FAILING = frozenset({"failed", "dead", "timed_out"})
 
 
-def conditions_of(row: JobRow) -> list[dict[str, str]]:
+def conditions_of(row: JobRow) -> list[Condition]:
     """Ready, Suspended and Failing, from the stored job."""
     paused = row.state == "paused"
     failing = row.last_status in FAILING
     return [
-        condition("Ready", True, "Stored", "job stored"),
-        condition("Suspended", paused, "Suspend" if paused else "Active"),
-        condition(
+        Condition("Ready", True, "Stored", "job stored"),
+        Condition("Suspended", paused, "Suspend" if paused else "Active"),
+        Condition(
             "Failing",
             failing,
             display_status(row.last_status) or "NoRuns",
@@ -80,23 +94,23 @@ def conditions_of(row: JobRow) -> list[dict[str, str]]:
     ]
 
 
-def ready_status(row: JobRow, generation: Any) -> dict[str, Any]:
-    """The whole status of a ScheduledJob whose job is stored."""
-    return status_of(row) | {"observedGeneration": generation, "conditions": conditions_of(row)}
-
-
 async def sync_job(
     store: Store,
     uid: uuid.UUID,
     namespace: str,
     name: str,
     spec: ScheduledJobSpec,
-) -> JobRow:
+    *,
+    trigger_value: str | None = None,
+) -> tuple[JobRow, bool]:
     """Make the store's job match the resource (in the store group of the uid's shard);
-    returns the job row."""
+    returns the job row, and whether the job was created just now. A job created records
+    `trigger_value` (the resource's `horae.dev/trigger`, if any) as handled: a value a
+    ScheduledJob is created with runs nothing, only a new one does."""
     job_spec = spec.job_spec()
     now = utc_now()
     row = await routing.find_job(store, uid)
+    created = row is None
     if row is None:
         await routing.cancel_crd_namesake(store, namespace, name, keep=uid, now=now)
         new = NewJob(
@@ -108,6 +122,12 @@ async def sync_job(
             paused=spec.suspend,
         )
         await routing.create_jobs(store, [new], now=now)
+        if trigger_value is not None and len(trigger_value) <= TRIGGER_MAX_CHARS:
+            await routing.on_job(
+                store,
+                uid,
+                lambda conn: jobs.trigger_once(conn, uid, trigger_value, now=now, run=False),
+            )
     else:
         if row.spec != job_spec:
             group = store.catalog.group_of(row.shard)
@@ -123,7 +143,7 @@ async def sync_job(
             await routing.on_job(
                 store, uid, lambda conn: jobs.set_paused(conn, uid, spec.suspend, now=now)
             )
-    return await routing.get_job(store, uid)
+    return await routing.get_job(store, uid), created
 
 
 async def cancel(store: Store, job_id: uuid.UUID) -> bool:
@@ -149,40 +169,67 @@ def register(registry: kopf.OperatorRegistry) -> None:
         uid: str,
         namespace: str | None,
         name: str,
-        patch: kopf.Patch,
         memo: kopf.Memo,
         **_: Any,
     ) -> None:
         assert namespace is not None, "ScheduledJob is namespaced"
-        generation = meta.get("generation")
         try:
             parsed = ScheduledJobSpec.model_validate(dict(spec))
             parsed.job_spec()
         except pydantic.ValidationError as exc:
             error = first_error(exc)
             message = f"{error.path(spell=_crd_field, under='spec')}: {error.message}"
-            patch.status["observedGeneration"] = generation
             await refuse(
-                memo.events, patch, meta, kind="ScheduledJob", reason="InvalidSpec", message=message
+                memo.events,
+                memo.job_status,
+                meta,
+                kind="ScheduledJob",
+                reason="InvalidSpec",
+                message=message,
             )
             raise kopf.PermanentError(message) from exc
-        memo.mirrors.history_limits[uuid.UUID(uid)] = parsed.history_limit
+        memo.mirrors.history[uuid.UUID(uid)] = parsed.history()
+        value = meta.annotations.get(TRIGGER_ANNOTATION)
         try:
-            row = await sync_job(memo.store, uuid.UUID(uid), namespace, name, parsed)
+            row, created = await sync_job(
+                memo.store, uuid.UUID(uid), namespace, name, parsed, trigger_value=value
+            )
         except QuotaExceeded as exc:
             # Not stored (or not changed); tried again, so that it is stored once an
             # administrator raises the quota or the tenant frees some of it.
-            patch.status["observedGeneration"] = generation
             await refuse(
                 memo.events,
-                patch,
+                memo.job_status,
                 meta,
                 kind="ScheduledJob",
                 reason="QuotaExceeded",
                 message=str(exc),
             )
             raise kopf.TemporaryError(str(exc), delay=QUOTA_RETRY_SECONDS) from exc
-        patch.status.update(ready_status(row, generation))
+        fields = await stored_status(memo.store, row)
+        if created and value is not None and len(value) <= TRIGGER_MAX_CHARS:
+            fields["lastTrigger"] = trigger.handled(value, None, utc_now())
+        await memo.job_status.write(
+            namespace, name, uid, fields, conditions_of(row), generation=generation_of(meta)
+        )
+
+    @kopf.on.event(GROUP, VERSION, "scheduledjobs", when=trigger.pending, registry=registry)
+    @measured("ScheduledJob")
+    async def run_now(
+        meta: kopf.Meta,
+        status: kopf.Status,
+        uid: str,
+        namespace: str | None,
+        name: str,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        assert namespace is not None, "ScheduledJob is namespaced"
+        value = meta.annotations[TRIGGER_ANNOTATION]
+        handled = await trigger.run(memo.store, memo.events, uuid.UUID(uid), namespace, name, value)
+        if handled is not None:
+            patch.status["lastTrigger"] = handled
 
     @kopf.on.delete(GROUP, VERSION, "scheduledjobs", registry=registry)
     @measured("ScheduledJob")

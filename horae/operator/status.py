@@ -20,7 +20,8 @@ from horae import metrics
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.measuring import failed
-from horae.operator.scheduledjob import conditions_of, status_of
+from horae.operator.reporting import StatusWriter
+from horae.operator.scheduledjob import conditions_of, stored_status
 from horae.store import routing
 from horae.store.db import Listener
 from horae.store.groups import Store, group_url
@@ -44,6 +45,8 @@ class StatusMirror:
         self._store = store
         self._listeners: dict[str, asyncio.Task[None]] = {}
         self._objects = objects
+        self.writer = StatusWriter(objects, "scheduledjobs")
+        """Writes the statuses (the resync pass writes through it too)."""
         self._events = events
         self._mirrors = mirrors
         self._dead_seen: dict[uuid.UUID, object] = {}
@@ -119,11 +122,12 @@ class StatusMirror:
             row = await routing.find_job(self._store, job_id)
             if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
                 continue  # (a ScheduledJob's job is always named: jobs_crd_named)
-            present = await self._objects.patch_status(
-                "scheduledjobs",
+            present = await self.writer.write(
                 row.tenant,
                 row.name,
-                status_of(row) | {"conditions": conditions_of(row)},
+                str(row.id),
+                await stored_status(self._store, row),
+                conditions_of(row),
             )
             if present and self._mirrors is not None:
                 try:

@@ -271,6 +271,7 @@ async def lose_lease(
                 attempt=row.attempt + 1,
                 job_version=row.job_version,
                 now=now,
+                manual=row.manual,
             )
         await conn.execute(
             Q["record_job_runs"], [row.job_id], [now], [status.value], [retry_at is None]

@@ -4,16 +4,18 @@
 -- tenant limit, handed back by a stopping worker: the unique index includes due_at, the
 -- partition key, so only NOT EXISTS sees it; the day's margin, against workers' clocks,
 -- keeps the look-up to a few partitions).
--- Shards of rows due before $11 are told (at COMMIT).
+-- Shards of rows due before $11 are told (at COMMIT). $12: which are manual (triggered).
 WITH inserted AS (
     INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
                             job_version, status, created_at, starting_deadline_seconds,
-                            concurrency_policy)
+                            concurrency_policy, manual)
     SELECT u.id, u.job_id, u.tenant, u.task, u.shard, u.due_at, u.occurrence_at, u.attempt,
-           u.job_version, 'scheduled', $10, j.starting_deadline_seconds, j.concurrency_policy
+           u.job_version, 'scheduled', $10, j.starting_deadline_seconds, j.concurrency_policy,
+           u.manual
     FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::smallint[],
-                $6::timestamptz[], $7::timestamptz[], $8::int[], $9::int[])
-         AS u(id, job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version)
+                $6::timestamptz[], $7::timestamptz[], $8::int[], $9::int[], $12::bool[])
+         AS u(id, job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version,
+              manual)
     JOIN jobs j ON j.id = u.job_id
     WHERE u.attempt <> 1 OR NOT EXISTS (
         SELECT 1 FROM executions x
@@ -139,7 +141,7 @@ WHERE e.shard = fence.shard AND e.status = 'queued'
 -- name: expired_running
 -- Running executions of these shards whose lease ran out before $2 (reaper), with their policy.
 SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
-       e.job_version, e.lease_owner, j.retry_policy, j.name AS job_name
+       e.job_version, e.lease_owner, j.retry_policy, j.name AS job_name, e.manual
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard = ANY($1::smallint[]) AND e.status = 'running' AND e.lease_until < $2
 ORDER BY e.lease_until
@@ -262,6 +264,29 @@ SELECT * FROM executions
 WHERE job_id = $1 AND status <> 'scheduled'
 ORDER BY due_at DESC, id DESC
 LIMIT $2
+
+-- name: recent_of_job_by_outcome
+-- A job's queued and running executions, its $2 newest succeeded ones and its $3 newest that
+-- ended otherwise (what Execution mirrors show under CronJob-style history limits).
+(SELECT * FROM executions WHERE job_id = $1 AND status IN ('queued', 'running'))
+UNION ALL
+(SELECT * FROM executions WHERE job_id = $1 AND status = 'succeeded'
+ ORDER BY due_at DESC, id DESC LIMIT $2)
+UNION ALL
+(SELECT * FROM executions
+ WHERE job_id = $1 AND status IN ('failed', 'timed_out', 'dead', 'cancelled', 'skipped')
+ ORDER BY due_at DESC, id DESC LIMIT $3)
+
+-- name: job_run_times
+-- When a job's newest dispatched scheduled occurrence was due (nominally: manual runs and
+-- retries left out) and when its newest succeeded execution finished (a ScheduledJob's
+-- status.lastScheduleTime and status.lastSuccessfulTime).
+SELECT (SELECT occurrence_at FROM executions
+        WHERE job_id = $1 AND attempt = 1 AND NOT manual
+          AND (enqueued_at IS NOT NULL OR started_at IS NOT NULL)
+        ORDER BY due_at DESC LIMIT 1) AS last_schedule,
+       (SELECT finished_at FROM executions WHERE job_id = $1 AND status = 'succeeded'
+        ORDER BY due_at DESC, id DESC LIMIT 1) AS last_success
 
 -- name: shard_moved_out
 -- Whether shard $1 moved out of this store group (its dispatch here was fenced out by a move).

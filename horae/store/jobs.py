@@ -296,26 +296,54 @@ async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: dateti
 async def trigger_job(
     conn: Conn, job_id: uuid.UUID, *, now: datetime, tenant: str | None = None
 ) -> uuid.UUID:
-    """One extra occurrence now, outside the schedule. Returns the execution id."""
+    """One extra occurrence now, outside the schedule, recorded as manual (and so are its
+    retries). Returns the execution id."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant)
         if row.state != JobState.ACTIVE:
             raise Conflict(f"job {job_id} is {row.state}: only an active job can be triggered")
-        execution_id = await insert_execution(
-            conn,
-            job_id=job_id,
-            tenant=row.tenant,
-            task=row.task,
-            shard=row.shard,
-            due_at=now,
-            occurrence_at=now,
-            attempt=1,
-            job_version=row.spec_version,
-            now=now,
-        )
-        if execution_id is None:
-            raise Conflict(f"job {job_id} already has an occurrence at {now.isoformat()}")
-        return execution_id
+        return await _run_now(conn, row, now)
+
+
+@translated
+async def trigger_once(
+    conn: Conn, job_id: uuid.UUID, value: str, *, now: datetime, run: bool = True
+) -> uuid.UUID | None:
+    """A ScheduledJob's `horae.dev/trigger` annotation `value`: the job's last value becomes
+    `value`, and if it was another one manual occurrence runs now (its execution id is
+    returned). None when the job already had `value`: a value runs once, however often the
+    operator sees it. `run=False` records `value` without running (the value a ScheduledJob
+    was created with). A job that is not active records `value` and raises Conflict."""
+    async with conn.transaction():
+        row = await _locked(conn, job_id, None, by=JobSource.CRD)
+        if row.manual_trigger == value:
+            return None
+        await conn.execute(Q["set_manual_trigger"], job_id, value)
+        if not run:
+            return None
+        if row.state == JobState.ACTIVE:
+            return await _run_now(conn, row, now)
+    raise Conflict(f"job {job_id} is {row.state}: only an active job can be triggered")
+
+
+async def _run_now(conn: Conn, row: JobRow, now: datetime) -> uuid.UUID:
+    """A manual occurrence of the locked job `row`, due `now`."""
+    execution_id = await insert_execution(
+        conn,
+        job_id=row.id,
+        tenant=row.tenant,
+        task=row.task,
+        shard=row.shard,
+        due_at=now,
+        occurrence_at=now,
+        attempt=1,
+        job_version=row.spec_version,
+        now=now,
+        manual=True,
+    )
+    if execution_id is None:
+        raise Conflict(f"job {row.id} already has an occurrence at {now.isoformat()}")
+    return execution_id
 
 
 RERUNNABLE = frozenset({ExecutionStatus.DEAD, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT})
@@ -386,6 +414,7 @@ async def rerun_execution(
             attempt=found.attempt + 1,
             job_version=job.spec_version,
             now=now,
+            manual=found.manual,
         )
         assert new_id is not None  # attempt > 1 is never deduplicated
         return new_id

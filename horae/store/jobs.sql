@@ -69,6 +69,10 @@ UPDATE jobs SET task = $2, payload = $3, run_at = $4, cron = $5, time_zone = $6,
 WHERE id = $1
 RETURNING spec_version, state
 
+-- name: set_manual_trigger
+-- Record the last `horae.dev/trigger` value a ScheduledJob's job handled.
+UPDATE jobs SET manual_trigger = $2 WHERE id = $1
+
 -- name: set_job_state
 -- Move a job to a new state and record its next run (and when it was paused).
 UPDATE jobs SET state = $2::job_state, next_run_at = $3, updated_at = $4::timestamptz,

@@ -100,6 +100,25 @@ async def recent_of_job(conn: Conn, job_id: uuid.UUID, limit: int) -> list[Execu
 
 
 @translated
+async def recent_of_job_by_outcome(
+    conn: Conn, job_id: uuid.UUID, *, succeeded: int, failed: int
+) -> list[ExecutionRow]:
+    """A job's queued and running executions, its `succeeded` newest succeeded ones and its
+    `failed` newest that ended otherwise (failed, timed out, dead, cancelled, skipped)."""
+    rows = await conn.fetch(Q["recent_of_job_by_outcome"], job_id, succeeded, failed)
+    return [execution_of(r) for r in rows]
+
+
+@translated
+async def job_run_times(conn: Conn, job_id: uuid.UUID) -> tuple[datetime | None, datetime | None]:
+    """(the nominal time of the job's newest dispatched scheduled occurrence, the finish time
+    of its newest succeeded execution); None where there is none."""
+    row = await conn.fetchrow(Q["job_run_times"], job_id)
+    assert row is not None  # (one row of two scalar subqueries, always)
+    return row["last_schedule"], row["last_success"]
+
+
+@translated
 async def get_execution(
     conn: Conn, execution_id: uuid.UUID, tenant: str | None
 ) -> ExecutionRow | None:

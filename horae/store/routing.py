@@ -206,6 +206,31 @@ async def recent_of_job(store: Store, job_id: uuid.UUID, limit: int) -> list[Exe
     return _newest((row for _, rows in pages for row in rows), limit)
 
 
+async def recent_of_job_by_outcome(
+    store: Store, job_id: uuid.UUID, *, succeeded: int, failed: int
+) -> list[ExecutionRow]:
+    """A job's queued and running executions, its `succeeded` newest succeeded ones and its
+    `failed` newest that ended otherwise, from every group; newest first."""
+    pages = await _each(
+        store,
+        lambda c: reads.recent_of_job_by_outcome(c, job_id, succeeded=succeeded, failed=failed),
+    )
+    found = [row for _, rows in pages for row in rows]
+    live = _newest((r for r in found if not r.status.terminal), len(found))
+    ok = _newest((r for r in found if r.status == ExecutionStatus.SUCCEEDED), succeeded)
+    other = [r for r in found if r.status.terminal and r.status != ExecutionStatus.SUCCEEDED]
+    return _newest([*live, *ok, *_newest(other, failed)], len(found))
+
+
+async def job_run_times(store: Store, job_id: uuid.UUID) -> tuple[datetime | None, datetime | None]:
+    """`reads.job_run_times` over every group (history stays in a group a shard left): the
+    latest of each."""
+    pages = await _each(store, lambda c: reads.job_run_times(c, job_id))
+    schedules = [s for _, (s, _) in pages if s is not None]
+    successes = [t for _, (_, t) in pages if t is not None]
+    return max(schedules, default=None), max(successes, default=None)
+
+
 async def get_execution(
     store: Store, execution_id: uuid.UUID, tenant: str | None
 ) -> ExecutionRow | None:

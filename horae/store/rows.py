@@ -55,6 +55,8 @@ class JobRow:
     created_at: datetime
     updated_at: datetime
     fires_per_minute: float
+    manual_trigger: str | None
+    """A ScheduledJob's job: the last `horae.dev/trigger` annotation value it ran."""
 
     @property
     def spec(self) -> JobSpec:
@@ -115,6 +117,8 @@ class ExecutionRow:
     error_message: str | None
     result: Any
     created_at: datetime
+    manual: bool
+    """Its occurrence was run by hand (a trigger), not by the schedule."""
 
 
 _EXECUTION_COLUMNS = tuple(ExecutionRow.__dataclass_fields__)
@@ -152,6 +156,7 @@ class ExpiredRun:
     lease_owner: str | None
     retry_policy: dict[str, Any]
     job_name: str | None
+    manual: bool
 
 
 @dataclass(frozen=True, slots=True)

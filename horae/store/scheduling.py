@@ -35,6 +35,8 @@ class NewExecution:
     occurrence_at: datetime
     attempt: int
     job_version: int
+    manual: bool = False
+    """Run by hand (a trigger), and so are its retries."""
 
 
 def new_execution_id() -> uuid.UUID:
@@ -70,6 +72,7 @@ async def insert_executions(
         [n.job_version for n in new],
         now,
         now + NOTIFY_WITHIN,
+        [n.manual for n in new],
     )
     return [r["id"] for r in rows]
 
@@ -87,9 +90,12 @@ async def insert_execution(
     attempt: int,
     job_version: int,
     now: datetime,
+    manual: bool = False,
 ) -> uuid.UUID | None:
     """Insert one scheduled execution; announce it to its shard when due soon."""
-    new = NewExecution(job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version)
+    new = NewExecution(
+        job_id, tenant, task, shard, due_at, occurrence_at, attempt, job_version, manual
+    )
     inserted = await insert_executions(conn, [new], now)
     return inserted[0] if inserted else None
 

@@ -80,12 +80,10 @@ def test_chart_lints_and_every_rendered_manifest_is_accepted_by_the_api_server(
     assert len(accepted) == len(objects), applied.stdout
     kinds = {o["kind"] for o in objects}
     expected = {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                "RoleBinding", "PodDisruptionBudget", "Job", "Pod"}  # fmt: skip
-    expected |= (
-        {"NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject",
-         "TriggerAuthentication"}
-        if values else {"WorkerPool"}
-    )  # fmt: skip
+                "RoleBinding", "PodDisruptionBudget", "Job", "Pod", "WorkerPool"}  # fmt: skip
+    if values:
+        expected |= {"NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule",
+                     "ScaledObject", "TriggerAuthentication"}  # fmt: skip
     assert expected <= kinds, expected - kinds
 
 
@@ -212,23 +210,32 @@ def test_the_dead_webhook_reaches_the_schedulers_and_the_workers(
     assert {"name": "HORAE_DEAD_WEBHOOK_URL", "value": url} in pool["env"]
 
 
-def test_keda_worker_pods_get_the_grace_a_workerpool_gets(control_plane: ControlPlane) -> None:
-    """With KEDA the chart renders the worker Deployment itself: its pods must get the
-    termination grace the operator gives a WorkerPool's pods (shutdown grace, the
-    handlers' stop and the hand-back), not Kubernetes's default 30 s."""
-    from horae.operator.workerpool import Pool, WorkerPoolSpec, termination_grace
-
+def test_keda_scales_the_workerpool_through_its_scale_subresource(
+    control_plane: ControlPlane,
+) -> None:
+    """With KEDA the pool stays a WorkerPool (whose Deployment the operator runs, its pods
+    given the worker's grace): the ScaledObject targets the pool itself, whose replicas
+    only KEDA sets (autoscaling External), so no plain Deployment of workers is rendered."""
     text = render(control_plane, "horae", ALL_OPTIONS, "workerPool.shutdownGraceSeconds=50")
     objects = [o for o in yaml.safe_load_all(text) if o]
-    (worker,) = [o for o in objects if o["kind"] == "Deployment"
-                 and "horae.dev/workerpool" in o["metadata"]["labels"]]  # fmt: skip
-    spec = worker["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-    assert env["HORAE_SHUTDOWN_GRACE_SECONDS"] == "50"
-    grace_env = [{"name": "HORAE_SHUTDOWN_GRACE_SECONDS", "value": "50"}]
-    pool_spec = WorkerPoolSpec.model_validate({"image": "w:1", "tasks": "t", "env": grace_env})
-    expected = termination_grace(Pool("ns", "p", "uid", pool_spec))
-    assert spec["terminationGracePeriodSeconds"] == expected == 65
+    [pool] = [o for o in objects if o["kind"] == "WorkerPool"]
+    assert pool["metadata"]["name"] == "invoices"
+    assert pool["spec"]["autoscaling"] == "External"
+    assert "replicas" not in pool["spec"], "an upgrade would reset what KEDA set"
+    assert not {"minReplicas", "maxReplicas", "targetBacklogPerReplica"} & set(pool["spec"])
+    [scaled] = [o for o in objects if o["kind"] == "ScaledObject"]
+    assert scaled["spec"]["scaleTargetRef"] == {
+        "apiVersion": "horae.dev/v1alpha1", "kind": "WorkerPool", "name": "invoices",
+    }  # fmt: skip
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 20)
+    assert not [o for o in objects if o["kind"] == "Deployment"
+                and "horae.dev/workerpool" in o["metadata"].get("labels", {})]  # fmt: skip
+    env = {e["name"]: e.get("value") for e in pool["spec"]["env"]}
+    assert env["HORAE_SHUTDOWN_GRACE_SECONDS"] == "50"  # the operator's pods get its grace
+    defaults = [o for o in yaml.safe_load_all(render(control_plane, "horae", None)) if o]
+    [builtin] = [o for o in defaults if o["kind"] == "WorkerPool"]
+    assert builtin["spec"]["autoscaling"] == "Builtin"
+    assert (builtin["spec"]["minReplicas"], builtin["spec"]["maxReplicas"]) == (1, 10)
 
 
 def database_secret(spec: dict[str, Any]) -> str:
@@ -250,15 +257,10 @@ def test_each_component_reaches_postgres_through_its_own_secret(
     for component in ("api", "operator", "scheduler"):
         spec = by_name[f"Deployment/horae-{component}"]["spec"]["template"]["spec"]
         assert database_secret(spec) == prefix + component, component
-    if values:  # KEDA: the chart renders the worker Deployment itself
-        (worker,) = [o for o in objects if o["kind"] == "Deployment"
-                     and "horae.dev/workerpool" in o["metadata"]["labels"]]  # fmt: skip
-        assert database_secret(worker["spec"]["template"]["spec"]) == "pg-worker"
-    else:
-        pool = by_name["WorkerPool/default"]["spec"]
-        assert database_secret({"containers": [pool]}) == "horae-postgres-worker"
+    pool = by_name["WorkerPool/invoices" if values else "WorkerPool/default"]["spec"]
+    assert database_secret({"containers": [pool]}) == prefix + "worker"
     secrets = {database_secret(spec) for _, spec in pods(objects)}
-    assert len(secrets) == (5 if values else 4)  # the pool's pods are the operator's
+    assert len(secrets) == 4  # the pool's pods are the operator's
 
 
 def group_urls(spec: dict[str, Any]) -> dict[str, str]:
@@ -300,10 +302,9 @@ def test_each_store_group_reaches_every_component_through_its_own_secret(
     path.write_text(yaml.safe_dump(values))
     objects = [o for o in yaml.safe_load_all(render(control_plane, "horae", path)) if o]
     workloads = postgres_workloads(objects)
-    pool = "Deployment/default" if keda else "WorkerPool/default"
     # `helm test`'s Pod reads the store as the API does.
     who = {"Deployment/horae-api": "api", "Deployment/horae-operator": "operator",
-           "Deployment/horae-scheduler": "scheduler", pool: "worker",
+           "Deployment/horae-scheduler": "scheduler", "WorkerPool/default": "worker",
            "Pod/horae-test": "api"}  # fmt: skip
     assert sorted(workloads) == sorted([*who, "Job/horae-migrate"])
     second, west, third = (

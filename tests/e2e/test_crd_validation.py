@@ -1,4 +1,5 @@
-"""The API server itself refuses bad ScheduledJob manifests at `kubectl apply`, naming the field."""
+"""The API server itself refuses bad ScheduledJob and WorkerPool manifests at `kubectl apply`,
+naming the field."""
 
 from __future__ import annotations
 
@@ -38,6 +39,19 @@ BAD = [
     ({"task": "t", "runAt": "9999-12-31T23:59:59Z", "jitterSeconds": 3600},
      "spec.runAt must be from 1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z"),
     ({"task": "t", "runAt": "0001-01-01T00:00:00+01:00"}, "spec.runAt must be from"),
+    # a CronJob's history limits, or Horae's one: not both
+    ({"task": "t", "schedule": "* * * * *", "historyLimit": 5, "successfulJobsHistoryLimit": 3},
+     "spec.historyLimit: Invalid value: \"object\": spec.historyLimit cannot be combined with"
+     " spec.successfulJobsHistoryLimit or spec.failedJobsHistoryLimit"),
+    ({"task": "t", "schedule": "* * * * *", "historyLimit": 0, "failedJobsHistoryLimit": 0},
+     "spec.historyLimit cannot be combined"),
+    ({"task": "t", "schedule": "* * * * *", "successfulJobsHistoryLimit": -1},
+     "spec.successfulJobsHistoryLimit: Invalid value: -1: spec.successfulJobsHistoryLimit in body"
+     " should be greater than or equal to 0"),
+    ({"task": "t", "schedule": "* * * * *", "failedJobsHistoryLimit": 1001},
+     "spec.failedJobsHistoryLimit: Invalid value: 1001"),
+    ({"task": "t", "schedule": "* * * * *", "failedJobsHistoryLimit": "one"},
+     "spec.failedJobsHistoryLimit: Invalid value: \"string\""),
 ]  # fmt: skip
 
 
@@ -93,3 +107,60 @@ def test_every_form_of_cron_the_operator_accepts_passes_the_api_server(
     result = control_plane.kubectl("apply", "--dry-run=server", "-f", "-",
                                    input=manifest(namespace, spec), check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def pool_manifest(namespace: str, spec: dict[str, object], name: str = "p") -> str:
+    meta = {"name": name, "namespace": namespace}
+    body = {"apiVersion": "horae.dev/v1alpha1", "kind": "WorkerPool", "metadata": meta}
+    return json.dumps({**body, "spec": spec})
+
+
+POOL = {"image": "registry.example/w:1", "tasks": "app.tasks"}
+BAD_POOLS = [
+    ({**POOL, "replicas": -1}, "spec.replicas: Invalid value: -1"),
+    ({**POOL, "replicas": 1001}, "spec.replicas: Invalid value: 1001"),
+    ({**POOL, "autoscaling": "KEDA"},
+     'spec.autoscaling: Unsupported value: "KEDA": supported values: "Builtin", "External"'),
+    ({**POOL, "minReplicas": 5, "maxReplicas": 2}, "spec.minReplicas must be <= spec.maxReplicas"),
+    ({"tasks": "app.tasks"}, "spec.image: Required value"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD_POOLS, ids=[f for _, f in BAD_POOLS])
+def test_bad_workerpools_are_refused_naming_the_field(
+    control_plane: ControlPlane, namespace: str, spec: dict[str, object], field: str
+) -> None:
+    applied = control_plane.kubectl(
+        "apply", "-f", "-", input=pool_manifest(namespace, spec), check=False
+    )
+    assert applied.returncode != 0
+    assert field in applied.stderr, applied.stderr
+    assert control_plane.get_json("workerpools", "-n", namespace)["items"] == []
+
+
+def test_scaling_a_workerpool_past_its_bounds_is_refused_naming_the_field(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The scale subresource writes spec.replicas: the schema holds there too."""
+    control_plane.kubectl("apply", "-f", "-", input=pool_manifest(namespace, POOL))
+    scaled = control_plane.kubectl(
+        "scale", "workerpool", "p", "-n", namespace, "--replicas=5000", check=False
+    )
+    assert scaled.returncode != 0
+    assert "spec.replicas" in scaled.stderr, scaled.stderr
+    assert "replicas" not in control_plane.get_json("workerpool", "p", "-n", namespace)["spec"]
+    control_plane.kubectl("scale", "workerpool", "p", "-n", namespace, "--replicas=3")
+    assert control_plane.get_json("workerpool", "p", "-n", namespace)["spec"]["replicas"] == 3
+
+
+def test_kubectl_explain_reads_every_field(control_plane: ControlPlane) -> None:
+    """A user learns a field from the cluster: `kubectl explain` shows its description."""
+    retry = control_plane.kubectl("explain", "scheduledjob.spec.retryPolicy").stdout
+    assert "How a failed or timed-out attempt is retried" in retry
+    assert "maxAttempts" in retry and "Attempts in all" in retry
+    autoscaling = control_plane.kubectl("explain", "workerpool.spec.autoscaling").stdout
+    assert "Who sets spec.replicas" in autoscaling
+    condition = control_plane.kubectl(
+        "explain", "scheduledjob.status.conditions.lastTransitionTime"
+    ).stdout
+    assert "When the condition last changed status" in condition

@@ -315,3 +315,114 @@ async def test_only_a_pool_in_horaes_namespace_may_serve_other_namespaces(
     )
     assert applied.returncode != 0
     assert "spec.env may not set HORAE_POOL, HORAE_POOL_NAMESPACE, HORAE_TENANTS" in applied.stderr
+
+
+def pool_condition(plane: ControlPlane, namespace: str, name: str, kind: str) -> dict[str, Any]:
+    conditions = pool_status(plane, namespace, name).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+async def test_kubectl_scale_sets_an_external_pools_replicas_and_its_deployment_follows(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    """What an HPA or a KEDA ScaledObject does through the scale subresource, as a user
+    does it by hand: the operator never changes the figure, its Deployment runs it."""
+    processes.start("operator", "operator", env=OPERATOR_ENV)
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "reports", """
+  image: registry.example/reports:1.0
+  tasks: reports.tasks
+  autoscaling: External
+  minReplicas: 2
+"""))  # fmt: skip
+
+    async def filled_in() -> dict[str, Any] | None:
+        pool = control_plane.get_json("workerpool", "reports", "-n", namespace)
+        ready = pool_condition(control_plane, namespace, "reports", "Ready")
+        scaling = pool_condition(control_plane, namespace, "reports", "Scaling")
+        return pool if pool["spec"].get("replicas") == 2 and ready and scaling else None
+
+    pool = await until(filled_in, timeout=30, what="spec.replicas filled in (minReplicas)")
+    status = pool["status"]
+    assert status["selector"] == "horae.dev/workerpool=reports"
+    assert status["observedGeneration"] == pool["metadata"]["generation"]
+    ready = pool_condition(control_plane, namespace, "reports", "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Deployed")
+    scale = control_plane.get_json("workerpool", "reports", "-n", namespace,
+                                   "--subresource=scale")  # fmt: skip
+    assert (scale["kind"], scale["spec"]["replicas"]) == ("Scale", 2)
+    assert scale["status"]["selector"] == "horae.dev/workerpool=reports"
+
+    control_plane.kubectl("scale", "workerpool", "reports", "-n", namespace, "--replicas=4")
+
+    async def followed() -> dict[str, Any] | None:
+        dep = deployment(control_plane, namespace, "reports") or {}
+        status = pool_status(control_plane, namespace, "reports")
+        moved = dep.get("spec", {}).get("replicas") == 4 and status.get("replicas") == 4
+        return status if moved else None
+
+    status = await until(followed, timeout=20, what="the Deployment at 4 replicas")
+    assert status["desiredReplicas"] == 4
+    scaling = pool_condition(control_plane, namespace, "reports", "Scaling")
+    assert (scaling["status"], scaling["reason"]) == ("False", "External")
+    assert scaling["message"] == "4 replicas, as spec.replicas says"
+    # a Deployment scaled behind the pool's back goes back to what the pool says
+    control_plane.kubectl("scale", "deployment", "reports", "-n", namespace, "--replicas=9")
+
+    async def restored() -> bool:
+        dep = deployment(control_plane, namespace, "reports") or {}
+        return bool(dep.get("spec", {}).get("replicas") == 4)
+
+    await until(restored, timeout=20, what="the Deployment back at 4")
+    assert control_plane.get_json("workerpool", "reports", "-n", namespace)["spec"]["replicas"] == 4
+
+    table = control_plane.kubectl("get", "wp", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == [
+        "NAME", "TASKS", "AUTOSCALING", "REPLICAS", "READY", "DESIRED", "QUEUE", "AGE"
+    ]  # fmt: skip
+    assert table[1].split()[:7] == ["reports", "reports.tasks", "External", "4", "0", "4", "0"]
+    print("\n" + "\n".join(table))  # (the report quotes what a user sees)
+
+
+async def test_a_builtin_pool_scaled_by_hand_keeps_the_figure_for_the_window_then_the_queue_decides(
+    control_plane: ControlPlane, namespace: str, processes: Processes
+) -> None:
+    """The operator's autoscaler treats spec.replicas as an HPA does its target's: a figure
+    above what the queue asks for lasts the stabilization window, then goes."""
+    processes.start("operator", "operator", env=OPERATOR_ENV)
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "crunchers", """
+  image: registry.example/shop-workers:1.0
+  tasks: shop.tasks
+  minReplicas: 1
+  maxReplicas: 8
+"""))  # fmt: skip
+
+    async def replicas() -> tuple[int | None, int | None]:
+        pool = control_plane.get_json("workerpool", "crunchers", "-n", namespace)
+        dep = deployment(control_plane, namespace, "crunchers") or {}
+        return pool["spec"].get("replicas"), dep.get("spec", {}).get("replicas")
+
+    async def at(n: int) -> bool:
+        return await replicas() == (n, n)
+
+    await until(lambda: at(1), timeout=30, what="the pool and its Deployment at 1")
+    scaled_at = time.monotonic()
+    control_plane.kubectl("scale", "workerpool", "crunchers", "-n", namespace, "--replicas=5")
+    await until(lambda: at(5), timeout=10, interval=0.25, what="the Deployment at 5")
+
+    async def stabilizing() -> dict[str, Any] | None:
+        scaling = pool_condition(control_plane, namespace, "crunchers", "Scaling")
+        return scaling if scaling.get("reason") == "ScaleDownStabilizing" else None
+
+    scaling = await until(stabilizing, timeout=10, interval=0.25, what="Scaling=True")
+    assert scaling["status"] == "True"
+    assert scaling["message"].startswith("the queue asks for 1 replicas; 5 kept until")
+    await until(lambda: at(1), timeout=WINDOW + 15, interval=0.25, what="back at 1")
+    assert time.monotonic() - scaled_at >= WINDOW, "scaled in before the stabilization window"
+    settled = pool_condition(control_plane, namespace, "crunchers", "Scaling")
+    assert settled["lastTransitionTime"] >= scaling["lastTransitionTime"]
+
+    async def steady() -> dict[str, Any] | None:
+        found = pool_condition(control_plane, namespace, "crunchers", "Scaling")
+        return found if found.get("reason") == "DesiredReplicas" else None
+
+    assert (await until(steady, timeout=10, what="Scaling=False"))["status"] == "False"

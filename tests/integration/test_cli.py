@@ -384,3 +384,43 @@ async def test_a_scheduledjobs_job_is_not_paused_resumed_or_cancelled_from_the_c
             " (kubectl edit scheduledjob/nightly -n shop; kubectl delete to cancel it)"
         ], verb
     assert await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before
+
+
+async def test_trigger_runs_a_job_once_now_as_a_manual_execution(
+    db_url: str, stored: StoreRows
+) -> None:
+    """`horae jobs trigger` is the HTTP API's :trigger: one manual execution due now, of a
+    job from the API or from a ScheduledJob alike; one line, exit code 2 on bad input and 1
+    when the job cannot run."""
+    job_id = await stored.create_job(
+        JobSpec(task="t", cron="0 0 1 1 *"), tenant="shop", source=JobSource.CRD,
+        now=datetime.now(UTC), name="nightly",
+    )  # fmt: skip
+    r = horae("jobs", "trigger", "shop/nightly", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    [line] = r.stdout.splitlines()
+    prefix = f"job {job_id} triggered: execution "
+    assert line.startswith(prefix), line
+    execution_id = uuid.UUID(line.removeprefix(prefix))
+    row = await stored.fetchrow("SELECT * FROM executions WHERE id = $1", execution_id)
+    assert (row["status"], row["attempt"], row["manual"]) == ("scheduled", 1, True)
+    assert abs(row["due_at"] - datetime.now(UTC)) < timedelta(seconds=30)
+    [shown] = [e for e in parsed("executions", "shop/nightly", db_url=db_url)
+               if e["id"] == str(execution_id)]  # fmt: skip
+    assert shown["manual"] is True
+
+    paused = parsed("jobs", "create", "--task", "t", "--cron", "0 0 1 1 *", db_url=db_url)
+    ok("jobs", "pause", paused["id"], db_url=db_url)
+    for args, code, message in [
+        (("jobs", "trigger", "not-a-ref"), 2,
+         "horae: JOB must be a job id or NAMESPACE/NAME, got 'not-a-ref'"),
+        (("jobs", "trigger"), 2, "horae: Missing argument 'job'."),
+        (("jobs", "trigger", "shop/nothing"), 1, "horae: job shop/nothing not found"),
+        (("jobs", "trigger", paused["id"]), 1,
+         f"horae: job {paused['id']} is paused: only an active job can be triggered"),
+    ]:  # fmt: skip
+        r = horae(*args, db_url=db_url)
+        assert (r.returncode, r.stderr.strip().splitlines()) == (code, [message]), args
+        assert r.stdout == "", args
+    manual = await stored.count("SELECT count(*) FROM executions WHERE manual")
+    assert manual == 1

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from horae.errors import QuotaExceeded, ShardBusy
+from horae.errors import Conflict, QuotaExceeded, ShardBusy
 from horae.models import ExecutionStatus, JobSource, JobSpec
-from horae.store import dispatch, executions, jobs, tenants
+from horae.store import dispatch, executions, jobs, reads, tenants
 from horae.store.db import connect
 from horae.store.dispatch import parse_notify
 from tests.support import transitions
@@ -519,3 +519,76 @@ async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_
         assert len(await rows(pool, dead["job_id"])) == 1, "nothing was written"
         await jobs.cancel_job(conn, other["job_id"], now=NOW)
         assert await jobs.rerun_execution(conn, dead["id"], now=NOW)
+
+
+async def test_a_triggered_run_is_manual_and_so_is_its_retry(pool: asyncpg.Pool) -> None:
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(
+            conn, JobSpec(task="t", cron="0 0 1 1 *", retry={"max_attempts": 2}),
+            tenant="acme", source=JobSource.API, shards=64, now=NOW,
+        )  # fmt: skip
+        manual_id = await jobs.trigger_job(conn, job_id, now=NOW)
+        claimed = await transitions.claim(
+            conn, manual_id, NOW, owner="w1", now=NOW, lease=lease, tenant="acme"
+        )
+        assert isinstance(claimed, executions.Claimed)
+        later = NOW + timedelta(seconds=5)
+        assert await transitions.finish(
+            conn, claimed, owner="w1", status=ExecutionStatus.FAILED, now=NOW, retry_at=later
+        )
+    found = [(r["attempt"], r["status"], r["manual"]) for r in await rows(pool, job_id)]
+    assert found == [(1, "failed", True), (2, "scheduled", True), (1, "scheduled", False)]
+
+
+async def test_a_trigger_value_runs_once_however_often_it_is_handled(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(
+            conn, cron_spec("0 0 1 1 *"), tenant="acme", source=JobSource.CRD, shards=64,
+            now=NOW, name="nightly",
+        )  # fmt: skip
+        # the value the ScheduledJob was created with: recorded, nothing runs
+        assert await jobs.trigger_once(conn, job_id, "v0", now=NOW, run=False) is None
+        assert await jobs.trigger_once(conn, job_id, "v0", now=NOW) is None
+        first = await jobs.trigger_once(conn, job_id, "v1", now=NOW)
+        again = await jobs.trigger_once(conn, job_id, "v1", now=NOW + timedelta(seconds=1))
+        second = await jobs.trigger_once(conn, job_id, "v2", now=NOW + timedelta(seconds=2))
+        assert first is not None and again is None and second is not None
+        await jobs.set_paused(conn, job_id, True, now=NOW + timedelta(seconds=3))
+        with pytest.raises(Conflict, match="paused: only an active job can be triggered"):
+            await jobs.trigger_once(conn, job_id, "v3", now=NOW + timedelta(seconds=4))
+        # refused, but handled: resuming the job does not run it later
+        assert await jobs.trigger_once(conn, job_id, "v3", now=NOW) is None
+    manual = [r["id"] for r in await rows(pool, job_id) if r["manual"]]
+    assert manual == [first, second]
+    assert await pool.fetchval("SELECT manual_trigger FROM jobs WHERE id = $1", job_id) == "v3"
+
+
+async def test_cronjob_style_history_keeps_the_newest_of_each_outcome_and_every_live_one(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await cron_job(conn, "0 0 1 1 *")
+    statuses = ["succeeded"] * 4 + ["failed", "dead", "skipped", "running", "queued"]
+    for i, status in enumerate(statuses):
+        due = NOW - timedelta(minutes=len(statuses) - i)
+        await pool.execute(
+            "INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,"
+            " attempt, job_version, status, finished_at, lease_owner, lease_until, enqueued_at)"
+            " SELECT gen_random_uuid(), id, tenant, task, shard, $2, $2, 1, 1,"
+            " $3::execution_status, CASE WHEN $4 THEN $2::timestamptz END, 'w', $2,"
+            " CASE WHEN $3::text <> 'skipped' THEN $2::timestamptz END FROM jobs WHERE id = $1",
+            job_id, due, status, status not in ("running", "queued"),
+        )  # fmt: skip
+    async with pool.acquire() as conn:
+        kept = await reads.recent_of_job_by_outcome(conn, job_id, succeeded=2, failed=1)
+        none = await reads.recent_of_job_by_outcome(conn, job_id, succeeded=0, failed=0)
+        last_schedule, last_success = await reads.job_run_times(conn, job_id)
+    assert sorted(r.status.value for r in kept) == [
+        "queued", "running", "skipped", "succeeded", "succeeded"
+    ]  # fmt: skip
+    newest_ok = max(r.due_at for r in kept if r.status == ExecutionStatus.SUCCEEDED)
+    assert newest_ok == NOW - timedelta(minutes=len(statuses) - 3)
+    assert sorted(r.status.value for r in none) == ["queued", "running"]
+    # the newest dispatched (the queued one), and the newest success
+    assert last_schedule == NOW - timedelta(minutes=1) and last_success == newest_ok

@@ -37,6 +37,7 @@ def _row(kind: str | None, message: str | None) -> ExecutionRow:
         error_message=message,
         result=None,
         created_at=at,
+        manual=False,
     )
 
 

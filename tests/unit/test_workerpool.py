@@ -12,6 +12,8 @@ from horae.operator.workerpool import (
     deployment_body,
     desired_replicas,
 )
+from horae.operator.workerpool.autoscaler import scaling_condition
+from horae.operator.workerpool.deployment import initial_replicas
 
 
 @pytest.mark.parametrize(
@@ -173,3 +175,47 @@ def test_the_spec_defaults_are_the_crd_schema_defaults() -> None:
     assert spec.min_replicas == props["minReplicas"]["default"] == 1
     assert spec.max_replicas == props["maxReplicas"]["default"] == 10
     assert spec.target_backlog_per_replica == props["targetBacklogPerReplica"]["default"] == 100
+    assert spec.autoscaling == props["autoscaling"]["default"] == "Builtin"
+    assert spec.replicas is None and "default" not in props["replicas"]
+
+
+def test_a_pool_without_replicas_takes_what_its_deployment_runs_or_its_minimum() -> None:
+    from horae.kube import DeploymentReplicas
+
+    running = DeploymentReplicas(replicas=7, ready_replicas=5, controller_uid="u-1")
+    assert initial_replicas(_pool(minReplicas=2), None) == 2
+    assert initial_replicas(_pool(minReplicas=2), running) == 7
+    assert initial_replicas(_pool(minReplicas=2, replicas=4), running) == 4
+    assert _pool().with_replicas(3).spec.replicas == 3
+    assert _pool().selector == "horae.dev/workerpool=crunchers"
+
+
+def _scaling(pool: Pool, ready: int, desired: int, decision: Decision) -> tuple[bool, str, str]:
+    condition = scaling_condition(pool, ready=ready, desired=desired, decision=decision, window=300)
+    assert condition.type == "Scaling"
+    return condition.status, condition.reason, condition.message
+
+
+def test_scaling_says_what_holds_the_replicas() -> None:
+    pool = _pool(maxReplicas=8)
+    assert _scaling(pool, 250, 3, Decision(3, None)) == (
+        False,
+        "DesiredReplicas",
+        "3 replicas, as the queue asks",
+    )
+    assert _scaling(pool, 10, 1, Decision(5, ScaleDown(since=0, peak=1))) == (
+        True,
+        "ScaleDownStabilizing",
+        "the queue asks for 1 replicas; 5 kept until it has asked for fewer for 300s",
+    )
+    assert _scaling(pool, 2000, 8, Decision(8, None)) == (
+        False,
+        "MaxReplicas",
+        "the queue asks for 20 replicas; held at maxReplicas 8",
+    )
+    external = _pool(autoscaling="External", replicas=4)
+    assert _scaling(external, 2000, 4, Decision(4, None)) == (
+        False,
+        "External",
+        "4 replicas, as spec.replicas says",
+    )

@@ -1,9 +1,11 @@
-"""The `Autoscaler`: every period, each tracked pool's Deployment scaled on its queue depth."""
+"""The `Autoscaler`: every period, each tracked pool's spec.replicas decided (autoscaling
+Builtin: on its queue depth) and its Deployment scaled to it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,12 +17,46 @@ from horae.broker import Names, QueueDepths
 from horae.clock import utc_now
 from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects, Deployments, ServiceAccounts
+from horae.operator.conditions import Condition
 from horae.operator.measuring import failed
+from horae.operator.reporting import StatusWriter
 from horae.operator.workerpool.deployment import PoolRefused, check_owned, ensure_deployment
-from horae.operator.workerpool.scaling import ScaleDown, decide, desired_replicas
+from horae.operator.workerpool.scaling import Decision, ScaleDown, decide, desired_replicas
 from horae.operator.workerpool.spec import Pool
 
 log = logging.getLogger(__name__)
+
+
+def scaling_condition(
+    pool: Pool, *, ready: int, desired: int, decision: Decision, window: float
+) -> Condition:
+    """The pool's `Scaling` condition once the autoscaler has decided `decision` (its
+    figure for spec.replicas) from `ready` messages asking for `desired` replicas: True
+    while a scale-down waits out the stabilization window of `window` seconds."""
+    spec = pool.spec
+    if not pool.builtin:
+        return Condition(
+            "Scaling", False, "External", f"{decision.replicas} replicas, as spec.replicas says"
+        )
+    if decision.waiting is not None:
+        return Condition(
+            "Scaling",
+            True,
+            "ScaleDownStabilizing",
+            f"the queue asks for {desired} replicas; {decision.replicas} kept until it has"
+            f" asked for fewer for {window:g}s",
+        )
+    wanted = math.ceil(ready / spec.target_backlog_per_replica)
+    if wanted > spec.max_replicas:
+        return Condition(
+            "Scaling",
+            False,
+            "MaxReplicas",
+            f"the queue asks for {wanted} replicas; held at maxReplicas {spec.max_replicas}",
+        )
+    return Condition(
+        "Scaling", False, "DesiredReplicas", f"{decision.replicas} replicas, as the queue asks"
+    )
 
 
 @dataclass
@@ -34,7 +70,8 @@ class _Tracked:
 
 
 class Autoscaler:
-    """Scales every known WorkerPool's Deployment on its queue depth, every `period`."""
+    """Every `period`, decides each known WorkerPool's spec.replicas from its queue depth
+    (autoscaling Builtin) and scales its Deployment to spec.replicas (either way)."""
 
     def __init__(
         self,
@@ -43,6 +80,7 @@ class Autoscaler:
         accounts: ServiceAccounts,
         objects: CustomObjects,
         broker_url: str,
+        statuses: StatusWriter | None = None,
         names: Names,
         period: timedelta = timedelta(seconds=5),
         stabilization: timedelta = timedelta(seconds=300),
@@ -51,6 +89,7 @@ class Autoscaler:
         self._deployments = deployments
         self._accounts = accounts
         self._objects = objects
+        self._statuses = statuses or StatusWriter(objects, "workerpools")
         self._depths = QueueDepths(broker_url)
         self._names = names
         self._period = period.total_seconds()
@@ -141,43 +180,33 @@ class Autoscaler:
                 self.forget(pool.namespace, pool.name)
             return
         check_owned(deployment, pool)
-        desired = desired_replicas(
-            ready,
-            minimum=spec.min_replicas,
-            maximum=spec.max_replicas,
-            target=spec.target_backlog_per_replica,
-        )
-        decision = decide(
-            current=deployment.replicas,
-            desired=desired,
-            maximum=spec.max_replicas,
-            waiting=tracked.waiting,
-            now=self._clock(),
-            window=self._window,
-        )
-        tracked.waiting = decision.waiting
-        if decision.replicas != deployment.replicas:
-            # A deleted WorkerPool's Deployment may outlive it a while (garbage collection),
-            # and its delete event may reach `forget` after this round began: a scale is rare,
-            # so the pool is read first and a gone one is never scaled again.
-            found = await self._objects.get("workerpools", pool.namespace, pool.name)
-            if found is None or found["metadata"]["uid"] != pool.uid:
-                if self._pools.get((pool.namespace, pool.name)) is tracked:
-                    self.forget(pool.namespace, pool.name)  # (a namesake is tracked anew)
-                return
-            if not await self._deployments.scale(pool.namespace, pool.name, decision.replicas):
-                return
-            tracked.last_scale_time = rfc3339(utc_now())
-            up = decision.replicas > deployment.replicas
-            metrics.scale_decisions.labels("up" if up else "down").inc()
-            log.info(
-                "scaled WorkerPool %s/%s from %d to %d replicas (%d ready messages)",
-                pool.namespace,
-                pool.name,
-                deployment.replicas,
-                decision.replicas,
+        current = deployment.replicas if spec.replicas is None else spec.replicas
+        if pool.builtin:
+            desired = desired_replicas(
                 ready,
+                minimum=spec.min_replicas,
+                maximum=spec.max_replicas,
+                target=spec.target_backlog_per_replica,
             )
+            decision = decide(
+                current=current,
+                desired=desired,
+                maximum=spec.max_replicas,
+                waiting=tracked.waiting,
+                now=self._clock(),
+                window=self._window,
+            )
+        else:
+            desired, decision = current, Decision(current, None)
+        tracked.waiting = decision.waiting
+        moved = decision.replicas != deployment.replicas
+        if (moved or (pool.builtin and decision.replicas != spec.replicas)) and not (
+            await self._follow(tracked, decision.replicas, deployment.replicas, ready)
+        ):
+            return
+        condition = scaling_condition(
+            pool, ready=ready, desired=desired, decision=decision, window=self._window
+        )
         status = {
             "queueDepth": ready,
             "desiredReplicas": desired,
@@ -185,11 +214,54 @@ class Autoscaler:
             "readyReplicas": deployment.ready_replicas,
             "lastScaleTime": tracked.last_scale_time,
         }
-        if status != tracked.shown:
-            present = await self._objects.patch_status(
-                "workerpools", pool.namespace, pool.name, status
+        shown = status | {"condition": condition}
+        if shown != tracked.shown:
+            present = await self._statuses.write(
+                pool.namespace, pool.name, pool.uid, status, [condition]
             )
             if not present:
                 self.forget(pool.namespace, pool.name)
                 return
-            tracked.shown = status
+            tracked.shown = shown
+
+    async def _follow(self, tracked: _Tracked, replicas: int, running: int, ready: int) -> bool:
+        """Make the pool's spec.replicas (autoscaling Builtin) and its Deployment's
+        `replicas` (it runs `running`); False when the pool is gone, or when its
+        spec.replicas changed since it was tracked (someone scaled it: the next round
+        decides from that figure)."""
+        pool = tracked.pool
+        # A deleted WorkerPool's Deployment may outlive it a while (garbage collection),
+        # and its delete event may reach `forget` after this round began: a scale is rare,
+        # so the pool is read first and a gone one is never scaled again.
+        found = await self._objects.get("workerpools", pool.namespace, pool.name)
+        if found is None or found["metadata"]["uid"] != pool.uid:
+            if self._pools.get((pool.namespace, pool.name)) is tracked:
+                self.forget(pool.namespace, pool.name)  # (a namesake is tracked anew)
+            return False
+        scaled = found.get("spec", {}).get("replicas")
+        if scaled is not None and scaled != pool.spec.replicas:
+            tracked.pool = pool.with_replicas(scaled)
+            self._wake.set()
+            return False
+        if pool.builtin and scaled != replicas:
+            patched = await self._objects.patch(
+                "workerpools", pool.namespace, pool.name, {"spec": {"replicas": replicas}}
+            )
+            if patched is None:
+                return False
+            tracked.pool = pool.with_replicas(replicas)
+        if replicas != running:
+            if not await self._deployments.scale(pool.namespace, pool.name, replicas):
+                return False
+            tracked.last_scale_time = rfc3339(utc_now())
+            if pool.builtin:  # the autoscaler's own decision (External: someone else's)
+                metrics.scale_decisions.labels("up" if replicas > running else "down").inc()
+            log.info(
+                "scaled WorkerPool %s/%s from %d to %d replicas (%d ready messages)",
+                pool.namespace,
+                pool.name,
+                running,
+                replicas,
+                ready,
+            )
+        return True

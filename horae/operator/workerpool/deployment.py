@@ -9,10 +9,9 @@ from typing import Any
 from horae.config import WorkerSettings, env_seconds
 from horae.errors import ConfigError
 from horae.kube import DeploymentReplicas, Deployments, ServiceAccounts
-from horae.operator.workerpool.spec import Pool
+from horae.operator.workerpool.spec import POOL_LABEL, Pool
 from horae.resources import GROUP, RESERVED_POOL_ENV, VERSION
 
-POOL_LABEL = f"{GROUP}/workerpool"
 CONTAINER = "worker"
 
 
@@ -86,7 +85,8 @@ CONTAINER_SECURITY: dict[str, Any] = {
 
 
 def deployment_body(pool: Pool) -> dict[str, Any]:
-    """The Deployment fields the operator owns. No replicas: only the autoscaler sets them.
+    """The Deployment fields the operator owns. No replicas: they follow the pool's
+    spec.replicas through the scale subresource (`Autoscaler`).
     Its pods run as the chart's do: non-root, read-only root filesystem, no capabilities."""
     labels = {POOL_LABEL: pool.name}
     container: dict[str, Any] = {
@@ -193,12 +193,22 @@ async def check_privileges(
     return existing
 
 
+def initial_replicas(pool: Pool, existing: DeploymentReplicas | None) -> int:
+    """What a pool's spec.replicas is when unset: what its Deployment runs, and for a new
+    pool its minReplicas."""
+    if pool.spec.replicas is not None:
+        return pool.spec.replicas
+    return existing.replicas if existing is not None else pool.spec.min_replicas
+
+
 async def ensure_deployment(
     deployments: Deployments, accounts: ServiceAccounts, pool: Pool
-) -> None:
+) -> DeploymentReplicas | None:
     """Apply the pool's Deployment once its privileges are checked (PoolRefused if not);
-    a new one starts at minReplicas."""
+    a new one starts at the pool's spec.replicas (`initial_replicas`). Returns the
+    Deployment as it was before (None: it is new)."""
     existing = await check_privileges(deployments, accounts, pool)
     await deployments.apply(pool.namespace, pool.name, deployment_body(pool))
     if existing is None:
-        await deployments.scale(pool.namespace, pool.name, pool.spec.min_replicas)
+        await deployments.scale(pool.namespace, pool.name, initial_replicas(pool, None))
+    return existing

@@ -1,4 +1,5 @@
-"""The kopf handlers of WorkerPools: reconcile into a Deployment, then autoscale."""
+"""The kopf handlers of WorkerPools: reconcile into a Deployment, fill in spec.replicas when
+unset, then hand the pool to the autoscaler."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from typing import Any
 import kopf
 import pydantic
 
-from horae.operator.conditions import condition, refuse
+from horae.operator.conditions import Condition, generation_of
 from horae.operator.measuring import measured
+from horae.operator.reporting import refuse
 from horae.operator.tenancy import TenantsNotAllowed, served_tenants
-from horae.operator.workerpool.deployment import PoolRefused, ensure_deployment
+from horae.operator.workerpool.deployment import PoolRefused, ensure_deployment, initial_replicas
 from horae.operator.workerpool.spec import Pool, WorkerPoolSpec
 from horae.resources import GROUP, VERSION
 
@@ -20,8 +22,8 @@ REFUSED_RETRY_SECONDS = 30
 
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the WorkerPool handlers on `registry`; they use `memo.deployments`
-    (a `horae.kube.Deployments`), `memo.service_accounts`, `memo.events` and
-    `memo.autoscaler` (an `Autoscaler`)."""
+    (a `horae.kube.Deployments`), `memo.service_accounts`, `memo.events`, `memo.objects`,
+    `memo.pool_status` (a `StatusWriter`) and `memo.autoscaler` (an `Autoscaler`)."""
 
     @kopf.on.create(GROUP, VERSION, "workerpools", registry=registry)
     @kopf.on.update(GROUP, VERSION, "workerpools", field="spec", registry=registry)
@@ -71,13 +73,13 @@ async def _reconcile(
     try:
         tenants = served_tenants(namespace, parsed.tenants, install_namespace=memo.namespace)
         pool = Pool(namespace=namespace, name=name, uid=uid, spec=parsed, tenants=tenants)
-        await ensure_deployment(memo.deployments, memo.service_accounts, pool)
+        existing = await ensure_deployment(memo.deployments, memo.service_accounts, pool)
     except TenantsNotAllowed as exc:
         # Nothing is applied: an existing Deployment keeps serving this namespace only.
         # Only a new spec can settle it.
         await refuse(
             memo.events,
-            patch,
+            memo.pool_status,
             meta,
             kind="WorkerPool",
             reason="TenantsNotAllowed",
@@ -87,12 +89,27 @@ async def _reconcile(
     except PoolRefused as exc:
         # Retried: labelling the ServiceAccount or removing the Deployment settles it.
         await refuse(
-            memo.events, patch, meta, kind="WorkerPool", reason=exc.reason, message=str(exc)
+            memo.events,
+            memo.pool_status,
+            meta,
+            kind="WorkerPool",
+            reason=exc.reason,
+            message=str(exc),
         )
         raise kopf.TemporaryError(str(exc), delay=REFUSED_RETRY_SECONDS) from None
-    patch.status["conditions"] = [
-        condition("Ready", True, "Deployed", f"serves {', '.join(tenants)}")
-    ]
+    if parsed.replicas is None:
+        # The scale subresource (kubectl scale, an HPA, KEDA) needs a figure to read.
+        replicas = initial_replicas(pool, existing)
+        patch.spec["replicas"] = replicas
+        pool = pool.with_replicas(replicas)
+    await memo.pool_status.write(
+        namespace,
+        name,
+        uid,
+        {"selector": pool.selector},
+        [Condition("Ready", True, "Deployed", f"serves {', '.join(tenants)}")],
+        generation=generation_of(meta),
+    )
     memo.autoscaler.track(pool)
 
 

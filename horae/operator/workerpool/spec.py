@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from horae.resources import GROUP
+
+POOL_LABEL = f"{GROUP}/workerpool"
+"""The label of a pool's Deployment and pods: its name."""
 
 
 class WorkerPoolSpec(BaseModel):
@@ -18,6 +23,9 @@ class WorkerPoolSpec(BaseModel):
 
     image: str
     tasks: str
+    replicas: int | None = Field(default=None, ge=0)
+    """None until the operator fills it in (`handlers`)."""
+    autoscaling: Literal["Builtin", "External"] = "Builtin"
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=10, ge=1)
     target_backlog_per_replica: int = Field(default=100, ge=1)
@@ -37,3 +45,18 @@ class Pool:
     spec: WorkerPoolSpec
     tenants: tuple[str, ...] = ()
     """The tenants its workers serve (`tenancy.served_tenants`); empty: its own namespace."""
+
+    @property
+    def builtin(self) -> bool:
+        """The operator's autoscaler sets spec.replicas (autoscaling Builtin)."""
+        return self.spec.autoscaling == "Builtin"
+
+    @property
+    def selector(self) -> str:
+        """The label selector of its pods, as the scale subresource reports it."""
+        return f"{POOL_LABEL}={self.name}"
+
+    def with_replicas(self, replicas: int) -> Pool:
+        """The pool once its spec.replicas is `replicas`."""
+        spec = self.spec.model_copy(update={"replicas": replicas})
+        return Pool(self.namespace, self.name, self.uid, spec, self.tenants)

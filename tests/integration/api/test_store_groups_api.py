@@ -243,11 +243,13 @@ async def test_the_operator_keeps_a_scheduledjobs_job_in_the_group_of_its_uid(
 ) -> None:
     uid = job_in(5)  # a resource's uid in an odd shard: group second
     spec = ScheduledJobSpec.model_validate({"task": "t", "schedule": "0 0 * * * *"})
-    row = await sync_job(store, uid, "ns", "nightly", spec)
-    assert row.state == "active" and await where(groups, uid) == [SECOND]
+    row, created = await sync_job(store, uid, "ns", "nightly", spec, trigger_value="v0")
+    assert row.state == "active" and created and await where(groups, uid) == [SECOND]
+    assert row.manual_trigger == "v0"  # a value it is created with is recorded, not run
     edited = spec.model_copy(update={"payload": {"n": 2}, "suspend": True})
-    row = await sync_job(store, uid, "ns", "nightly", edited)
+    row, created = await sync_job(store, uid, "ns", "nightly", edited, trigger_value="v1")
     assert (row.state, row.payload, row.spec_version) == ("paused", {"n": 2}, 2)
+    assert not created and row.manual_trigger == "v0"  # an edit runs no trigger
     # Recreated under the same name (a new uid, in main): the old job is cancelled.
     again = job_in(4)
     await sync_job(store, again, "ns", "nightly", spec)
