@@ -446,6 +446,43 @@ def _pool_access_properties() -> dict[str, Any]:
     }
 
 
+def _pool_placement_properties() -> dict[str, Any]:
+    """Where the workers' pods go and what they carry, as in a Pod spec."""
+
+    def strings(description: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "maxProperties": 64,
+            "additionalProperties": {"type": "string", "maxLength": 4096},
+            "description": description,
+        }
+
+    def pod_list(description: str) -> dict[str, Any]:
+        return {
+            "type": "array",
+            "maxItems": 32,
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "description": description,
+        }
+
+    return {
+        "podAnnotations": strings(
+            "Annotations of the workers' pods (e.g. for a service mesh or a log shipper)."
+        ),
+        "priorityClassName": {
+            "type": "string",
+            "maxLength": 253,
+            "description": "PriorityClass of the workers' pods, as in a Pod spec.",
+        },
+        "nodeSelector": strings("Node labels the workers' pods require, as in a Pod spec."),
+        "tolerations": pod_list("Tolerations of the workers' pods, as in a Pod spec."),
+        "topologySpreadConstraints": pod_list(
+            "How the workers' pods spread over zones or nodes, as in a Pod spec; a constraint"
+            " without a labelSelector spreads this pool's pods (horae.dev/workerpool=NAME)."
+        ),
+    }
+
+
 AUTOSCALING_MODES = ("Builtin", "External")
 """Who sets a WorkerPool's spec.replicas: the operator's autoscaler, or someone else."""
 
@@ -525,6 +562,7 @@ def _workerpool_spec_schema() -> dict[str, Any]:
             },
             "env": _pool_env_schema(),
         }
+        | _pool_placement_properties()
         | _pool_access_properties(),
         "x-kubernetes-validations": [
             {

@@ -161,8 +161,13 @@ def test_every_pod_gets_the_scheduling_values_and_every_account_its_annotations(
         assert by_zone["labelSelector"]["matchLabels"].items() <= labels.items(), name
         assert by_zone["topologyKey"] == "topology.kubernetes.io/zone"
         assert by_host["labelSelector"] == {"matchLabels": {"app.kubernetes.io/instance": "horae"}}
-    # KEDA's worker Deployment among them (the operator's WorkerPool pods get none of these).
-    assert any("horae.dev/workerpool" in t["metadata"]["labels"] for _, t in found)
+    # The WorkerPool carries them to the Deployment the operator makes of it, which
+    # spreads a constraint without a selector over the pool's own pods
+    # (tests/unit/test_workerpool.py).
+    (pool,) = [o["spec"] for o in objects if o["kind"] == "WorkerPool"]
+    assert pool["podAnnotations"] == values["podAnnotations"]
+    assert pool["priorityClassName"] == "horae-critical"
+    assert pool["topologySpreadConstraints"] == values["topologySpreadConstraints"]
     accounts = {o["metadata"]["name"]: o["metadata"].get("annotations", {})
                 for o in objects if o["kind"] == "ServiceAccount"}  # fmt: skip
     common = values["serviceAccounts"]["annotations"]

@@ -99,6 +99,37 @@ def test_the_deployment_runs_the_pool_workers_and_leaves_replicas_alone() -> Non
     assert pod["automountServiceAccountToken"] is False
 
 
+def test_the_pods_get_the_pools_annotations_priority_and_placement() -> None:
+    zone = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway"}  # fmt: skip
+    mine = {"matchLabels": {"team": "reports"}}
+    body = deployment_body(
+        _pool(
+            podAnnotations={"sidecar.istio.io/inject": "false"},
+            priorityClassName="batch-high",
+            nodeSelector={"pool": "workers"},
+            tolerations=[{"key": "dedicated", "operator": "Exists"}],
+            topologySpreadConstraints=[zone, {**zone, "labelSelector": mine}],
+        )
+    )
+    template = body["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    pod = template["spec"]
+    assert pod["priorityClassName"] == "batch-high"
+    assert pod["nodeSelector"] == {"pool": "workers"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    spread, own = pod["topologySpreadConstraints"]
+    assert spread == {
+        **zone,
+        "labelSelector": {"matchLabels": {"horae.dev/workerpool": "crunchers"}},
+    }
+    assert own["labelSelector"] == mine  # a selector of the pool's own is kept
+    plain = deployment_body(_pool())["spec"]["template"]
+    assert "annotations" not in plain["metadata"]
+    assert not {"priorityClassName", "nodeSelector", "tolerations",
+                "topologySpreadConstraints"} & plain["spec"].keys()  # fmt: skip
+
+
 def test_a_pools_own_metrics_port_is_the_probes_port() -> None:
     env = [{"name": "HORAE_METRICS_PORT", "value": "9300"}]
     container = deployment_body(_pool(env=env))["spec"]["template"]["spec"]["containers"][0]

@@ -118,6 +118,22 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
         # Workers need no Kubernetes API: no token in their pods unless the pool asks.
         "automountServiceAccountToken": pool.spec.automount_service_account_token,
     }
+    spec = pool.spec
+    if spec.priority_class_name:
+        pod["priorityClassName"] = spec.priority_class_name
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = list(spec.tolerations)
+    if spec.topology_spread_constraints:
+        # As the chart's: a constraint without a selector spreads this pool's own pods.
+        pod["topologySpreadConstraints"] = [
+            {"labelSelector": {"matchLabels": labels}} | constraint
+            for constraint in spec.topology_spread_constraints
+        ]
+    template: dict[str, Any] = {"labels": labels}
+    if spec.pod_annotations:
+        template["annotations"] = dict(spec.pod_annotations)
     if pool.spec.service_account_name:
         # Also the deprecated alias, which the API server would otherwise fill in, own
         # nobody's, and copy back into serviceAccountName once the pool drops it.
@@ -142,7 +158,7 @@ def deployment_body(pool: Pool) -> dict[str, Any]:
         },
         "spec": {
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod},
+            "template": {"metadata": template, "spec": pod},
         },
     }
 

@@ -35,6 +35,11 @@ class WorkerPoolSpec(BaseModel):
     service_account_name: str | None = None
     automount_service_account_token: bool = False
     tenants: list[str] | None = None
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    priority_class_name: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    topology_spread_constraints: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ def execution(ms: int, **changes: Any) -> ExecutionRow:
         error_message=None,
         result=None,
         created_at=DUE,
+        manual=False,
     )
     return ExecutionRow(**{**fields, **changes})
 
