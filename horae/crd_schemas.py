@@ -235,15 +235,12 @@ TRIGGER_MAX_CHARS = 253
 """The longest trigger value the operator runs (the store's column says the same)."""
 
 
-def _scheduledjob_status_schema() -> dict[str, Any]:
-    def instant(description: str) -> dict[str, Any]:
-        return {
-            "type": "string",
-            "format": "date-time",
-            "nullable": True,
-            "description": description,
-        }
+def _instant(description: str) -> dict[str, Any]:
+    """An RFC 3339 time a status may not have yet."""
+    return {"type": "string", "format": "date-time", "nullable": True, "description": description}
 
+
+def _scheduledjob_status_schema() -> dict[str, Any]:
     last_trigger = {
         "type": "object",
         "description": f"The last {TRIGGER_ANNOTATION} annotation value the operator handled:"
@@ -258,7 +255,7 @@ def _scheduledjob_status_schema() -> dict[str, Any]:
                 " none (the value the ScheduledJob was created with, or a job that was"
                 " suspended: a Warning Event TriggerRefused says so).",
             },
-            "time": instant("When the operator handled it."),
+            "time": _instant("When the operator handled it."),
         },
     }
     return {
@@ -270,22 +267,22 @@ def _scheduledjob_status_schema() -> dict[str, Any]:
                 "description": "The job's id in Horae's store (the resource's uid): what"
                 " `horae jobs get` and the HTTP API name it by.",
             },
-            "nextRunAt": instant(
+            "nextRunAt": _instant(
                 "When the next occurrence is due (nominal, before jitter). Unset when"
                 " nothing is scheduled: suspended, or a one-off that has run."
             ),
-            "lastRunAt": instant("When the latest attempt's outcome was recorded."),
+            "lastRunAt": _instant("When the latest attempt's outcome was recorded."),
             "lastStatus": {
                 "type": "string",
                 "nullable": True,
                 "description": "How the latest attempt ended: Succeeded, Failed, TimedOut,"
                 " Dead, Cancelled or Skipped.",
             },
-            "lastScheduleTime": instant(
+            "lastScheduleTime": _instant(
                 "As a CronJob's: the nominal time of the newest scheduled occurrence that was"
                 " dispatched to a worker (manual runs and retries left out)."
             ),
-            "lastSuccessfulTime": instant(
+            "lastSuccessfulTime": _instant(
                 "As a CronJob's: when the newest Succeeded execution finished."
             ),
             "lastTrigger": last_trigger,
@@ -326,14 +323,6 @@ def scheduledjob_schema() -> dict[str, Any]:
 
 
 def execution_schema() -> dict[str, Any]:
-    def instant(description: str) -> dict[str, Any]:
-        return {
-            "type": "string",
-            "format": "date-time",
-            "nullable": True,
-            "description": description,
-        }
-
     status = {
         "type": "object",
         "description": "The execution as Horae's store records it (written by the operator).",
@@ -359,15 +348,15 @@ def execution_schema() -> dict[str, Any]:
                 " annotation, `horae jobs trigger`, POST /jobs/{id}:trigger), not by the"
                 " schedule; so are its retries.",
             },
-            "occurrenceAt": instant(
+            "occurrenceAt": _instant(
                 "The nominal time of the occurrence it runs (shared by its retries)."
             ),
-            "dueAt": instant(
+            "dueAt": _instant(
                 "When it was due to start: the occurrence's time plus the job's jitter, or a"
                 " retry's backoff."
             ),
-            "startedAt": instant("When a worker started its handler."),
-            "finishedAt": instant("When it ended."),
+            "startedAt": _instant("When a worker started its handler."),
+            "finishedAt": _instant("When it ended."),
             "duration": {
                 "type": "string",
                 "nullable": True,

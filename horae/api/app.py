@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -13,7 +12,6 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from horae.api import metering, problems
 from horae.api.auth import Authenticator, Chain, KubernetesAuth, ReviewLimits, StaticTokens
@@ -27,41 +25,6 @@ from horae.kube import Reviews, load_api_client
 from horae.store.groups import Store
 
 log = logging.getLogger(__name__)
-
-
-class AccessLog:
-    """One line per request: method, path, status and duration, never headers (tokens),
-    query strings or bodies (payloads). Successes at DEBUG, refusals and errors at INFO."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def sent(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sent)
-        finally:
-            level = logging.DEBUG if status < 400 else logging.INFO
-            if log.isEnabledFor(level):
-                log.log(
-                    level,
-                    "%s %s %d %.1fms",
-                    scope["method"],
-                    scope["path"],
-                    status,
-                    (time.perf_counter() - started) * 1000,
-                )
 
 
 async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
@@ -136,7 +99,6 @@ def create_app(
     app.add_api_route("/metrics", metering.metrics_endpoint(), include_in_schema=False)
     # Authentication and body limits before the application reads any body (gate.py).
     app.add_middleware(Gate, auth=auth, limits=limits or BodyLimits())
-    app.add_middleware(AccessLog)
     app.add_middleware(metering.RequestMetrics)  # outermost: the gate's refusals count
     return app
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import tempfile
@@ -52,6 +53,8 @@ SHARED_DIR = "PROMETHEUS_MULTIPROC_DIR"
 BEAT_SECONDS = 1.0
 UNMATCHED = "unmatched"
 """The route label of a request no route serves (a 404)."""
+
+log = logging.getLogger(__name__)
 
 
 def share_between_processes(workers: int) -> Path | None:
@@ -108,8 +111,10 @@ class Templates:
 
 
 class RequestMetrics:
-    """ASGI middleware: counts and times every HTTP request (outermost, so the gate's
-    refusals count too)."""
+    """ASGI middleware: counts, times and logs every HTTP request (outermost, so the gate's
+    refusals count too). The log has one line per request: method, path, status and
+    duration, never headers (tokens), query strings or bodies (payloads); successes at
+    DEBUG, refusals and errors at INFO."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -132,8 +137,12 @@ class RequestMetrics:
             await self.app(scope, receive, sent)
         finally:
             route, method = self._templates.name(scope), scope["method"]
+            seconds = time.perf_counter() - started
             metrics.api_requests.labels(route, method, str(status)).inc()
-            metrics.api_latency.labels(route, method).observe(time.perf_counter() - started)
+            metrics.api_latency.labels(route, method).observe(seconds)
+            level = logging.DEBUG if status < 400 else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(level, "%s %s %d %.1fms", method, scope["path"], status, seconds * 1000)
 
 
 PoolUse = Callable[[], Iterable[tuple[str, int, int, int]]]
