@@ -61,6 +61,7 @@ watch_args=()
 [ -n "${HORAE_DEMO_DURATION:-}" ] && watch_args=(--for "$HORAE_DEMO_DURATION")
 .venv/bin/horae executions "$NS/hello-once" "$NS/hello-every-5s" "$NS/flaky" "$NS/doomed" \
   --watch "${watch_args[@]}" || true
+echo  # the live table's last frame ends without a newline
 kubectl get scheduledjobs -n "$NS"
 kubectl get executions -n "$NS"
 kubectl get workerpools,deployments,replicasets,pods -n "$NS"
