@@ -63,7 +63,10 @@ class StatusWriter:
         """Set `fields` and `conditions` in the status of the resource `namespace/name`
         whose uid is `uid`; False when it is gone (or is a namesake, another uid). Each
         condition's `observedGeneration` is `generation`, else the status's own
-        `observedGeneration` (the spec its handler last acted on)."""
+        `observedGeneration` (the spec its handler last acted on). Raises `ObjectChanged`
+        when the resource changed under every one of `ATTEMPTS` writes: nothing was
+        written, and the caller writes again later (a status believed written would stay
+        stale until the next change)."""
         key = (namespace, name)
         for _ in range(ATTEMPTS):
             seen = self._seen.get(key) or await self._read(namespace, name)
@@ -92,14 +95,9 @@ class StatusWriter:
                 return False
             self._seen[key] = _seen(patched)
             return True
-        log.warning(
-            "status of %s %s/%s changed %d times while written",
-            self._plural,
-            namespace,
-            name,
-            ATTEMPTS,
+        raise ObjectChanged(
+            f"status of {self._plural} {namespace}/{name} changed {ATTEMPTS} times while written"
         )
-        return True
 
     def forget(self, namespace: str, name: str) -> None:
         self._seen.pop((namespace, name), None)

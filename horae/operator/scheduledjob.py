@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 from horae.clock import utc_now
 from horae.domain.fields import first_error
 from horae.domain.instants import rfc3339
-from horae.errors import QuotaExceeded
+from horae.errors import ObjectChanged, QuotaExceeded
 from horae.models import JobSource
 from horae.operator import trigger
 from horae.operator.conditions import Condition, generation_of
@@ -209,9 +209,12 @@ def register(registry: kopf.OperatorRegistry) -> None:
         fields = await stored_status(memo.store, row)
         if created and value is not None and len(value) <= TRIGGER_MAX_CHARS:
             fields["lastTrigger"] = trigger.handled(value, None, utc_now())
-        await memo.job_status.write(
-            namespace, name, uid, fields, conditions_of(row), generation=generation_of(meta)
-        )
+        try:
+            await memo.job_status.write(
+                namespace, name, uid, fields, conditions_of(row), generation=generation_of(meta)
+            )
+        except ObjectChanged as exc:  # written over and over meanwhile: again soon
+            raise kopf.TemporaryError(str(exc), delay=1) from exc
 
     @kopf.on.event(GROUP, VERSION, "scheduledjobs", when=trigger.pending, registry=registry)
     @measured("ScheduledJob")

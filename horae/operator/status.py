@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from horae import metrics
+from horae.errors import ObjectChanged
 from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.measuring import failed
@@ -122,13 +123,19 @@ class StatusMirror:
             row = await routing.find_job(self._store, job_id)
             if row is None or row.source != "crd" or row.state == "cancelled" or not row.name:
                 continue  # (a ScheduledJob's job is always named: jobs_crd_named)
-            present = await self.writer.write(
-                row.tenant,
-                row.name,
-                str(row.id),
-                await stored_status(self._store, row),
-                conditions_of(row),
-            )
+            try:
+                present = await self.writer.write(
+                    row.tenant,
+                    row.name,
+                    str(row.id),
+                    await stored_status(self._store, row),
+                    conditions_of(row),
+                )
+            except ObjectChanged as exc:
+                log.info("%s: written at the next flush", exc)
+                self._pending.setdefault(job_id, notified)
+                self._wake.set()
+                continue
             if present and self._mirrors is not None:
                 try:
                     await self._mirrors.sync(row)

@@ -339,12 +339,14 @@ async def test_kubectl_scale_sets_an_external_pools_replicas_and_its_deployment_
         pool = control_plane.get_json("workerpool", "reports", "-n", namespace)
         ready = pool_condition(control_plane, namespace, "reports", "Ready")
         scaling = pool_condition(control_plane, namespace, "reports", "Scaling")
-        return pool if pool["spec"].get("replicas") == 2 and ready and scaling else None
+        # Filling spec.replicas in is a new generation, which the operator observes too.
+        current = pool.get("status", {}).get("observedGeneration") == pool["metadata"]["generation"]
+        return pool if pool["spec"].get("replicas") == 2 and ready and scaling and current else None
 
-    pool = await until(filled_in, timeout=30, what="spec.replicas filled in (minReplicas)")
+    pool = await until(filled_in, timeout=30, what="spec.replicas filled in, and observed")
     status = pool["status"]
     assert status["selector"] == "horae.dev/workerpool=reports"
-    assert status["observedGeneration"] == pool["metadata"]["generation"]
+    assert pool["metadata"]["generation"] == 2  # the manifest's, then the filled-in figure's
     ready = pool_condition(control_plane, namespace, "reports", "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "Deployed")
     scale = control_plane.get_json("workerpool", "reports", "-n", namespace,

@@ -191,8 +191,10 @@ def test_completion_installs_for_bash_and_completes_commands_and_values(tmp_path
         "HOME": str(tmp_path),
         "PATH": f"{Path(HORAE).parent}:{os.environ['PATH']}",
     }
+    # As typed in an interactive bash: typer finds the shell among horae's parents (a lone
+    # command would be exec'd by `bash -c`, leaving whatever ran the test as the parent).
     installed = subprocess.run(
-        ["bash", "-c", "horae --install-completion"],
+        ["bash", "-c", "horae --install-completion; exit $?"],
         env=env,
         capture_output=True,
         text=True,

@@ -16,6 +16,7 @@ from horae import metrics
 from horae.broker import Names, QueueDepths
 from horae.clock import utc_now
 from horae.domain.instants import rfc3339
+from horae.errors import ObjectChanged
 from horae.kube import CustomObjects, Deployments, ServiceAccounts
 from horae.operator.conditions import Condition
 from horae.operator.measuring import failed
@@ -216,9 +217,13 @@ class Autoscaler:
         }
         shown = status | {"condition": condition}
         if shown != tracked.shown:
-            present = await self._statuses.write(
-                pool.namespace, pool.name, pool.uid, status, [condition]
-            )
+            try:
+                present = await self._statuses.write(
+                    pool.namespace, pool.name, pool.uid, status, [condition]
+                )
+            except ObjectChanged as exc:
+                log.info("%s: written in a later round", exc)  # tracked.shown stays as it was
+                return
             if not present:
                 self.forget(pool.namespace, pool.name)
                 return

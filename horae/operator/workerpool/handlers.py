@@ -8,6 +8,7 @@ from typing import Any
 import kopf
 import pydantic
 
+from horae.errors import ObjectChanged
 from horae.operator.conditions import Condition, generation_of
 from horae.operator.measuring import measured
 from horae.operator.reporting import refuse
@@ -102,15 +103,18 @@ async def _reconcile(
         replicas = initial_replicas(pool, existing)
         patch.spec["replicas"] = replicas
         pool = pool.with_replicas(replicas)
-    await memo.pool_status.write(
-        namespace,
-        name,
-        uid,
-        {"selector": pool.selector},
-        [Condition("Ready", True, "Deployed", f"serves {', '.join(tenants)}")],
-        generation=generation_of(meta),
-    )
     memo.autoscaler.track(pool)
+    try:
+        await memo.pool_status.write(
+            namespace,
+            name,
+            uid,
+            {"selector": pool.selector},
+            [Condition("Ready", True, "Deployed", f"serves {', '.join(tenants)}")],
+            generation=generation_of(meta),
+        )
+    except ObjectChanged as exc:  # written over and over meanwhile: again soon
+        raise kopf.TemporaryError(str(exc), delay=1) from exc
 
 
 def _deleted(event: kopf.RawEvent, **_: Any) -> bool:
