@@ -207,10 +207,10 @@ async def test_each_new_trigger_value_runs_the_job_once_now_and_only_once(
     control_plane.kubectl("patch", "sj", "nightly", "-n", namespace, "--type=merge",
                           "-p", '{"spec":{"suspend":true}}')  # fmt: skip
 
-    async def paused() -> bool:
-        return await stored.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "paused"
+    async def state_is(state: str) -> bool:
+        return await stored.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == state
 
-    await until(paused, timeout=20, what="the job paused")
+    await until(lambda: state_is("paused"), timeout=20, what="the job paused")
     control_plane.kubectl("annotate", "sj", "nightly", "-n", namespace,
                           "horae.dev/trigger=v3", "--overwrite")  # fmt: skip
     v3 = await until(lambda: handled("v3"), timeout=30, what="v3 handled")
@@ -222,10 +222,7 @@ async def test_each_new_trigger_value_runs_the_job_once_now_and_only_once(
     control_plane.kubectl("patch", "sj", "nightly", "-n", namespace, "--type=merge",
                           "-p", '{"spec":{"suspend":false}}')  # fmt: skip
 
-    async def resumed() -> bool:
-        return await stored.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "active"
-
-    await until(resumed, timeout=20, what="the job resumed")
+    await until(lambda: state_is("active"), timeout=20, what="the job resumed")
     control_plane.kubectl("annotate", "sj", "nightly", "-n", namespace,
                           "horae.dev/trigger=v4", "--overwrite")  # fmt: skip
     await until(lambda: handled("v4"), timeout=30, what="v4 handled")
