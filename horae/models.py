@@ -21,6 +21,7 @@ from horae.domain.limits import (
     A_WEEK_SECONDS,
     CRON_MAX_CHARS,
     MAX_JITTER_SECONDS,
+    MAX_PAUSE_AFTER_FAILURES,
     RETRY_LIMITS,
     TASK_NAME_MAX_CHARS,
     TASK_NAME_PATTERN,
@@ -128,6 +129,16 @@ class RetryPolicy(BaseModel):
         return timedelta(seconds=rand(0.0, self.backoff_cap(attempt).total_seconds()))
 
 
+class FailurePolicy(BaseModel):
+    """What a job does when its runs keep failing: after `pause_after_consecutive_failures`
+    executions in a row ended failed, timed out or dead (each counted once, when no retry
+    follows it; a success resets the count), the job is paused, saying why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pause_after_consecutive_failures: int = Field(ge=1, le=MAX_PAUSE_AFTER_FAILURES)
+
+
 def _check_time_zone(value: str) -> str:
     try:
         ZoneInfo(value)
@@ -154,6 +165,7 @@ class JobSpec(BaseModel):
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
     starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy = CatchUpPolicy.SKIP
+    failure_policy: FailurePolicy | None = None
 
     @field_validator("time_zone")
     @classmethod

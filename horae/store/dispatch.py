@@ -254,10 +254,10 @@ async def lose_lease(
     `retry_at`) or dead (retry_at None). False when it is no longer expired or not ours."""
     status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
     async with conn.transaction():
-        job_id = await conn.fetchval(
+        lost = await conn.fetchrow(
             Q["lose_lease"], row.id, row.due_at, row.shard, epoch, now, status.value
         )
-        if job_id is None:
+        if lost is None:
             return False
         if retry_at is not None:
             await insert_execution(
@@ -274,7 +274,13 @@ async def lose_lease(
                 manual=row.manual,
             )
         await conn.execute(
-            Q["record_job_runs"], [row.job_id], [now], [status.value], [retry_at is None]
+            Q["record_job_runs"],
+            [row.job_id],
+            [status.value],
+            [retry_at is None],
+            [row.id],
+            [lost["error_message"]],
+            now,
         )
         return True
 
