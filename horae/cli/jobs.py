@@ -65,6 +65,7 @@ _OPTION_OF_FIELD = {
     "time_zone": "--tz",
     "retry": "--max-attempts",
     "timeout_seconds": "--timeout",
+    "failure_policy": "--pause-after-failures",
 }
 
 
@@ -112,9 +113,17 @@ def _print_job(job: JobOut, fmt: str) -> None:
         "timeout": f"{job.timeout_seconds}s" if job.timeout_seconds else "-",
         "last run": at(job.last_run_at),
         "last status": job.last_status.value if job.last_status else "-",
+        "failure policy": (
+            f"pause after {job.failure_policy.pause_after_consecutive_failures}"
+            f" consecutive failures ({job.consecutive_failures} so far)"
+            if job.failure_policy
+            else "-"
+        ),
         "created": at(job.created_at),
         "spec version": str(job.spec_version),
     }
+    if job.state == JobState.PAUSED:
+        rows["paused reason"] = job.paused_reason or "-"
     for key, value in rows.items():
         details.add_row(key, value)
     out = console()
@@ -194,6 +203,7 @@ def _spec(
     payload: str | None,
     max_attempts: int | None,
     timeout: int | None,
+    pause_after_failures: int | None = None,
 ) -> JobSpec:
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
@@ -238,6 +248,8 @@ def _spec(
     }
     if max_attempts is not None:
         fields["retry"] = {"max_attempts": max_attempts}
+    if pause_after_failures is not None:
+        fields["failure_policy"] = {"pause_after_consecutive_failures": pause_after_failures}
     try:
         return JobSpec(**fields)
     except pydantic.ValidationError as exc:
@@ -262,6 +274,13 @@ def jobs_create(
         int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
     ] = None,
     timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
+    pause_after_failures: Annotated[
+        int | None,
+        typer.Option(
+            help="Pause the job after N executions in a row ended failed, timed out or dead"
+            " (1-1000; each counted once its retries are over; a success resets the count)."
+        ),
+    ] = None,
     output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
@@ -277,6 +296,7 @@ def jobs_create(
         payload=payload,
         max_attempts=max_attempts,
         timeout=timeout,
+        pause_after_failures=pause_after_failures,
     )
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:
@@ -295,16 +315,35 @@ def jobs_create(
 
 
 @jobs_app.command("pause")
-def jobs_pause(job: JobArgument) -> None:
+def jobs_pause(
+    job: JobArgument,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            help="Why (shown by `jobs get` and the API until it is resumed; at most 500"
+            " characters). Pausing a paused job replaces it."
+        ),
+    ] = None,
+) -> None:
     """Pause a job: its pending executions are cancelled until it is resumed."""
+    from horae.domain.limits import pause_reason_error
     from horae.store import jobs as jobs_store
 
-    _transition(job, "paused", jobs_store.pause_job)
+    if reason is not None:
+        error = "cannot be empty" if not reason else pause_reason_error(reason)
+        if error is not None:
+            raise fail(f"--reason: {error}")
+
+    async def pause(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> None:
+        await jobs_store.pause_job(conn, job_id, now=now, reason=reason)
+
+    _transition(job, "paused", pause)
 
 
 @jobs_app.command("resume")
 def jobs_resume(job: JobArgument) -> None:
-    """Resume a paused job from now; missed occurrences follow its catch-up policy."""
+    """Resume a paused job from now (one its failure policy paused counts its failures
+    afresh); missed occurrences follow its catch-up policy."""
     from horae.store import jobs as jobs_store
 
     _transition(job, "resumed", jobs_store.resume_job)

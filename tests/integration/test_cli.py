@@ -108,8 +108,9 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     job = parsed("jobs", "create", "--task", "send-invoice", "--cron", "0 9 * * 1",
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
                  "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
-                 db_url=db_url)  # fmt: skip
+                 "--pause-after-failures", "3", db_url=db_url)  # fmt: skip
     job_id = job["id"]
+    assert job["failure_policy"] == {"pause_after_consecutive_failures": 3}
     assert (job["tenant"], job["name"], job["source"], job["state"]) == (
         "acme", "invoices", "api", "active")  # fmt: skip
     assert len(job["next_runs"]) == 5
@@ -134,14 +135,19 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     as_yaml = yaml.safe_load(ok("jobs", "get", job_id, "-o", "yaml", db_url=db_url))
     assert as_yaml["id"] == job_id and as_yaml["next_runs"] == job["next_runs"]
 
-    assert ok("jobs", "pause", job_id, db_url=db_url).strip() == f"job {job_id} paused"
+    assert "pause after 3 consecutive failures (0 so far)" in shown
+    paused = ok("jobs", "pause", job_id, "--reason", "INC-7: vendor down", db_url=db_url)
+    assert paused.strip() == f"job {job_id} paused"
     assert await state(stored, job_id) == "paused"
     assert await statuses(stored, job_id) == ["cancelled"]
-    assert parsed("jobs", "get", job_id, db_url=db_url)["next_runs"] == []
-    assert "none (the job is paused)" in ok("jobs", "get", job_id, db_url=db_url)
+    got = parsed("jobs", "get", job_id, db_url=db_url)
+    assert (got["next_runs"], got["paused_reason"]) == ([], "INC-7: vendor down")
+    shown = ok("jobs", "get", job_id, db_url=db_url)
+    assert "none (the job is paused)" in shown and "INC-7: vendor down" in shown
 
     assert ok("jobs", "resume", job_id, db_url=db_url).strip() == f"job {job_id} resumed"
     assert await state(stored, job_id) == "active"
+    assert parsed("jobs", "get", job_id, db_url=db_url)["paused_reason"] is None
     assert sorted(await statuses(stored, job_id)) == ["cancelled", "scheduled"]
 
     assert ok("jobs", "cancel", job_id, db_url=db_url).strip() == f"job {job_id} cancelled"
@@ -210,6 +216,13 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         (*create, "--run-at", soon, "--max-attempts", "many"): "horae: Invalid value for "
         "'--max-attempts'",
         (*create, "--run-at", soon, "--timeout", "0"): "horae: --timeout:",
+        (*create, "--cron", "* * * * *", "--pause-after-failures", "0"): "horae: "
+        "--pause-after-failures: Input should be greater than or equal to 1",
+        (*create, "--cron", "* * * * *", "--pause-after-failures", "1001"): "horae: "
+        "--pause-after-failures: Input should be less than or equal to 1000",
+        ("jobs", "pause", str(uuid.uuid4()), "--reason", "r" * 501): "horae: --reason: is 501 "
+        "characters; the limit is 500",
+        ("jobs", "pause", str(uuid.uuid4()), "--reason", ""): "horae: --reason: cannot be empty",
         (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",
         (*create, "--run-at", soon, "--tenant", ""): "horae: --tenant: must be 1 to 253",
         ("jobs", "create", "--task", "Not A Task", "--run-at", soon): "horae: --task:",

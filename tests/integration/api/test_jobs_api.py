@@ -286,3 +286,25 @@ async def test_a_scheduledjobs_job_is_changed_through_its_manifest_only(
     assert await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before
     assert (await api.get(f"/jobs/{job_id}", headers=h)).status_code == 200
     assert (await api.post(f"/jobs/{job_id}:trigger", headers=h)).status_code == 201
+
+
+async def test_a_pause_reason_is_shown_until_the_job_is_resumed(
+    api: httpx.AsyncClient, tenants: Tenants
+) -> None:
+    h = bearer(tenants.alice)
+    body = {**CRON, "failure_policy": {"pause_after_consecutive_failures": 3}}
+    job_id = (await api.post("/jobs", json=body, headers=h)).json()["id"]
+    got = (await api.get(f"/jobs/{job_id}", headers=h)).json()
+    assert got["failure_policy"] == {"pause_after_consecutive_failures": 3}
+    assert (got["consecutive_failures"], got["paused_reason"]) == (0, None)
+    r = await api.post(f"/jobs/{job_id}:pause", json={"reason": "vendor outage"}, headers=h)
+    assert r.status_code == 204, r.text
+    got = (await api.get(f"/jobs/{job_id}", headers=h)).json()
+    assert (got["state"], got["paused_reason"], got["paused_for_failures"]) == (
+        "paused", "vendor outage", False)  # fmt: skip
+    assert (await api.post(f"/jobs/{job_id}:resume", headers=h)).status_code == 204
+    got = (await api.get(f"/jobs/{job_id}", headers=h)).json()
+    assert (got["state"], got["paused_reason"]) == ("active", None)
+    # an edit may clear the policy (null: its default, none)
+    r = await api.patch(f"/jobs/{job_id}", json={"failure_policy": None}, headers=h)
+    assert r.status_code == 200 and r.json()["failure_policy"] is None, r.text
