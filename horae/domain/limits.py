@@ -82,7 +82,9 @@ def stored_result(value: Any) -> Any:
         return {RESULT_DROPPED_KEY: why}
     size = len(text.encode())
     if size > MAX_RESULT_BYTES:
-        return {RESULT_DROPPED_KEY: f"result is {size} bytes of JSON; the limit is {MAX_RESULT_BYTES}"}
+        return {
+            RESULT_DROPPED_KEY: f"result is {size} bytes of JSON; the limit is {MAX_RESULT_BYTES}"
+        }
     stored = json.loads(text)  # what JSON makes of it: tuples become lists, keys strings
     if contains_nul(stored):
         return {RESULT_DROPPED_KEY: "result contains the NUL character, which cannot be stored"}

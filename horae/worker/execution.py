@@ -16,8 +16,8 @@ import inspect
 import logging
 import time
 import uuid
-from dataclasses import replace
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 

@@ -101,9 +101,7 @@ async def test_a_retried_attempt_does_not_count_and_a_success_resets_the_count(
         job_id = await failing_job(conn)
         await run_once(conn, job_id, ExecutionStatus.FAILED)
         # a failure with a retry to follow is not an outcome yet
-        await run_once(
-            conn, job_id, ExecutionStatus.FAILED, retry_at=NOW + timedelta(hours=1)
-        )
+        await run_once(conn, job_id, ExecutionStatus.FAILED, retry_at=NOW + timedelta(hours=1))
         assert (await job_row(pool, job_id))["consecutive_failures"] == 1
         await run_once(conn, job_id, ExecutionStatus.SUCCEEDED)
         assert (await job_row(pool, job_id))["consecutive_failures"] == 0
