@@ -52,6 +52,13 @@ BAD = [
      "spec.failedJobsHistoryLimit: Invalid value: 1001"),
     ({"task": "t", "schedule": "* * * * *", "failedJobsHistoryLimit": "one"},
      "spec.failedJobsHistoryLimit: Invalid value: \"string\""),
+    ({"task": "t", "schedule": "* * * * *", "failurePolicy": {"pauseAfterConsecutiveFailures": 0}},
+     "spec.failurePolicy.pauseAfterConsecutiveFailures: Invalid value: 0"),
+    ({"task": "t", "schedule": "* * * * *",
+      "failurePolicy": {"pauseAfterConsecutiveFailures": 1001}},
+     "spec.failurePolicy.pauseAfterConsecutiveFailures: Invalid value: 1001"),
+    ({"task": "t", "schedule": "* * * * *", "failurePolicy": {}},
+     "spec.failurePolicy.pauseAfterConsecutiveFailures: Required value"),
 ]  # fmt: skip
 
 
