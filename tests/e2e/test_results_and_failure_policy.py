@@ -57,6 +57,7 @@ async def test_results_show_in_executions_and_a_failing_job_pauses_itself_saying
     manifests = [
         scheduledjob(namespace, "small", {**once, "payload": {"result": {"sent": 3}}}),
         scheduledjob(namespace, "large", {**once, "payload": {"rows": 400}}),
+        scheduledjob(namespace, "huge", {**once, "payload": {"rows": 20000}}),
         scheduledjob(namespace, "doomed", {
             "task": "e2e.broken", "schedule": "* * * * * *", "retryPolicy": {"maxAttempts": 1},
             "failurePolicy": {"pauseAfterConsecutiveFailures": 2},
@@ -87,6 +88,13 @@ async def test_results_show_in_executions_and_a_failing_job_pauses_itself_saying
     # the store keeps the whole result: `horae executions` shows it
     [execution] = horae_json(processes, "executions", f"{namespace}/large")
     assert execution["result"] == {"rows": list(range(400))}
+    # over 64 KiB: not stored, the run succeeds all the same and its result says why
+    huge = await until(lambda: mirrored("huge"), timeout=30, what="huge's Execution")
+    [execution] = horae_json(processes, "executions", f"{namespace}/huge")
+    assert execution["result"] == {
+        "horae_result_dropped": "result is 108900 bytes of JSON; the limit is 65536"
+    }
+    assert huge["result"] == json.dumps(execution["result"], separators=(",", ":"))
 
     async def paused() -> dict[str, Any] | None:
         obj = dict(control_plane.get_json("sj", "doomed", "-n", namespace))
