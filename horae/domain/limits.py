@@ -43,9 +43,9 @@ MAX_RESULT_BYTES = 64 * 1024
 one (or one JSON cannot represent) is not stored: the attempt still succeeds, and its
 result is `RESULT_DROPPED_KEY`'s marker object saying why."""
 
-RESULT_DROPPED_KEY = "horae_result_dropped"
+RESULT_DROPPED_KEY = "horae.result_dropped"
 """The one key of the object stored instead of a result that could not be stored; its
-value says why (`{"horae_result_dropped": "result is 70000 bytes of JSON; the limit is
+value says why (`{"horae.result_dropped": "result is 70000 bytes of JSON; the limit is
 65536"}`)."""
 
 MAX_PAUSE_AFTER_FAILURES = 1000

@@ -92,7 +92,7 @@ async def test_results_show_in_executions_and_a_failing_job_pauses_itself_saying
     huge = await until(lambda: mirrored("huge"), timeout=30, what="huge's Execution")
     [execution] = horae_json(processes, "executions", f"{namespace}/huge")
     assert execution["result"] == {
-        "horae_result_dropped": "result is 108900 bytes of JSON; the limit is 65536"
+        "horae.result_dropped": "result is 108900 bytes of JSON; the limit is 65536"
     }
     assert huge["result"] == json.dumps(execution["result"], separators=(",", ":"))
 

@@ -130,6 +130,6 @@ async def test_a_result_that_cannot_be_stored_leaves_the_attempt_succeeded_with_
     outcome = await executions({row.task: TaskDefinition(row.task, unserialisable)})._attempt(row)
     assert outcome.status == ExecutionStatus.SUCCEEDED
     assert outcome.result == {
-        "horae_result_dropped": "result is not JSON-serialisable (TypeError: Object of type"
+        "horae.result_dropped": "result is not JSON-serialisable (TypeError: Object of type"
         " datetime is not JSON serializable)"
     }
