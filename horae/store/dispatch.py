@@ -251,7 +251,9 @@ async def lose_lease(
     conn: Conn, row: ExpiredRun, *, epoch: int, now: datetime, retry_at: datetime | None
 ) -> bool:
     """Fenced: the expired running execution `row` becomes failed (with a retry at
-    `retry_at`) or dead (retry_at None). False when it is no longer expired or not ours."""
+    `retry_at`) or dead (retry_at None), and its job's latest run is recorded as a worker's
+    outcome records it (`horae_record_runs`: a dead one counts towards the job's failure
+    policy). False when it is no longer expired or not ours."""
     status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
     async with conn.transaction():
         lost = await conn.fetchrow(
