@@ -87,3 +87,16 @@ def contains_nul(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+CATCH_UP_GRACE = timedelta(seconds=5)
+"""Lateness that is not a gap: an occurrence whose successor was due less than this before
+the scheduler looks at it runs, whatever the catch-up policy (a failover or a load spike
+makes a dispatch a few seconds late; that is not an outage)."""
+MAX_CATCH_UP_RUNS = 100
+"""The most occurrences of one gap that catch-up `All` replays: the newest this many (within
+the window); the older ones are skipped ("beyond the catch-up cap")."""
+MAX_SKIPPED_ROWS = 100
+"""The skipped occurrences of one gap (an outage, a pause) that are recorded as `skipped`
+rows: the newest this many; older ones leave no row."""
+MAX_CATCH_UP_WINDOW_SECONDS = 31 * 86400
+"""The longest catch-up window (31 days); the shortest is 1 second."""
