@@ -87,8 +87,10 @@ class ConcurrencyPolicy(enum.StrEnum):
 
 
 class CatchUpPolicy(enum.StrEnum):
-    """What runs of the occurrences a cron job missed in a gap (a scheduler outage, a
-    pause): see `horae.store.occurrences.catch_up`. Those not run are recorded skipped."""
+    """What runs of the occurrences a cron job missed in a gap (the scheduler away for more
+    than 5 s, a pause), within `catch_up_window_seconds`: `Skip` none, `Latest` the most
+    recent, `All` every one (the newest 100 at most). Each one not run is recorded as a
+    skipped execution with the reason."""
 
     SKIP = "Skip"
     """None of them: go on from the first occurrence after the gap."""

@@ -54,8 +54,8 @@ class JobCreate(JobSpec):
 class JobPatch(BaseModel):
     """Fields to change; a field left out keeps its value. `payload` and `retry` are
     replaced whole, and `null` resets a field to its default: it clears `run_at`, `cron`,
-    `timeout_seconds`, `starting_deadline_seconds` and `catch_up_window_seconds`. Every job has a task, so `task`
-    cannot be null."""
+    `timeout_seconds`, `starting_deadline_seconds` and `catch_up_window_seconds`. Every job
+    has a task, so `task` cannot be null."""
 
     model_config = ConfigDict(extra="forbid")
 

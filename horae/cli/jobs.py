@@ -34,8 +34,8 @@ from horae.cli.support import (
     settings,
     store_groups,
 )
-from horae.cli.tables import at, jobs_grid, render, schedule
-from horae.models import JobState
+from horae.cli.tables import at, catch_up_text, jobs_grid, render, schedule
+from horae.models import CatchUpPolicy, JobState
 
 if TYPE_CHECKING:
     from horae.api.schemas import JobOut
@@ -65,6 +65,8 @@ _OPTION_OF_FIELD = {
     "time_zone": "--tz",
     "retry": "--max-attempts",
     "timeout_seconds": "--timeout",
+    "catch_up": "--catch-up",
+    "catch_up_window_seconds": "--catch-up-window",
 }
 
 
@@ -110,6 +112,7 @@ def _print_job(job: JobOut, fmt: str) -> None:
         "payload": json.dumps(job.payload),
         "max attempts": str(job.retry.max_attempts),
         "timeout": f"{job.timeout_seconds}s" if job.timeout_seconds else "-",
+        "catch-up": catch_up_text(job),
         "last run": at(job.last_run_at),
         "last status": job.last_status.value if job.last_status else "-",
         "created": at(job.created_at),
@@ -194,13 +197,16 @@ def _spec(
     payload: str | None,
     max_attempts: int | None,
     timeout: int | None,
+    catch_up: str | None = None,
+    catch_up_window: str | None = None,
 ) -> JobSpec:
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
 
     from horae.domain.fields import first_error
+    from horae.domain.limits import catch_up_window as window_seconds
     from horae.domain.limits import lateness_error, payload_size_error
-    from horae.models import JobSpec
+    from horae.models import CatchUpPolicy, JobSpec
 
     if (cron is None) == (run_at is None):
         raise fail("exactly one of --cron and --run-at is required")
@@ -238,6 +244,16 @@ def _spec(
     }
     if max_attempts is not None:
         fields["retry"] = {"max_attempts": max_attempts}
+    if catch_up is not None:
+        one_of("--catch-up", catch_up, (p.value for p in CatchUpPolicy))
+        fields["catch_up"] = catch_up
+    if catch_up_window is not None:
+        try:
+            fields["catch_up_window_seconds"] = window_seconds(catch_up_window)
+        except ValueError as exc:
+            raise fail(f"--catch-up-window: {exc}") from None
+    if (catch_up is not None or catch_up_window is not None) and cron is None:
+        raise fail("--catch-up: applies to --cron only (a one-off that was missed runs late)")
     try:
         return JobSpec(**fields)
     except pydantic.ValidationError as exc:
@@ -262,6 +278,21 @@ def jobs_create(
         int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
     ] = None,
     timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
+    catch_up: Annotated[
+        str | None,
+        typer.Option(
+            help="What runs of the occurrences missed in a gap (an outage, a pause): Skip,"
+            " Latest (default) or All.",
+            autocompletion=completes(CatchUpPolicy),
+        ),
+    ] = None,
+    catch_up_window: Annotated[
+        str | None,
+        typer.Option(
+            help="Only missed occurrences due within this long run, e.g. 90s, 15m, 1h30m"
+            " (at most 744h). Default: no limit."
+        ),
+    ] = None,
     output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
@@ -277,6 +308,8 @@ def jobs_create(
         payload=payload,
         max_attempts=max_attempts,
         timeout=timeout,
+        catch_up=catch_up,
+        catch_up_window=catch_up_window,
     )
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:

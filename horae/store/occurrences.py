@@ -12,6 +12,7 @@ from horae.domain.limits import CATCH_UP_GRACE, MAX_CATCH_UP_RUNS, MAX_SKIPPED_R
 from horae.models import CatchUpPolicy, JobSpec
 from horae.schedule import fires_per_minute, jitter_offset, latest_fire_times, next_fire_times
 
+
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """A nominal fire time, and when it is due (the job's jitter added)."""

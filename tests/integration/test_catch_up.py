@@ -154,6 +154,5 @@ async def test_a_five_minute_outage_of_an_every_10s_job_runs_what_each_catch_up_
     ]
     pause_start = floor10(now - timedelta(minutes=2)) + TEN
     assert [(t, kind) for t, kind, _ in skipped("paused, All 30s")] == [
-        (pause_start + k * TEN, "paused")
-        for k in range(int((window_start - pause_start) / TEN))
+        (pause_start + k * TEN, "paused") for k in range(int((window_start - pause_start) / TEN))
     ]

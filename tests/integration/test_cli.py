@@ -108,10 +108,11 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     job = parsed("jobs", "create", "--task", "send-invoice", "--cron", "0 9 * * 1",
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
                  "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
-                 db_url=db_url)  # fmt: skip
+                 "--catch-up", "All", "--catch-up-window", "1h30m", db_url=db_url)  # fmt: skip
     job_id = job["id"]
     assert (job["tenant"], job["name"], job["source"], job["state"]) == (
         "acme", "invoices", "api", "active")  # fmt: skip
+    assert (job["catch_up"], job["catch_up_window_seconds"]) == ("All", 5400)
     assert len(job["next_runs"]) == 5
     for fire in job["next_runs"]:
         local = datetime.fromisoformat(fire).astimezone(ZoneInfo("Europe/Paris"))
@@ -128,7 +129,7 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     assert job_id in table and "0 9 * * 1 (Europe/Paris)" in table and "active" in table
 
     shown = ok("jobs", "get", job_id, db_url=db_url)
-    assert "next runs" in shown and "send-invoice" in shown
+    assert "next runs" in shown and "send-invoice" in shown and "All within 1h30m" in shown
     for fire in job["next_runs"]:
         assert fire.replace("T", " ") in shown  # each fire time, in UTC
     as_yaml = yaml.safe_load(ok("jobs", "get", job_id, "-o", "yaml", db_url=db_url))
@@ -212,6 +213,15 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         (*create, "--run-at", soon, "--timeout", "0"): "horae: --timeout:",
         (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",
         (*create, "--run-at", soon, "--tenant", ""): "horae: --tenant: must be 1 to 253",
+        (*create, "--cron", "* * * * *", "--catch-up", "Some"): "horae: --catch-up must be one"
+        " of Skip, Latest, All; got 'Some'",
+        (*create, "--cron", "* * * * *", "--catch-up-window", "1d"): "horae: --catch-up-window:"
+        " '1d' is not a duration",
+        (*create, "--cron", "* * * * *", "--catch-up-window", "0s"): "horae: --catch-up-window:"
+        " '0s' is out of range: a catch-up window is from 1s to 744h (31 days)",
+        (*create, "--cron", "* * * * *", "--catch-up-window", "745h"): "horae: --catch-up-window:"
+        " '745h' is out of range",
+        (*create, "--run-at", soon, "--catch-up", "All"): "horae: --catch-up: applies to --cron",
         ("jobs", "create", "--task", "Not A Task", "--run-at", soon): "horae: --task:",
         ("jobs", "create", "--run-at", soon): "horae: Missing option '--task'",
         ("jobs", "ls", "--state", "sleeping"): "horae: --state must be one of active,",

@@ -492,9 +492,7 @@ async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_recor
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     paused_at = now - timedelta(days=365)
-    spec = JobSpec(
-        task="t", cron="* * * * * *", catch_up=catch_up, catch_up_window_seconds=window
-    )
+    spec = JobSpec(task="t", cron="* * * * * *", catch_up=catch_up, catch_up_window_seconds=window)
     async with pool.acquire() as conn:
         job_id = await jobs.create_job(
             conn, spec, tenant="acme", source=JobSource.API, shards=64, now=paused_at
