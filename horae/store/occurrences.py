@@ -92,7 +92,8 @@ def catch_up(
         spec.time_zone,
         after=after,
         until=cutoff - offset,
-        count=MAX_CATCH_UP_RUNS + MAX_SKIPPED_ROWS + 1,
+        # (the runs, at most one unless All, and the skipped occurrences recorded before them)
+        count=(MAX_CATCH_UP_RUNS if spec.catch_up == CatchUpPolicy.ALL else 1) + MAX_SKIPPED_ROWS,
     )
     gap = [Occurrence(fire, fire + offset) for fire in newest]
     if not gap:
