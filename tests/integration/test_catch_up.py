@@ -107,7 +107,7 @@ async def test_a_five_minute_outage_of_an_every_10s_job_runs_what_each_catch_up_
     newest = skip_next[0] - TEN
     assert floor10(now - timedelta(seconds=5)) <= newest <= floor10(done - timedelta(seconds=5))
     gap = [first + k * TEN for k in range(int((newest - first) / TEN) + 1)]
-    assert len(gap) == 30
+    assert len(gap) in (29, 30)  # 5 minutes of */10 s, less the 5 s grace
 
     def ran(name: str) -> list[datetime]:
         return [
