@@ -1,4 +1,4 @@
-"""`horae jobs`: list, show, create, pause, resume, trigger and cancel jobs straight through
+"""`horae jobs`: list, show, create, edit, pause, resume, trigger and cancel jobs straight through
 the store (HORAE_DATABASE_URL), one store operation each.
 
 The json and yaml outputs are the HTTP API's job representation (`JobOut`), so a script
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from horae.store.rows import JobRow
 
 jobs_app = typer.Typer(
-    no_args_is_help=True, help="List, show, create, pause, resume, trigger and cancel jobs."
+    no_args_is_help=True, help="List, show, create, edit, pause, resume, trigger and cancel jobs."
 )
 
 DEFAULT_TENANT = "default"
@@ -188,6 +188,23 @@ def jobs_get(job: JobArgument, output: OneOutputOption = "table") -> None:
     run(go())
 
 
+CatchUpOption = Annotated[
+    str | None,
+    typer.Option(
+        help="What runs of the occurrences missed in a gap (an outage, a pause): Skip,"
+        " Latest (default) or All.",
+        autocompletion=completes(CatchUpPolicy),
+    ),
+]
+CatchUpWindowOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Only missed occurrences due within this long run, e.g. 90s, 15m, 1h30m"
+        " (at most 744h). Default: no limit."
+    ),
+]
+
+
 def _spec(
     *,
     task: str,
@@ -278,21 +295,8 @@ def jobs_create(
         int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
     ] = None,
     timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
-    catch_up: Annotated[
-        str | None,
-        typer.Option(
-            help="What runs of the occurrences missed in a gap (an outage, a pause): Skip,"
-            " Latest (default) or All.",
-            autocompletion=completes(CatchUpPolicy),
-        ),
-    ] = None,
-    catch_up_window: Annotated[
-        str | None,
-        typer.Option(
-            help="Only missed occurrences due within this long run, e.g. 90s, 15m, 1h30m"
-            " (at most 744h). Default: no limit."
-        ),
-    ] = None,
+    catch_up: CatchUpOption = None,
+    catch_up_window: CatchUpWindowOption = None,
     output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
@@ -323,6 +327,69 @@ def jobs_create(
             await routing.create_jobs(store, [new], now=datetime.now(UTC))
             row = await routing.get_job(store, new.job_id)
         _print_job(_job_out(row, with_next_runs=True), fmt)
+
+    run(go())
+
+
+@jobs_app.command("edit")
+def jobs_edit(
+    job: JobArgument,
+    catch_up: CatchUpOption = None,
+    catch_up_window: CatchUpWindowOption = None,
+    no_catch_up_window: Annotated[
+        bool, typer.Option("--no-catch-up-window", help="Remove the catch-up window.")
+    ] = False,
+    output: OneOutputOption = "table",
+) -> None:
+    """Change a job's catch-up policy or window (spec version + 1, as an API edit: the
+    pending execution is replaced). A ScheduledJob's job is changed in its manifest."""
+    from horae.domain.limits import catch_up_window as window_seconds
+    from horae.errors import Conflict, NotFound
+    from horae.models import JobSpec
+    from horae.store import jobs as jobs_store
+    from horae.store import quotas, routing
+
+    one_of("--catch-up", catch_up, (p.value for p in CatchUpPolicy))
+    if catch_up_window is not None and no_catch_up_window:
+        raise fail("--catch-up-window: cannot be combined with --no-catch-up-window")
+    changes: dict[str, Any] = {}
+    if catch_up is not None:
+        changes["catch_up"] = CatchUpPolicy(catch_up)
+    if catch_up_window is not None:
+        try:
+            changes["catch_up_window_seconds"] = window_seconds(catch_up_window)
+        except ValueError as exc:
+            raise fail(f"--catch-up-window: {exc}") from None
+    if no_catch_up_window:
+        changes["catch_up_window_seconds"] = None
+    if not changes:
+        raise fail("nothing to change: give --catch-up, --catch-up-window or --no-catch-up-window")
+    ref = JobRef.parse(job)
+    fmt = output_format(output, ONE_FORMATS)
+    cfg = settings()
+
+    async def go() -> None:
+        async with store_groups(cfg.database.url) as store:
+            row = await find_job(store, ref)
+            if row.cron is None:
+                raise fail(f"--catch-up: job {row.id} is a one-off; catch-up applies to cron jobs")
+            spec = JobSpec.model_validate(row.spec.model_dump() | changes)
+            group = store.catalog.group_of(row.shard)
+            elsewhere = await quotas.elsewhere(store, group, [row.tenant])
+            try:
+                await routing.on_job(
+                    store,
+                    row.id,
+                    lambda conn: jobs_store.edit_job(
+                        conn, row.id, spec, now=datetime.now(UTC), elsewhere=elsewhere
+                    ),
+                )
+            except NotFound:
+                raise fail(f"job {ref.text} not found", 1) from None
+            except Conflict as exc:
+                raise fail(str(exc), 1) from None
+            edited = await routing.get_job(store, row.id)
+        _print_job(_job_out(edited, with_next_runs=True), fmt)
 
     run(go())
 

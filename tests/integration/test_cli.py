@@ -135,19 +135,25 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     as_yaml = yaml.safe_load(ok("jobs", "get", job_id, "-o", "yaml", db_url=db_url))
     assert as_yaml["id"] == job_id and as_yaml["next_runs"] == job["next_runs"]
 
+    edited = parsed("jobs", "edit", job_id, "--catch-up", "Skip", "--no-catch-up-window",
+                    db_url=db_url)  # fmt: skip
+    assert (edited["catch_up"], edited["catch_up_window_seconds"]) == ("Skip", None)
+    assert edited["spec_version"] == 2 and await statuses(stored, job_id) == [
+        "cancelled", "scheduled"]  # fmt: skip
+
     assert ok("jobs", "pause", job_id, db_url=db_url).strip() == f"job {job_id} paused"
     assert await state(stored, job_id) == "paused"
-    assert await statuses(stored, job_id) == ["cancelled"]
+    assert await statuses(stored, job_id) == ["cancelled", "cancelled"]
     assert parsed("jobs", "get", job_id, db_url=db_url)["next_runs"] == []
     assert "none (the job is paused)" in ok("jobs", "get", job_id, db_url=db_url)
 
     assert ok("jobs", "resume", job_id, db_url=db_url).strip() == f"job {job_id} resumed"
     assert await state(stored, job_id) == "active"
-    assert sorted(await statuses(stored, job_id)) == ["cancelled", "scheduled"]
+    assert sorted(await statuses(stored, job_id)) == ["cancelled", "cancelled", "scheduled"]
 
     assert ok("jobs", "cancel", job_id, db_url=db_url).strip() == f"job {job_id} cancelled"
     assert await state(stored, job_id) == "cancelled"
-    assert await statuses(stored, job_id) == ["cancelled", "cancelled"]
+    assert await statuses(stored, job_id) == ["cancelled", "cancelled", "cancelled"]
     again = ok("jobs", "cancel", job_id, db_url=db_url).strip()
     assert again == f"job {job_id} was already cancelled"
     r = horae("jobs", "pause", job_id, db_url=db_url)
@@ -222,6 +228,10 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         (*create, "--cron", "* * * * *", "--catch-up-window", "745h"): "horae: --catch-up-window:"
         " '745h' is out of range",
         (*create, "--run-at", soon, "--catch-up", "All"): "horae: --catch-up: applies to --cron",
+        ("jobs", "edit", str(uuid.uuid4())): "horae: nothing to change: give --catch-up,",
+        ("jobs", "edit", str(uuid.uuid4()), "--catch-up-window", "5x"): "horae: "
+        "--catch-up-window: '5x' is not a duration",
+        ("jobs", "edit", str(uuid.uuid4()), "--catch-up", "Never"): "horae: --catch-up must be",
         ("jobs", "create", "--task", "Not A Task", "--run-at", soon): "horae: --task:",
         ("jobs", "create", "--run-at", soon): "horae: Missing option '--task'",
         ("jobs", "ls", "--state", "sleeping"): "horae: --state must be one of active,",
