@@ -18,8 +18,11 @@ from horae import broker
 from horae.models import JobSource, JobSpec
 from horae.scheduler.groups import take_shard
 from horae.scheduler.listener import ShardListener
-from horae.store import jobs
+from horae.scheduler.rounds import decide
+from horae.store import dispatch, jobs
+from horae.store.executions import Claimed
 from tests.integration.test_dispatcher import dispatcher
+from tests.support import transitions
 from tests.support.groups import job_in
 from tests.support.wait import until
 
@@ -155,4 +158,34 @@ async def test_a_five_minute_outage_of_an_every_10s_job_runs_what_each_catch_up_
     pause_start = floor10(now - timedelta(minutes=2)) + TEN
     assert [(t, kind) for t, kind, _ in skipped("paused, All 30s")] == [
         (pause_start + k * TEN, "paused") for k in range(int((window_start - pause_start) / TEN))
+    ]
+
+
+async def test_a_catch_up_skip_of_a_row_a_worker_claimed_first_keeps_the_chain_one_row(
+    pool: asyncpg.Pool,
+) -> None:
+    # A round published the overdue row, and its record was lost (a crash): the row is
+    # still `scheduled`. The next owner judges it a missed occurrence (Latest), but a worker
+    # claims it first and schedules its successor. The skip does not apply, so the schedule
+    # does not jump to the newest occurrence: the successor is the job's one pending row.
+    now = datetime.now(UTC)
+    spec = JobSpec(task="t", cron="*/10 * * * * *", catch_up="Latest")
+    async with pool.acquire() as conn:
+        job_id = await jobs.create_job(conn, spec, tenant="acme", source=JobSource.API,
+                                       shards=64, now=now - timedelta(minutes=5))  # fmt: skip
+        epoch = await dispatch.take_shard(conn, job_id.int % 64, "b", now)
+        [row] = await dispatch.preload(conn, [job_id.int % 64], now, 10)
+        publish, skips, _ = await decide(conn, [row], now)
+        assert publish == [] and [s.kind for s in skips] == ["catch_up"]
+        assert skips[0].gap is not None and skips[0].gap.runs  # Latest: the newest runs
+        claimed = await transitions.claim(conn, row.id, row.due_at, owner="w", now=now,
+                                          lease=timedelta(seconds=30), tenant="acme")  # fmt: skip
+        assert isinstance(claimed, Claimed)
+        await dispatch.record_dispatch(
+            conn, {row.shard: dispatch.ShardDispatch(epoch, skipped=skips)}, now
+        )
+    rows = await executions(pool, job_id)
+    assert [(r["occurrence_at"], r["status"]) for r in rows] == [
+        (row.occurrence_at, "running"),
+        (row.occurrence_at + TEN, "scheduled"),
     ]
