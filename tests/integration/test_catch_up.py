@@ -172,9 +172,10 @@ async def test_a_catch_up_skip_of_a_row_a_worker_claimed_first_keeps_the_chain_o
     spec = JobSpec(task="t", cron="*/10 * * * * *", catch_up="Latest")
     async with pool.acquire() as conn:
         job_id = await jobs.create_job(conn, spec, tenant="acme", source=JobSource.API,
-                                       shards=64, now=now - timedelta(minutes=5))  # fmt: skip
-        epoch = await dispatch.take_shard(conn, job_id.int % 64, "b", now)
-        [row] = await dispatch.preload(conn, [job_id.int % 64], now, 10)
+                                       shards=64, now=now - timedelta(minutes=5),
+                                       job_id=job_in(SHARD))  # fmt: skip
+        epoch = await dispatch.take_shard(conn, SHARD, "b", now)
+        [row] = await dispatch.preload(conn, [SHARD], now, 10)
         publish, skips, _ = await decide(conn, [row], now)
         assert publish == [] and [s.kind for s in skips] == ["catch_up"]
         assert skips[0].gap is not None and skips[0].gap.runs  # Latest: the newest runs
