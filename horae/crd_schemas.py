@@ -10,16 +10,19 @@ from typing import Any
 
 from horae.cel import CRON_SHAPE, TIME_ZONE_SHAPE, conditions_schema, cron_rules, instant_rule
 from horae.cel import integer as _int
+from horae.domain.durations import DURATION_PATTERN, format_duration
 from horae.domain.limits import (
     A_WEEK_SECONDS,
     CRON_MAX_CHARS,
+    MAX_CATCH_UP_RUNS,
+    MAX_CATCH_UP_WINDOW_SECONDS,
     MAX_JITTER_SECONDS,
     RETRY_LIMITS,
     TASK_NAME_MAX_CHARS,
     TASK_NAME_PATTERN,
     TIME_ZONE_MAX_CHARS,
 )
-from horae.models import ConcurrencyPolicy
+from horae.models import CatchUpPolicy, ConcurrencyPolicy
 
 MIRRORED_ERROR_CHARS = 1024
 """An Execution resource's `status.error` (`kind: message` of the handler's exception) is
@@ -149,6 +152,45 @@ def _history_properties() -> dict[str, Any]:
     }
 
 
+def _catch_up_schema() -> dict[str, Any]:
+    """`spec.catchUp`: what runs of the occurrences missed in a gap (docs/architecture.md)."""
+    longest = format_duration(MAX_CATCH_UP_WINDOW_SECONDS)
+    # RE2 in CEL: the pattern again, so that duration() never sees what it cannot read.
+    shape = DURATION_PATTERN.replace("\\", "\\\\")
+    return {
+        "type": "object",
+        "description": "What runs of the occurrences missed in a gap (the scheduler away"
+        " for longer than a few seconds, or the job suspended); those that do not run are"
+        " recorded as Skipped executions, with the reason.",
+        "properties": {
+            "policy": {
+                "type": "string",
+                "enum": [p.value for p in CatchUpPolicy],
+                "default": CatchUpPolicy.LATEST.value,
+                "description": "Skip runs none of them; Latest the most recent (as a"
+                f" CronJob does); All every one, the newest {MAX_CATCH_UP_RUNS} at most,"
+                " oldest first. Default Latest.",
+            },
+            "window": {
+                "type": "string",
+                "minLength": 2,
+                "maxLength": 24,
+                "pattern": DURATION_PATTERN,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"!self.matches('{shape}') || (duration(self) > duration('0s')"
+                        f" && duration(self) <= duration('{longest}'))",
+                        "message": f"spec.catchUp.window must be from 1s to {longest} (31 days)",
+                    }
+                ],
+                "description": "Only occurrences due within this long before the scheduler"
+                " catches up run (e.g. 90s, 15m, 1h30m; at most"
+                f" {longest}). Unset: no limit.",
+            },
+        },
+    }
+
+
 HISTORY_RULE = {
     "rule": "!has(self.historyLimit) || "
     "!(has(self.successfulJobsHistoryLimit) || has(self.failedJobsHistoryLimit))",
@@ -209,6 +251,7 @@ def _scheduledjob_spec_schema() -> dict[str, Any]:
                 "An occurrence not started this many seconds after it was due is skipped"
                 " (Skipped). Unset: no deadline.",
             ),
+            "catchUp": _catch_up_schema(),
             "retryPolicy": _retry_policy_schema(),
             "timeoutSeconds": _int(
                 1,

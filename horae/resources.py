@@ -30,8 +30,8 @@ from horae.crd_schemas import MIRRORED_ERROR_CHARS as MIRRORED_ERROR_CHARS
 from horae.crd_schemas import RESERVED_POOL_ENV as RESERVED_POOL_ENV
 from horae.crd_schemas import TRIGGER_ANNOTATION as TRIGGER_ANNOTATION
 from horae.crd_schemas import TRIGGER_MAX_CHARS as TRIGGER_MAX_CHARS
-from horae.domain.limits import payload_size_error
-from horae.models import ConcurrencyPolicy, JobSpec, RetryPolicy
+from horae.domain.limits import catch_up_window, payload_size_error
+from horae.models import CatchUpPolicy, ConcurrencyPolicy, JobSpec, RetryPolicy
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
@@ -45,6 +45,26 @@ class RetrySpec(RetryPolicy):
     """`spec.retryPolicy`: the job's RetryPolicy (its bounds and defaults), in camelCase."""
 
     model_config = _CAMEL
+
+
+class CatchUpSpec(BaseModel):
+    """`spec.catchUp`: the job's catch-up policy, and its window as a duration (`1h30m`)."""
+
+    model_config = _CAMEL
+
+    policy: CatchUpPolicy = CatchUpPolicy.LATEST
+    window: str | None = None
+
+    @field_validator("window")
+    @classmethod
+    def _window_readable(cls, value: str | None) -> str | None:
+        # As the CRD's pattern and CEL rule: a resource stored before them is refused here.
+        if value is not None:
+            catch_up_window(value)
+        return value
+
+    def window_seconds(self) -> int | None:
+        return None if self.window is None else catch_up_window(self.window)
 
 
 DEFAULT_HISTORY_LIMIT = 10
@@ -78,6 +98,7 @@ class ScheduledJobSpec(BaseModel):
     starting_deadline_seconds: int | None = None
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     timeout_seconds: int | None = None
+    catch_up: CatchUpSpec = Field(default_factory=CatchUpSpec)
     history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
     successful_jobs_history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
     failed_jobs_history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
@@ -127,6 +148,8 @@ class ScheduledJobSpec(BaseModel):
             timeout_seconds=self.timeout_seconds,
             concurrency_policy=self.concurrency_policy,
             starting_deadline_seconds=self.starting_deadline_seconds,
+            catch_up=self.catch_up.policy,
+            catch_up_window_seconds=self.catch_up.window_seconds(),
         )
 
 

@@ -162,7 +162,12 @@ def latest_fire_times(
         return []
     expr = _expand(expression)
     zone = ZoneInfo(time_zone)
-    top = (until + _LARGEST_SHIFT).astimezone(zone).replace(tzinfo=None)
+    # Where the zone's offset is the same hours around `until`, wall times after until's are
+    # instants after it: the walk back starts there, not `_LARGEST_SHIFT` ahead (a thousand
+    # wall times of an every-10-seconds job).
+    steady = _steady(zone, until - _LARGEST_SHIFT, until + _LARGEST_SHIFT)
+    ahead = until + (timedelta(seconds=1) if steady else _LARGEST_SHIFT)
+    top = ahead.astimezone(zone).replace(tzinfo=None)
     walls = CronSim(expr, top, reverse=True)
     start = after
     seen = 0

@@ -16,6 +16,7 @@ from horae.domain.instants import check_instant
 from horae.domain.limits import contains_nul
 from horae.models import (
     CatchUpPolicy,
+    CatchUpWindowSeconds,
     ConcurrencyPolicy,
     CronText,
     ExecutionStatus,
@@ -53,8 +54,8 @@ class JobCreate(JobSpec):
 class JobPatch(BaseModel):
     """Fields to change; a field left out keeps its value. `payload` and `retry` are
     replaced whole, and `null` resets a field to its default: it clears `run_at`, `cron`,
-    `timeout_seconds` and `starting_deadline_seconds`. Every job has a task, so `task`
-    cannot be null."""
+    `timeout_seconds`, `starting_deadline_seconds` and `catch_up_window_seconds`. Every job
+    has a task, so `task` cannot be null."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -69,6 +70,7 @@ class JobPatch(BaseModel):
     concurrency_policy: ConcurrencyPolicy | None = None
     starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy | None = None
+    catch_up_window_seconds: CatchUpWindowSeconds | None = None
 
     @field_validator("task")
     @classmethod
@@ -115,6 +117,7 @@ class JobOut(BaseModel):
     concurrency_policy: ConcurrencyPolicy
     starting_deadline_seconds: int | None
     catch_up: CatchUpPolicy
+    catch_up_window_seconds: int | None
     next_run_at: datetime | None
     last_run_at: datetime | None
     last_status: ExecutionStatus | None

@@ -70,6 +70,7 @@ class JobInserts:
     execution_deadlines: list[int | None]
     execution_policies: list[str]
     fires_per_minute: list[float]
+    catch_up_windows: list[int | None]
 
     @classmethod
     def of(cls, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> JobInserts:
@@ -113,10 +114,11 @@ class JobInserts:
             execution_deadlines=[j.spec.starting_deadline_seconds for j, _, _ in runnable],
             execution_policies=[j.spec.concurrency_policy.value for j, _, _ in runnable],
             fires_per_minute=[rate(j.spec) for j in jobs],
+            catch_up_windows=[j.spec.catch_up_window_seconds for j in jobs],
         )
 
     def parameters(self) -> list[Any]:
-        """$1 ... $32."""
+        """$1 ... $33."""
         return [getattr(self, f.name) for f in fields(self)]
 
 

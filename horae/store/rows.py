@@ -43,6 +43,7 @@ class JobRow:
     concurrency_policy: ConcurrencyPolicy
     starting_deadline_seconds: int | None
     catch_up: CatchUpPolicy
+    catch_up_window_seconds: int | None
     state: JobState
     paused_at: datetime | None
     spec_version: int
@@ -73,6 +74,7 @@ class JobRow:
             concurrency_policy=self.concurrency_policy,
             starting_deadline_seconds=self.starting_deadline_seconds,
             catch_up=self.catch_up,
+            catch_up_window_seconds=self.catch_up_window_seconds,
         )
 
 

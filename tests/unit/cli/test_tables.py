@@ -130,6 +130,7 @@ def job(**changes: Any) -> JobOut:
         concurrency_policy="Allow",
         starting_deadline_seconds=None,
         catch_up="Skip",
+        catch_up_window_seconds=None,
         next_run_at=DUE,
         last_run_at=None,
         last_status=None,
