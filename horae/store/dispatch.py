@@ -44,6 +44,9 @@ class Due:
     attempt: int
     starting_deadline_seconds: int | None = None
     concurrency_policy: str = "Allow"
+    backfill: uuid.UUID | None = None
+    """The backfill that made it (an old occurrence run now), None for every other run:
+    one never schedules its job's next occurrence, nor is judged late for its occurrence."""
 
 
 NIL = uuid.UUID(int=0)
@@ -280,14 +283,18 @@ async def lose_lease(
 
 
 async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None:
-    """Insert the next occurrence of each active cron job among `dues` (first attempts).
+    """Insert the next occurrence of each active cron job among `dues` (first attempts, not
+    backfilled).
 
     One query finds which jobs recur, one inserts their next occurrences and one records
     them on the jobs, so a spike costs the same three statements whatever its size.
     """
     # Per job, the latest occurrence (later ones overwrite): a batch may also hold a stale
     # copy of an earlier one (re-read before a worker claimed it), whose next one exists.
-    ordered = sorted((d for d in dues if d.attempt == 1), key=lambda d: d.occurrence_at)
+    # A backfilled occurrence is a past one run now: the schedule goes on without it.
+    ordered = sorted(
+        (d for d in dues if d.attempt == 1 and d.backfill is None), key=lambda d: d.occurrence_at
+    )
     firsts = {d.job_id: d for d in ordered}
     if not firsts:
         return

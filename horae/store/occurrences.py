@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from horae.models import CatchUpPolicy, JobSpec
-from horae.schedule import fires_per_minute, jitter_offset, latest_fire_times, next_fire_times
+from horae.schedule import (
+    cron_times,
+    fires_per_minute,
+    jitter_offset,
+    latest_fire_times,
+    next_fire_times,
+)
 
 MAX_SKIPPED_ON_RESUME = 100
 """Missed occurrences recorded as `skipped` when a paused job resumes: the most recent this
@@ -61,3 +67,29 @@ def missed_on_resume(
     )
     run_now = missed.pop() if missed and spec.catch_up == CatchUpPolicy.LATEST else None
     return missed[-MAX_SKIPPED_ON_RESUME:], run_now
+
+
+def fire_times_between(
+    cron: str, time_zone: str, *, after: datetime, before: datetime, limit: int
+) -> list[datetime]:
+    """At most `limit` nominal fire times of `cron` in (`after`, `before`), ascending (a
+    backfill's next slice)."""
+    times: list[datetime] = []
+    for fire in cron_times(cron, time_zone, after):
+        if fire >= before or len(times) >= limit:
+            break
+        times.append(fire)
+    return times
+
+
+def count_fire_times(
+    cron: str, time_zone: str, *, start: datetime, before: datetime, cap: int
+) -> int:
+    """How many fire times of `cron` lie in [`start`, `before`): counted up to `cap + 1`
+    (a backfill's total; a longer range is refused, so it is never counted to its end)."""
+    n = 0
+    for fire in cron_times(cron, time_zone, start - timedelta(microseconds=1)):
+        if fire >= before or n > cap:
+            break
+        n += 1
+    return n
