@@ -278,12 +278,18 @@ async def get_backfill(
 
 
 async def cancel_backfill(
-    store: Store, backfill_id: uuid.UUID, *, now: datetime, tenant: str | None
+    store: Store,
+    backfill_id: uuid.UUID,
+    *,
+    now: datetime,
+    tenant: str | None,
+    why: str = "cancelled",
 ) -> BackfillRow:
-    """Cancel the backfill (a no-op when it ended already); the backfill as it is then."""
+    """Cancel the backfill (a no-op when it ended already), saying `why`; the backfill as
+    it is then."""
     group, _ = await get_backfill(store, backfill_id, tenant)
     async with store.database(group).acquire() as conn:
-        await backfills.cancel_backfill(conn, backfill_id, now=now, tenant=tenant)
+        await backfills.cancel_backfill(conn, backfill_id, now=now, tenant=tenant, why=why)
         row = await backfills.get_backfill(conn, backfill_id, tenant)
     if row is None:
         raise NotFound(f"backfill {backfill_id} not found")
@@ -295,3 +301,11 @@ async def job_backfills(
 ) -> list[BackfillRow]:
     """A job's backfills, newest first, from its group."""
     return await on_job(store, job_id, lambda c: backfills.job_backfills(c, job_id, tenant, limit))
+
+
+async def backfill_of_resource(store: Store, uid: str) -> BackfillRow | None:
+    """The backfill a Backfill resource made, in whichever group holds it, or None."""
+    for _, row in await _each(store, lambda c: backfills.backfill_of_resource(c, uid)):
+        if row is not None:
+            return row
+    return None

@@ -4,7 +4,6 @@ way; bad requests are refused naming the field; a tenant never sees another's ba
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -37,10 +36,14 @@ async def start_scheduler_and_worker(
 
     async def all_shards_held() -> bool:
         leases = control_plane.get_json("leases", "-n", namespace)["items"]
-        return 64 == sum(
-            1
-            for x in leases
-            if x["metadata"]["name"].startswith("horae-shard-") and x["spec"].get("holderIdentity")
+        return (
+            sum(
+                1
+                for x in leases
+                if x["metadata"]["name"].startswith("horae-shard-")
+                and x["spec"].get("holderIdentity")
+            )
+            == 64
         )
 
     await until(all_shards_held, timeout=30, what="64 shard Leases held")
