@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from horae.models import CatchUpPolicy, JobSpec
+from horae.schedule import count_fire_times as count_fire_times
 from horae.schedule import (
     cron_times,
     fires_per_minute,
@@ -80,16 +81,3 @@ def fire_times_between(
             break
         times.append(fire)
     return times
-
-
-def count_fire_times(
-    cron: str, time_zone: str, *, start: datetime, before: datetime, cap: int
-) -> int:
-    """How many fire times of `cron` lie in [`start`, `before`): counted up to `cap + 1`
-    (a backfill's total; a longer range is refused, so it is never counted to its end)."""
-    n = 0
-    for fire in cron_times(cron, time_zone, start - timedelta(microseconds=1)):
-        if fire >= before or n > cap:
-            break
-        n += 1
-    return n
