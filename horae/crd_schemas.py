@@ -728,7 +728,7 @@ def _backfill_status_schema() -> dict[str, Any]:
             },
             "conditions": conditions_schema(
                 "Ready (True: the backfill is in the store; False: why not, e.g. JobNotFound,"
-                " InvalidSpec, NotACronJob)."
+                " InvalidSpec, JobNotBackfillable)."
             ),
         },
         "x-kubernetes-preserve-unknown-fields": True,

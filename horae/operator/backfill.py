@@ -161,7 +161,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
             except InvalidBackfill as exc:
                 await _fail(memo, meta, "InvalidSpec", f"spec.{exc.field}: {exc}")
             except Conflict as exc:
-                await _fail(memo, meta, "NotACronJob", str(exc))
+                await _fail(memo, meta, "JobNotBackfillable", str(exc))
             log.info(
                 "backfill %s of job %s made for Backfill %s/%s",
                 row.id,
