@@ -165,6 +165,13 @@ async def test_a_30_day_hourly_backfill_completes_at_its_rate_and_another_is_can
         await api.get(f"/jobs/{fast_job}/executions?limit=5&status=succeeded", headers=h)
     ).json()
     assert {e["backfill"] for e in page["items"]} == {fast["id"]}
+    cli = horae("executions", slow_job, "--status", "cancelled", "--limit", "3", "-o", "json",
+                db_url=db_url)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert [e["error"] for e in json.loads(cli.stdout)] == [
+        {"kind": "cancelled", "message": "backfill cancelled"}
+    ] * 3
+    assert {e["backfill"] for e in json.loads(cli.stdout)} == {slow["id"]}
     listed = (await api.get(f"/jobs/{fast_job}/backfills", headers=h)).json()["items"]
     assert [b["id"] for b in listed] == [fast["id"]]
 
