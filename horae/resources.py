@@ -22,6 +22,7 @@ from horae.crd_schemas import (
     DEFAULT_FAILED_HISTORY,
     DEFAULT_SUCCESSFUL_HISTORY,
     HISTORY_MAX,
+    backfill_schema,
     execution_schema,
     scheduledjob_schema,
     workerpool_schema,
@@ -30,6 +31,7 @@ from horae.crd_schemas import MIRRORED_ERROR_CHARS as MIRRORED_ERROR_CHARS
 from horae.crd_schemas import RESERVED_POOL_ENV as RESERVED_POOL_ENV
 from horae.crd_schemas import TRIGGER_ANNOTATION as TRIGGER_ANNOTATION
 from horae.crd_schemas import TRIGGER_MAX_CHARS as TRIGGER_MAX_CHARS
+from horae.domain.backfills import DEFAULT_RATE, Overlap
 from horae.domain.limits import catch_up_window, payload_size_error
 from horae.models import CatchUpPolicy, ConcurrencyPolicy, JobSpec, RetryPolicy
 
@@ -317,6 +319,26 @@ def crds() -> list[dict[str, Any]]:
             ],
             scale=SCALE,
         ),
+        _crd(
+            "Backfill",
+            "backfills",
+            "bf",
+            backfill_schema(),
+            [
+                Column("Job", "string", ".spec.scheduledJob", "The ScheduledJob backfilled."),
+                Column("From", "string", ".spec.from", "Start of the range (inclusive)."),
+                Column("To", "string", ".spec.to", "End of the range (exclusive)."),
+                Column("Rate", "integer", ".spec.rate", "Occurrences a second.", wide=True),
+                Column(
+                    "Progress",
+                    "string",
+                    ".status.progress",
+                    "Occurrences handled (created, or had a run) of the total.",
+                ),
+                Column("Phase", "string", ".status.phase", "Where it stands."),
+                AGE,
+            ],
+        ),
     ]
 
 
@@ -341,3 +363,16 @@ if __name__ == "__main__":
         for file, text in render().items():
             (out / file).write_text(text)
             print(out / file)
+
+
+class BackfillSpec(BaseModel):
+    """`spec` of a Backfill, as users write it (the CRD's schema checked it already)."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    scheduled_job: str
+    from_at: datetime = Field(alias="from")
+    to_at: datetime = Field(alias="to")
+    rate: int = DEFAULT_RATE
+    overlap: Overlap = Overlap.ALLOW
+    cancel: bool = False

@@ -48,8 +48,10 @@ def message(d: Due) -> ExecutionMessage:
 def overdue(d: Due, now: datetime) -> bool:
     """A scheduled first attempt more than `CATCH_UP_GRACE` late: the scheduler was away (an
     outage, a long failover), so it may be the first of a gap that catch-up judges. Manual
-    occurrences and retries are outside the schedule, and always run."""
-    return d.attempt == 1 and not d.manual and now - d.due_at > CATCH_UP_GRACE
+    occurrences, backfilled ones and retries are outside the schedule, and always run."""
+    return (
+        d.attempt == 1 and not d.manual and d.backfill is None and now - d.due_at > CATCH_UP_GRACE
+    )
 
 
 async def catch_up(conn: Conn, dues: list[Due], now: datetime) -> tuple[list[Due], list[Skip]]:

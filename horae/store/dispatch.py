@@ -51,6 +51,9 @@ class Due:
     concurrency_policy: str = "Allow"
     manual: bool = False
     """Run by hand (a trigger), outside the schedule: never judged by catch-up."""
+    backfill: uuid.UUID | None = None
+    """The backfill that made it (an old occurrence run now), None for every other run:
+    one never schedules its job's next occurrence, nor is judged late for its occurrence."""
 
 
 CATCH_UP_KIND = "catch_up"
@@ -311,9 +314,10 @@ async def _schedule_next(
     now: datetime,
     gaps: Mapping[uuid.UUID, CatchUp] | None = None,
 ) -> None:
-    """Insert the next occurrence of each active cron job among `dues` (first attempts):
-    the successor of its latest, or for one skipped by catch-up (`gaps`, by execution id)
-    the occurrence its gap resumes at, after recording the gap's other skipped occurrences.
+    """Insert the next occurrence of each active cron job among `dues` (first attempts, not
+    backfilled): the successor of its latest, or for one skipped by catch-up (`gaps`, by
+    execution id) the occurrence its gap resumes at, after recording the gap's other skipped
+    occurrences.
 
     One query finds which jobs recur, one inserts their next occurrences and one records
     them on the jobs, so a spike costs the same three statements whatever its size (and
@@ -321,7 +325,10 @@ async def _schedule_next(
     """
     # Per job, the latest occurrence (later ones overwrite): a batch may also hold a stale
     # copy of an earlier one (re-read before a worker claimed it), whose next one exists.
-    ordered = sorted((d for d in dues if d.attempt == 1), key=lambda d: d.occurrence_at)
+    # A backfilled occurrence is a past one run now: the schedule goes on without it.
+    ordered = sorted(
+        (d for d in dues if d.attempt == 1 and d.backfill is None), key=lambda d: d.occurrence_at
+    )
     firsts = {d.job_id: d for d in ordered}
     if not firsts:
         return

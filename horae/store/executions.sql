@@ -59,7 +59,7 @@ WHERE job_id = $1 AND status = 'scheduled'
 -- name: preload_due
 -- Pending executions of the given shards due before $2, after the cursor ($3, $4), in due order (hot path).
 SELECT id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
-       starting_deadline_seconds, concurrency_policy, manual
+       starting_deadline_seconds, concurrency_policy, manual, backfill
 FROM executions
 WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
   AND due_at >= $3::timestamptz  -- redundant with the next line, but lets partitions be pruned

@@ -10,7 +10,14 @@ from datetime import datetime, timedelta
 from horae.domain.durations import format_duration
 from horae.domain.limits import CATCH_UP_GRACE, MAX_CATCH_UP_RUNS, MAX_SKIPPED_ROWS
 from horae.models import CatchUpPolicy, JobSpec
-from horae.schedule import fires_per_minute, jitter_offset, latest_fire_times, next_fire_times
+from horae.schedule import count_fire_times as count_fire_times
+from horae.schedule import (
+    cron_times,
+    fires_per_minute,
+    jitter_offset,
+    latest_fire_times,
+    next_fire_times,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +140,16 @@ def catch_up(
         first = Skipped(oldest, why(oldest))
     resume = runs[0] if runs else next_occurrence(job_id, spec, gap[-1].occurrence_at)
     return CatchUp(first, skipped, tuple(runs), resume)
+
+
+def fire_times_between(
+    cron: str, time_zone: str, *, after: datetime, before: datetime, limit: int
+) -> list[datetime]:
+    """At most `limit` nominal fire times of `cron` in (`after`, `before`), ascending (a
+    backfill's next slice)."""
+    times: list[datetime] = []
+    for fire in cron_times(cron, time_zone, after):
+        if fire >= before or len(times) >= limit:
+            break
+        times.append(fire)
+    return times

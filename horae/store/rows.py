@@ -121,6 +121,8 @@ class ExecutionRow:
     created_at: datetime
     manual: bool
     """Its occurrence was run by hand (a trigger), not by the schedule."""
+    backfill: uuid.UUID | None = None
+    """The backfill that ran this past occurrence (None: the schedule, or a trigger)."""
 
 
 _EXECUTION_COLUMNS = tuple(ExecutionRow.__dataclass_fields__)
