@@ -10,9 +10,13 @@ from typing import Any
 
 from horae.cel import CRON_SHAPE, TIME_ZONE_SHAPE, conditions_schema, cron_rules, instant_rule
 from horae.cel import integer as _int
+from horae.domain.backfills import DEFAULT_RATE, MAX_RATE, Overlap
+from horae.domain.durations import DURATION_PATTERN, format_duration
 from horae.domain.limits import (
     A_WEEK_SECONDS,
     CRON_MAX_CHARS,
+    MAX_CATCH_UP_RUNS,
+    MAX_CATCH_UP_WINDOW_SECONDS,
     MAX_JITTER_SECONDS,
     MAX_PAUSE_AFTER_FAILURES,
     MAX_RESULT_BYTES,
@@ -22,7 +26,7 @@ from horae.domain.limits import (
     TASK_NAME_PATTERN,
     TIME_ZONE_MAX_CHARS,
 )
-from horae.models import ConcurrencyPolicy
+from horae.models import CatchUpPolicy, ConcurrencyPolicy
 
 MIRRORED_ERROR_CHARS = 1024
 """An Execution resource's `status.error` (`kind: message` of the handler's exception) is
@@ -187,6 +191,45 @@ def _history_properties() -> dict[str, Any]:
     }
 
 
+def _catch_up_schema() -> dict[str, Any]:
+    """`spec.catchUp`: what runs of the occurrences missed in a gap (docs/architecture.md)."""
+    longest = format_duration(MAX_CATCH_UP_WINDOW_SECONDS)
+    # RE2 in CEL: the pattern again, so that duration() never sees what it cannot read.
+    shape = DURATION_PATTERN.replace("\\", "\\\\")
+    return {
+        "type": "object",
+        "description": "What runs of the occurrences missed in a gap (the scheduler away"
+        " for longer than a few seconds, or the job suspended); those that do not run are"
+        " recorded as Skipped executions, with the reason.",
+        "properties": {
+            "policy": {
+                "type": "string",
+                "enum": [p.value for p in CatchUpPolicy],
+                "default": CatchUpPolicy.LATEST.value,
+                "description": "Skip runs none of them; Latest the most recent (as a"
+                f" CronJob does); All every one, the newest {MAX_CATCH_UP_RUNS} at most,"
+                " oldest first. Default Latest.",
+            },
+            "window": {
+                "type": "string",
+                "minLength": 2,
+                "maxLength": 24,
+                "pattern": DURATION_PATTERN,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"!self.matches('{shape}') || (duration(self) > duration('0s')"
+                        f" && duration(self) <= duration('{longest}'))",
+                        "message": f"spec.catchUp.window must be from 1s to {longest} (31 days)",
+                    }
+                ],
+                "description": "Only occurrences due within this long before the scheduler"
+                " catches up run (e.g. 90s, 15m, 1h30m; at most"
+                f" {longest}). Unset: no limit.",
+            },
+        },
+    }
+
+
 HISTORY_RULE = {
     "rule": "!has(self.historyLimit) || "
     "!(has(self.successfulJobsHistoryLimit) || has(self.failedJobsHistoryLimit))",
@@ -247,6 +290,7 @@ def _scheduledjob_spec_schema() -> dict[str, Any]:
                 "An occurrence not started this many seconds after it was due is skipped"
                 " (Skipped). Unset: no deadline.",
             ),
+            "catchUp": _catch_up_schema(),
             "retryPolicy": _retry_policy_schema(),
             "failurePolicy": _failure_policy_schema(),
             "timeoutSeconds": _int(
@@ -690,4 +734,127 @@ def workerpool_schema() -> dict[str, Any]:
         " through the scale subresource).",
         "required": ["spec"],
         "properties": {"spec": _workerpool_spec_schema(), "status": _workerpool_status_schema()},
+    }
+
+
+BACKFILL_PHASES = ("Pending", "Running", "Completed", "Cancelled", "Failed")
+"""A Backfill's `status.phase`: Pending until the operator made its backfill in the store
+(its ScheduledJob not found yet), Running while it is fed and its executions run, then
+Completed, Cancelled (`spec.cancel`, or its ScheduledJob deleted) or Failed (refused)."""
+
+_BACKFILL_IMMUTABLE = ("scheduledJob", "from", "to", "rate", "overlap")
+
+
+def _backfill_spec_schema() -> dict[str, Any]:
+    def instant(field: str, description: str) -> dict[str, Any]:
+        return {
+            "type": "string",
+            "format": "date-time",
+            "maxLength": 64,
+            "x-kubernetes-validations": [instant_rule(f"spec.{field}")],
+            "description": description,
+        }
+
+    unchanged = " && ".join(f"self.{f} == oldSelf.{f}" for f in _BACKFILL_IMMUTABLE)
+    return {
+        "type": "object",
+        "description": "Which ScheduledJob's past occurrences to run now, and how fast.",
+        "required": ["scheduledJob", "from", "to"],
+        "properties": {
+            "scheduledJob": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 253,
+                "description": "The ScheduledJob (in this namespace) whose occurrences to run;"
+                " it must have a schedule (not runAt).",
+            },
+            "from": instant("from", "Start of the range (inclusive), RFC 3339 with an offset."),
+            "to": instant(
+                "to",
+                "End of the range (exclusive), RFC 3339 with an offset; at most the time"
+                " the Backfill is created (the schedule runs the coming occurrences).",
+            ),
+            "rate": _int(
+                1,
+                MAX_RATE,
+                f"Occurrences created a second at most. Default {DEFAULT_RATE}: only about a"
+                " second's worth is ever queued ahead.",
+            )
+            | {"default": DEFAULT_RATE},
+            "overlap": {
+                "type": "string",
+                "enum": [o.value for o in Overlap],
+                "default": Overlap.ALLOW.value,
+                "description": "How the backfilled runs overlap one another: Allow (in"
+                " parallel, bounded by the rate) or Forbid (one at a time). They never skip"
+                " nor replace the job's scheduled runs.",
+            },
+            "cancel": {
+                "type": "boolean",
+                "description": "true cancels the backfill (once set, it stays): nothing more"
+                " is created and what was not dispatched yet ends cancelled. Deleting the"
+                " Backfill cancels it too.",
+            },
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "timestamp(self.from) < timestamp(self.to)",
+                "message": "spec.from must be before spec.to",
+                "fieldPath": ".to",
+            },
+            {
+                "rule": unchanged,
+                "message": "spec is immutable but for spec.cancel: create another Backfill",
+            },
+            {
+                "rule": "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) &&"
+                " self.cancel)",
+                "message": "spec.cancel cannot be undone",
+                "fieldPath": ".cancel",
+            },
+        ],
+    }
+
+
+def _backfill_status_schema() -> dict[str, Any]:
+    def count(description: str) -> dict[str, Any]:
+        return {"type": "integer", "format": "int32", "description": description}
+
+    return {
+        "type": "object",
+        "description": "The backfill's progress, as the store holds it (every second or so).",
+        "properties": {
+            "phase": {
+                "type": "string",
+                "enum": list(BACKFILL_PHASES),
+                "description": "Pending, Running, Completed, Cancelled or Failed.",
+            },
+            "backfillId": {"type": "string", "description": "The backfill's id in the store."},
+            "jobId": {"type": "string", "description": "The ScheduledJob's job id."},
+            "total": count("Occurrences of the schedule in the range."),
+            "created": count("Executions created so far."),
+            "existing": count("Occurrences not backfilled: they had a run already."),
+            "succeeded": count("Its executions that succeeded."),
+            "failed": count("Its executions that failed, timed out or died."),
+            "cancelled": count("Its executions cancelled by the cancel."),
+            "progress": {
+                "type": "string",
+                "description": "Occurrences handled of the total (created or had a run), N/M.",
+            },
+            "conditions": conditions_schema(
+                "Ready (True: the backfill is in the store; False: why not, e.g. JobNotFound,"
+                " InvalidSpec, JobNotBackfillable)."
+            ),
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+
+
+def backfill_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "A past range of a ScheduledJob's occurrences run now, as executions"
+        " tagged with the backfill, at most spec.rate a second.",
+        "required": ["spec"],
+        "properties": {"spec": _backfill_spec_schema(), "status": _backfill_status_schema()},
     }

@@ -20,6 +20,7 @@ from horae.domain.instants import check_instant
 from horae.domain.limits import (
     A_WEEK_SECONDS,
     CRON_MAX_CHARS,
+    MAX_CATCH_UP_WINDOW_SECONDS,
     MAX_JITTER_SECONDS,
     MAX_PAUSE_AFTER_FAILURES,
     RETRY_LIMITS,
@@ -42,6 +43,15 @@ CronText = Annotated[str, Field(min_length=1, max_length=CRON_MAX_CHARS)]
 TimeZoneName = Annotated[str, Field(min_length=1, max_length=TIME_ZONE_MAX_CHARS)]
 JitterSeconds = Annotated[int, Field(ge=0, le=MAX_JITTER_SECONDS)]
 UpToAWeek = Annotated[int, Field(ge=1, le=A_WEEK_SECONDS)]
+CatchUpWindowSeconds = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_CATCH_UP_WINDOW_SECONDS,
+        description="How far back a missed occurrence is still caught up (seconds, up to 31"
+        " days); null: no limit.",
+    ),
+]
 
 
 class ExecutionStatus(enum.StrEnum):
@@ -78,12 +88,17 @@ class ConcurrencyPolicy(enum.StrEnum):
 
 
 class CatchUpPolicy(enum.StrEnum):
-    """What resuming a paused job does about the occurrences it missed."""
+    """What runs of the occurrences a cron job missed in a gap (the scheduler away for more
+    than 5 s, a pause), within `catch_up_window_seconds`: `Skip` none, `Latest` the most
+    recent, `All` every one (the newest 100 at most). Each one not run is recorded as a
+    skipped execution with the reason."""
 
     SKIP = "Skip"
-    """Record them as `skipped` (reason: paused) and go on from now."""
+    """None of them: go on from the first occurrence after the gap."""
     LATEST = "Latest"
-    """Run the most recent missed occurrence now; record the others as skipped."""
+    """The most recent (if within the window), as a CronJob does."""
+    ALL = "All"
+    """Every one within the window, the newest `MAX_CATCH_UP_RUNS` at most, oldest first."""
 
 
 class JobSource(enum.StrEnum):
@@ -164,7 +179,8 @@ class JobSpec(BaseModel):
     timeout_seconds: UpToAWeek | None = None
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
     starting_deadline_seconds: UpToAWeek | None = None
-    catch_up: CatchUpPolicy = CatchUpPolicy.SKIP
+    catch_up: CatchUpPolicy = CatchUpPolicy.LATEST
+    catch_up_window_seconds: CatchUpWindowSeconds | None = None
     failure_policy: FailurePolicy | None = None
 
     @field_validator("time_zone")

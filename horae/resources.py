@@ -22,6 +22,7 @@ from horae.crd_schemas import (
     DEFAULT_FAILED_HISTORY,
     DEFAULT_SUCCESSFUL_HISTORY,
     HISTORY_MAX,
+    backfill_schema,
     execution_schema,
     scheduledjob_schema,
     workerpool_schema,
@@ -32,8 +33,9 @@ from horae.crd_schemas import PAUSE_REASON_ANNOTATION as PAUSE_REASON_ANNOTATION
 from horae.crd_schemas import RESERVED_POOL_ENV as RESERVED_POOL_ENV
 from horae.crd_schemas import TRIGGER_ANNOTATION as TRIGGER_ANNOTATION
 from horae.crd_schemas import TRIGGER_MAX_CHARS as TRIGGER_MAX_CHARS
-from horae.domain.limits import payload_size_error
-from horae.models import ConcurrencyPolicy, FailurePolicy, JobSpec, RetryPolicy
+from horae.domain.backfills import DEFAULT_RATE, Overlap
+from horae.domain.limits import catch_up_window, payload_size_error
+from horae.models import CatchUpPolicy, ConcurrencyPolicy, FailurePolicy, JobSpec, RetryPolicy
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
@@ -53,6 +55,26 @@ class FailureSpec(FailurePolicy):
     """`spec.failurePolicy`: the job's FailurePolicy, in camelCase."""
 
     model_config = _CAMEL
+
+
+class CatchUpSpec(BaseModel):
+    """`spec.catchUp`: the job's catch-up policy, and its window as a duration (`1h30m`)."""
+
+    model_config = _CAMEL
+
+    policy: CatchUpPolicy = CatchUpPolicy.LATEST
+    window: str | None = None
+
+    @field_validator("window")
+    @classmethod
+    def _window_readable(cls, value: str | None) -> str | None:
+        # As the CRD's pattern and CEL rule: a resource stored before them is refused here.
+        if value is not None:
+            catch_up_window(value)
+        return value
+
+    def window_seconds(self) -> int | None:
+        return None if self.window is None else catch_up_window(self.window)
 
 
 DEFAULT_HISTORY_LIMIT = 10
@@ -87,6 +109,7 @@ class ScheduledJobSpec(BaseModel):
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     failure_policy: FailureSpec | None = None
     timeout_seconds: int | None = None
+    catch_up: CatchUpSpec = Field(default_factory=CatchUpSpec)
     history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
     successful_jobs_history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
     failed_jobs_history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
@@ -141,6 +164,8 @@ class ScheduledJobSpec(BaseModel):
                 if self.failure_policy is not None
                 else None
             ),
+            catch_up=self.catch_up.policy,
+            catch_up_window_seconds=self.catch_up.window_seconds(),
         )
 
 
@@ -308,6 +333,26 @@ def crds() -> list[dict[str, Any]]:
             ],
             scale=SCALE,
         ),
+        _crd(
+            "Backfill",
+            "backfills",
+            "bf",
+            backfill_schema(),
+            [
+                Column("Job", "string", ".spec.scheduledJob", "The ScheduledJob backfilled."),
+                Column("From", "string", ".spec.from", "Start of the range (inclusive)."),
+                Column("To", "string", ".spec.to", "End of the range (exclusive)."),
+                Column("Rate", "integer", ".spec.rate", "Occurrences a second.", wide=True),
+                Column(
+                    "Progress",
+                    "string",
+                    ".status.progress",
+                    "Occurrences handled (created, or had a run) of the total.",
+                ),
+                Column("Phase", "string", ".status.phase", "Where it stands."),
+                AGE,
+            ],
+        ),
     ]
 
 
@@ -332,3 +377,16 @@ if __name__ == "__main__":
         for file, text in render().items():
             (out / file).write_text(text)
             print(out / file)
+
+
+class BackfillSpec(BaseModel):
+    """`spec` of a Backfill, as users write it (the CRD's schema checked it already)."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    scheduled_job: str
+    from_at: datetime = Field(alias="from")
+    to_at: datetime = Field(alias="to")
+    rate: int = DEFAULT_RATE
+    overlap: Overlap = Overlap.ALLOW
+    cancel: bool = False

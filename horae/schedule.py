@@ -162,7 +162,12 @@ def latest_fire_times(
         return []
     expr = _expand(expression)
     zone = ZoneInfo(time_zone)
-    top = (until + _LARGEST_SHIFT).astimezone(zone).replace(tzinfo=None)
+    # Where the zone's offset is the same hours around `until`, wall times after until's are
+    # instants after it: the walk back starts there, not `_LARGEST_SHIFT` ahead (a thousand
+    # wall times of an every-10-seconds job).
+    steady = _steady(zone, until - _LARGEST_SHIFT, until + _LARGEST_SHIFT)
+    ahead = until + (timedelta(seconds=1) if steady else _LARGEST_SHIFT)
+    top = ahead.astimezone(zone).replace(tzinfo=None)
     walls = CronSim(expr, top, reverse=True)
     start = after
     seen = 0
@@ -223,3 +228,34 @@ def next_fire_times(
     except OverflowError:
         pass
     return times
+
+
+UNIFORM_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Etc/Zulu", "GMT", "Etc/GMT"})
+"""Zones whose UTC offset never changes: their wall times are the time line, shifted."""
+
+
+def count_fire_times(expression: str, time_zone: str, *, start: datetime, before: datetime,
+                     cap: int) -> int:  # fmt: skip
+    """How many fire times of `expression` lie in [`start`, `before`), counted up to
+    `cap + 1` (a backfill's total: a longer range is refused, never counted to its end).
+    In a zone without offset changes the wall times are counted as `cronsim` yields them,
+    five times as fast as placing each on the time line (`cron_times`): a million in about
+    a second."""
+    n = 0
+    if time_zone in UNIFORM_ZONES:
+        # Wall times are UTC instants: from the whole second at or before `start`.
+        first = start.astimezone(UTC).replace(tzinfo=None)
+        end = before.astimezone(UTC).replace(tzinfo=None)
+        for wall in CronSim(
+            _expand(expression), first.replace(microsecond=0) - timedelta(seconds=1)
+        ):
+            if wall >= end or n > cap:
+                break
+            if wall >= first:
+                n += 1
+        return n
+    for fire in cron_times(expression, time_zone, start - timedelta(microseconds=1)):
+        if fire >= before or n > cap:
+            break
+        n += 1
+    return n

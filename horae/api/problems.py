@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from horae.domain import fields
+from horae.domain.backfills import InvalidBackfill
 from horae.errors import Conflict, NotFound, QuotaExceeded
 
 PROBLEM = "application/problem+json"
@@ -100,6 +101,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
         return problem_response(Problem(409, "Conflict", str(exc)))
+
+    @app.exception_handler(InvalidBackfill)
+    async def _backfill(_: Request, exc: InvalidBackfill) -> JSONResponse:
+        return problem_response(invalid(exc.field, str(exc)))
 
     @app.exception_handler(QuotaExceeded)
     async def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:

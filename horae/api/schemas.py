@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from horae.api.problems import invalid
+from horae.domain.backfills import DEFAULT_RATE, MAX_RATE, BackfillState, Overlap
 from horae.domain.instants import check_instant
 from horae.domain.limits import (
     MAX_RESULT_BYTES,
@@ -21,6 +22,7 @@ from horae.domain.limits import (
 )
 from horae.models import (
     CatchUpPolicy,
+    CatchUpWindowSeconds,
     ConcurrencyPolicy,
     CronText,
     ExecutionStatus,
@@ -34,6 +36,7 @@ from horae.models import (
     TimeZoneName,
     UpToAWeek,
 )
+from horae.store.backfills import BackfillRow
 from horae.store.quotas import DEFAULT_MAX_FIRES_PER_MINUTE, DEFAULT_MAX_JOBS
 from horae.store.rows import ExecutionRow, JobRow
 
@@ -59,8 +62,8 @@ class JobCreate(JobSpec):
 class JobPatch(BaseModel):
     """Fields to change; a field left out keeps its value. `payload` and `retry` are
     replaced whole, and `null` resets a field to its default: it clears `run_at`, `cron`,
-    `timeout_seconds` and `starting_deadline_seconds`. Every job has a task, so `task`
-    cannot be null."""
+    `timeout_seconds`, `starting_deadline_seconds` and `catch_up_window_seconds`. Every job
+    has a task, so `task` cannot be null."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -76,6 +79,7 @@ class JobPatch(BaseModel):
     starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy | None = None
     failure_policy: FailurePolicy | None = None
+    catch_up_window_seconds: CatchUpWindowSeconds | None = None
 
     @field_validator("task")
     @classmethod
@@ -150,6 +154,7 @@ class JobOut(BaseModel):
     paused_for_failures: bool = Field(
         description="Paused by its failure policy; `:resume` resumes it (and counts afresh)."
     )
+    catch_up_window_seconds: int | None
     next_run_at: datetime | None
     last_run_at: datetime | None
     last_status: ExecutionStatus | None
@@ -196,6 +201,11 @@ class ExecutionOut(BaseModel):
         description="Its occurrence was run by hand (`:trigger`, `horae jobs trigger`, a "
         "ScheduledJob's `horae.dev/trigger` annotation), not by the schedule; so are its "
         "retries.",
+    )
+    backfill: uuid.UUID | None = Field(
+        default=None,
+        description="The backfill (`POST /jobs/{id}:backfill`, a Backfill resource) that ran "
+        "this past occurrence; null for every other run. Its retries are not tagged.",
     )
 
     @classmethod
@@ -286,3 +296,95 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
         return parsed, uuid.UUID(last_id)
     except (ValueError, TypeError, UnicodeDecodeError):
         raise invalid("cursor", "malformed cursor: pass next_cursor from a previous page") from None
+
+
+class BackfillCreate(BaseModel):
+    """`POST /jobs/{id}:backfill`: run the job's past occurrences in [from, to) now."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_at: datetime = Field(
+        alias="from", description="The range's start (inclusive), with a UTC offset."
+    )
+    to_at: datetime = Field(
+        alias="to", description="The range's end (exclusive), at most now, with a UTC offset."
+    )
+    rate: int = Field(
+        default=DEFAULT_RATE,
+        ge=1,
+        le=MAX_RATE,
+        description="Occurrences created a second at most (executions due now, tagged with "
+        "the backfill); about one second's worth is ever queued ahead.",
+    )
+    overlap: Overlap = Field(
+        default=Overlap.ALLOW,
+        description="How the backfill's runs overlap one another: `Allow` (in parallel, "
+        "bounded by the rate) or `Forbid` (one at a time). They never skip nor replace the "
+        "job's scheduled runs, whatever its concurrency policy.",
+    )
+
+    @field_validator("from_at", "to_at")
+    @classmethod
+    def _instant(cls, value: datetime) -> datetime:
+        return check_instant(value)
+
+
+class BackfillOut(BaseModel):
+    id: uuid.UUID
+    job_id: uuid.UUID
+    tenant: str
+    from_at: datetime = Field(serialization_alias="from")
+    to_at: datetime = Field(serialization_alias="to")
+    rate: int
+    overlap: Overlap
+    state: BackfillState = Field(
+        description="`running` (being fed, or its executions still running), `completed` (every "
+        "occurrence fed and ended) or `cancelled`."
+    )
+    total: int = Field(description="Occurrences of the job's schedule in the range.")
+    created: int = Field(description="Executions created so far.")
+    existing: int = Field(description="Occurrences not backfilled because they had a run already.")
+    cursor: datetime | None = Field(description="The last occurrence fed (null: none yet).")
+    succeeded: int = Field(description="Its executions that succeeded (first attempts).")
+    failed: int = Field(
+        description="Its executions that ended otherwise: failed, timed out, dead (first "
+        "attempts; a retry is an ordinary execution of the job)."
+    )
+    cancelled: int = Field(description="Its executions cancelled (by a cancel of the backfill).")
+    live: int = Field(description="Its executions scheduled, queued or running.")
+    message: str | None = Field(description="Why it was cancelled.")
+    source: JobSource
+    created_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: BackfillRow) -> BackfillOut:
+        counts = row.outcomes
+        live = (ExecutionStatus.SCHEDULED, ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)
+        other = (ExecutionStatus.SUCCEEDED, ExecutionStatus.CANCELLED, ExecutionStatus.SKIPPED)
+        return cls(
+            id=row.id,
+            job_id=row.job_id,
+            tenant=row.tenant,
+            from_at=row.from_at,
+            to_at=row.to_at,
+            rate=row.rate,
+            overlap=row.overlap,
+            state=row.state,
+            total=row.total,
+            created=row.created,
+            existing=row.existing,
+            cursor=row.cursor_at,
+            succeeded=counts.get(ExecutionStatus.SUCCEEDED, 0),
+            failed=sum(n for s, n in counts.items() if s not in live and s not in other),
+            cancelled=counts.get(ExecutionStatus.CANCELLED, 0),
+            live=sum(counts.get(s, 0) for s in live),
+            message=row.message,
+            source=row.source,
+            created_at=row.created_at,
+            finished_at=row.finished_at,
+        )
+
+
+class BackfillList(BaseModel):
+    items: list[BackfillOut]

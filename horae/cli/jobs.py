@@ -1,4 +1,4 @@
-"""`horae jobs`: list, show, create, pause, resume, trigger and cancel jobs straight through
+"""`horae jobs`: list, show, create, edit, pause, resume, trigger and cancel jobs straight through
 the store (HORAE_DATABASE_URL), one store operation each.
 
 The json and yaml outputs are the HTTP API's job representation (`JobOut`), so a script
@@ -34,8 +34,8 @@ from horae.cli.support import (
     settings,
     store_groups,
 )
-from horae.cli.tables import at, jobs_grid, render, schedule
-from horae.models import JobState
+from horae.cli.tables import at, catch_up_text, jobs_grid, render, schedule
+from horae.models import CatchUpPolicy, JobState
 
 if TYPE_CHECKING:
     from horae.api.schemas import JobOut
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from horae.store.rows import JobRow
 
 jobs_app = typer.Typer(
-    no_args_is_help=True, help="List, show, create, pause, resume, trigger and cancel jobs."
+    no_args_is_help=True, help="List, show, create, edit, pause, resume, trigger and cancel jobs."
 )
 
 DEFAULT_TENANT = "default"
@@ -66,6 +66,8 @@ _OPTION_OF_FIELD = {
     "retry": "--max-attempts",
     "timeout_seconds": "--timeout",
     "failure_policy": "--pause-after-failures",
+    "catch_up": "--catch-up",
+    "catch_up_window_seconds": "--catch-up-window",
 }
 
 
@@ -111,6 +113,7 @@ def _print_job(job: JobOut, fmt: str) -> None:
         "payload": json.dumps(job.payload),
         "max attempts": str(job.retry.max_attempts),
         "timeout": f"{job.timeout_seconds}s" if job.timeout_seconds else "-",
+        "catch-up": catch_up_text(job),
         "last run": at(job.last_run_at),
         "last status": job.last_status.value if job.last_status else "-",
         "failure policy": (
@@ -194,6 +197,23 @@ def jobs_get(job: JobArgument, output: OneOutputOption = "table") -> None:
     run(go())
 
 
+CatchUpOption = Annotated[
+    str | None,
+    typer.Option(
+        help="What runs of the occurrences missed in a gap (an outage, a pause): Skip,"
+        " Latest (default) or All.",
+        autocompletion=completes(CatchUpPolicy),
+    ),
+]
+CatchUpWindowOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Only missed occurrences due within this long run, e.g. 90s, 15m, 1h30m"
+        " (at most 744h). Default: no limit."
+    ),
+]
+
+
 def _spec(
     *,
     task: str,
@@ -204,13 +224,16 @@ def _spec(
     max_attempts: int | None,
     timeout: int | None,
     pause_after_failures: int | None = None,
+    catch_up: str | None = None,
+    catch_up_window: str | None = None,
 ) -> JobSpec:
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
 
     from horae.domain.fields import first_error
+    from horae.domain.limits import catch_up_window as window_seconds
     from horae.domain.limits import lateness_error, payload_size_error
-    from horae.models import JobSpec
+    from horae.models import CatchUpPolicy, JobSpec
 
     if (cron is None) == (run_at is None):
         raise fail("exactly one of --cron and --run-at is required")
@@ -250,6 +273,16 @@ def _spec(
         fields["retry"] = {"max_attempts": max_attempts}
     if pause_after_failures is not None:
         fields["failure_policy"] = {"pause_after_consecutive_failures": pause_after_failures}
+    if catch_up is not None:
+        one_of("--catch-up", catch_up, (p.value for p in CatchUpPolicy))
+        fields["catch_up"] = catch_up
+    if catch_up_window is not None:
+        try:
+            fields["catch_up_window_seconds"] = window_seconds(catch_up_window)
+        except ValueError as exc:
+            raise fail(f"--catch-up-window: {exc}") from None
+    if (catch_up is not None or catch_up_window is not None) and cron is None:
+        raise fail("--catch-up: applies to --cron only (a one-off that was missed runs late)")
     try:
         return JobSpec(**fields)
     except pydantic.ValidationError as exc:
@@ -281,6 +314,8 @@ def jobs_create(
             " (1-1000; each counted once its retries are over; a success resets the count)."
         ),
     ] = None,
+    catch_up: CatchUpOption = None,
+    catch_up_window: CatchUpWindowOption = None,
     output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
@@ -297,6 +332,8 @@ def jobs_create(
         max_attempts=max_attempts,
         timeout=timeout,
         pause_after_failures=pause_after_failures,
+        catch_up=catch_up,
+        catch_up_window=catch_up_window,
     )
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:
@@ -310,6 +347,90 @@ def jobs_create(
             await routing.create_jobs(store, [new], now=datetime.now(UTC))
             row = await routing.get_job(store, new.job_id)
         _print_job(_job_out(row, with_next_runs=True), fmt)
+
+    run(go())
+
+
+@jobs_app.command("edit")
+def jobs_edit(
+    job: JobArgument,
+    catch_up: CatchUpOption = None,
+    catch_up_window: CatchUpWindowOption = None,
+    no_catch_up_window: Annotated[
+        bool, typer.Option("--no-catch-up-window", help="Remove the catch-up window.")
+    ] = False,
+    pause_after_failures: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Pause the job after N executions in a row ended failed, timed out or dead.",
+        ),
+    ] = None,
+    no_failure_policy: Annotated[
+        bool, typer.Option("--no-failure-policy", help="Remove the failure policy.")
+    ] = False,
+    output: OneOutputOption = "table",
+) -> None:
+    """Change a job's catch-up policy or window, or its failure policy (spec version + 1, as
+    an API edit: the pending execution is replaced). A ScheduledJob's job is changed in its
+    manifest."""
+    from horae.domain.limits import catch_up_window as window_seconds
+    from horae.errors import Conflict, NotFound
+    from horae.models import JobSpec
+    from horae.store import jobs as jobs_store
+    from horae.store import quotas, routing
+
+    one_of("--catch-up", catch_up, (p.value for p in CatchUpPolicy))
+    if catch_up_window is not None and no_catch_up_window:
+        raise fail("--catch-up-window: cannot be combined with --no-catch-up-window")
+    changes: dict[str, Any] = {}
+    if catch_up is not None:
+        changes["catch_up"] = CatchUpPolicy(catch_up)
+    if catch_up_window is not None:
+        try:
+            changes["catch_up_window_seconds"] = window_seconds(catch_up_window)
+        except ValueError as exc:
+            raise fail(f"--catch-up-window: {exc}") from None
+    if no_catch_up_window:
+        changes["catch_up_window_seconds"] = None
+    if pause_after_failures is not None and no_failure_policy:
+        raise fail("--pause-after-failures: cannot be combined with --no-failure-policy")
+    if pause_after_failures is not None:
+        changes["failure_policy"] = {"pause_after_consecutive_failures": pause_after_failures}
+    if no_failure_policy:
+        changes["failure_policy"] = None
+    if not changes:
+        raise fail(
+            "nothing to change: give --catch-up, --catch-up-window, --no-catch-up-window,"
+            " --pause-after-failures or --no-failure-policy"
+        )
+    ref = JobRef.parse(job)
+    fmt = output_format(output, ONE_FORMATS)
+    cfg = settings()
+
+    async def go() -> None:
+        async with store_groups(cfg.database.url) as store:
+            row = await find_job(store, ref)
+            if row.cron is None and {"catch_up", "catch_up_window_seconds"} & changes.keys():
+                raise fail(f"--catch-up: job {row.id} is a one-off; catch-up applies to cron jobs")
+            spec = JobSpec.model_validate(row.spec.model_dump() | changes)
+            group = store.catalog.group_of(row.shard)
+            elsewhere = await quotas.elsewhere(store, group, [row.tenant])
+            try:
+                await routing.on_job(
+                    store,
+                    row.id,
+                    lambda conn: jobs_store.edit_job(
+                        conn, row.id, spec, now=datetime.now(UTC), elsewhere=elsewhere
+                    ),
+                )
+            except NotFound:
+                raise fail(f"job {ref.text} not found", 1) from None
+            except Conflict as exc:
+                raise fail(str(exc), 1) from None
+            edited = await routing.get_job(store, row.id)
+        _print_job(_job_out(edited, with_next_runs=True), fmt)
 
     run(go())
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from horae.cli import views
+from horae.cli.backfills import backfills_app
 from horae.cli.jobs import jobs_app
 from horae.cli.store import store_app
 from horae.cli.support import console, fail
@@ -177,6 +178,7 @@ def dev(
 # After the components' commands, in the order `horae --help` lists them.
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(store_app, name="store")
+app.add_typer(backfills_app, name="backfills")
 views.register(app)
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from horae.cli.ids import short_ids
+from horae.domain.durations import format_duration
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -61,6 +62,14 @@ def schedule(job: JobOut) -> str:
     if job.cron is None:
         return f"once at {at(job.run_at)}"
     return job.cron if job.time_zone == "UTC" else f"{job.cron} ({job.time_zone})"
+
+
+def catch_up_text(job: JobOut) -> str:
+    """The job's catch-up policy and window (`All within 1h`); a one-off has none."""
+    if job.cron is None:
+        return "-"
+    window = job.catch_up_window_seconds
+    return job.catch_up.value + (f" within {format_duration(window)}" if window else "")
 
 
 JOB_COLUMNS = ["ID", "NAME", "TASK", "SCHEDULE", "STATE", "NEXT RUN", "LAST STATUS"]

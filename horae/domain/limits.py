@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from horae.domain.durations import format_duration, parse_duration
+
 TASK_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$"
 TASK_NAME_MAX_CHARS = 253
 CRON_MAX_CHARS = 200
@@ -133,3 +135,29 @@ def contains_nul(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+CATCH_UP_GRACE = timedelta(seconds=5)
+"""Lateness that is not a gap: an occurrence whose successor was due less than this before
+the scheduler looks at it runs, whatever the catch-up policy (a failover or a load spike
+makes a dispatch a few seconds late; that is not an outage)."""
+MAX_CATCH_UP_RUNS = 100
+"""The most occurrences of one gap that catch-up `All` replays: the newest this many (within
+the window); the older ones are skipped ("beyond the catch-up cap")."""
+MAX_SKIPPED_ROWS = 100
+"""The skipped occurrences of one gap (an outage, a pause) that are recorded as `skipped`
+rows: the newest this many; older ones leave no row."""
+MAX_CATCH_UP_WINDOW_SECONDS = 31 * 86400
+"""The longest catch-up window (31 days); the shortest is 1 second."""
+
+
+def catch_up_window(text: str) -> int:
+    """A catch-up window written as a duration (`1h30m`, as a ScheduledJob and the CLI take
+    it) in seconds; ValueError when it is not a duration or not from 1s to 744h (31 days)."""
+    seconds = parse_duration(text)
+    if not 1 <= seconds <= MAX_CATCH_UP_WINDOW_SECONDS:
+        raise ValueError(
+            f"{text!r} is out of range: a catch-up window is from 1s to"
+            f" {format_duration(MAX_CATCH_UP_WINDOW_SECONDS)} (31 days)"
+        )
+    return seconds

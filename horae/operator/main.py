@@ -27,7 +27,7 @@ from horae.kube import (
     load_api_client,
     watch_leases,
 )
-from horae.operator import measuring, scheduledjob, workerpool
+from horae.operator import backfill, measuring, scheduledjob, workerpool
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.reporting import StatusWriter
 from horae.operator.resync import Resync
@@ -57,6 +57,7 @@ def build_registry() -> kopf.OperatorRegistry:
 
     scheduledjob.register(registry)
     workerpool.register(registry)
+    backfill.register(registry)
     return registry
 
 
@@ -186,6 +187,7 @@ async def _start_leading(
         objects=objects,
         job_status=mirror.writer,  # every writer of a status's conditions goes through one
         pool_status=pool_status,
+        backfill_status=StatusWriter(objects, "backfills"),
         deployments=deployments,
         service_accounts=accounts,
         autoscaler=autoscaler,

@@ -1,4 +1,5 @@
-"""The scheduler over store groups: a dispatcher, a LISTEN connection and a reaper per group.
+"""The scheduler over store groups: a dispatcher, a LISTEN connection, a reaper and a backfill
+feeder per group.
 
 Each group's parts work on that group's database alone (its own heap, cursor, epochs and
 tenant gate), so no dispatch transaction spans two groups. A shard Lease gained is taken in
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from horae.errors import HoraeError, ShardBusy, ShardMoved
+from horae.scheduler.backfill import Feeder
 from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
@@ -42,6 +44,8 @@ class GroupParts:
     dispatcher: Dispatcher
     listener: ShardListener
     reaper: Reaper
+    feeder: Feeder | None = None
+    """Feeds the running backfills of the group's held shards (none in some tests)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start(self, stop: asyncio.Event) -> None:
@@ -52,6 +56,8 @@ class GroupParts:
             asyncio.create_task(self.dispatcher.run_dispatch(stop), name=f"dispatch-{name}"),
             asyncio.create_task(self.reaper.run(stop), name=f"reaper-{name}"),
         ]
+        if self.feeder is not None:
+            self.tasks.append(asyncio.create_task(self.feeder.run(stop), name=f"backfill-{name}"))
 
 
 Build = Callable[[str, "Fenced"], GroupParts]

@@ -18,6 +18,7 @@ from horae.config import Settings
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.probes import Probes
 from horae.scheduler.allowances import Rebalancer
+from horae.scheduler.backfill import Feeder
 from horae.scheduler.dispatcher import Dispatcher
 from horae.scheduler.groups import Fenced, GroupParts, ShardRouter
 from horae.scheduler.leases import MEMBER_LABEL, SHARD_LABEL, ShardLeases, frees_shards
@@ -105,7 +106,8 @@ def build(
             redelivery_timeout=cfg.redelivery_timeout,
             dead_webhook=cfg.dead_webhook,
         )
-        return GroupParts(group, dispatcher, listener, reaper)
+        feeder = Feeder(database, epochs=lambda: dispatcher.epochs)
+        return GroupParts(group, dispatcher, listener, reaper, feeder)
 
     router = ShardRouter(store, group_parts, max_rows=cfg.preload_max_rows)
 

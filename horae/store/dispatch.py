@@ -19,12 +19,17 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from horae.errors import ShardBusy, ShardMoved
-from horae.models import ExecutionStatus
+from horae.models import ExecutionStatus, JobSpec
 from horae.store.boundary import translated, translating
-from horae.store.occurrences import next_occurrence
+from horae.store.occurrences import CatchUp, Skipped, next_occurrence
 from horae.store.queries import Q
-from horae.store.rows import ExpiredRun, LiveExecution, job_of
-from horae.store.scheduling import NewExecution, insert_execution, insert_executions
+from horae.store.rows import ExpiredRun, JobRow, LiveExecution, job_of
+from horae.store.scheduling import (
+    NewExecution,
+    insert_execution,
+    insert_executions,
+    new_execution_id,
+)
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
@@ -44,7 +49,15 @@ class Due:
     attempt: int
     starting_deadline_seconds: int | None = None
     concurrency_policy: str = "Allow"
+    manual: bool = False
+    """Run by hand (a trigger), outside the schedule: never judged by catch-up."""
+    backfill: uuid.UUID | None = None
+    """The backfill that made it (an old occurrence run now), None for every other run:
+    one never schedules its job's next occurrence, nor is judged late for its occurrence."""
 
+
+CATCH_UP_KIND = "catch_up"
+"""The `error_kind` of an occurrence a catch-up policy, window or cap did not run."""
 
 NIL = uuid.UUID(int=0)
 """The smallest id: (due_at, NIL) sorts before every execution due at `due_at`."""
@@ -133,11 +146,21 @@ async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[LiveExe
     return [LiveExecution(r["id"], r["job_id"], r["due_at"], r["status"]) for r in rows]
 
 
+@translated
+async def recurring_specs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, JobSpec]:
+    """The specs of those of these jobs that are active cron jobs."""
+    rows = await conn.fetch(Q["recurring_jobs"], sorted(set(job_ids)))
+    return {job.id: job.spec for job in map(job_of, rows)}
+
+
 @dataclass(frozen=True)
 class Skip:
     due: Due
     kind: str
     message: str
+    gap: CatchUp | None = None
+    """A catch-up skip: the gap's other skipped occurrences to record, and where the
+    schedule resumes (instead of the skipped occurrence's successor)."""
 
 
 @dataclass(frozen=True)
@@ -194,8 +217,9 @@ async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: dat
         now,
     )
     skipped = [s for plan in ours for s in plan.skipped]
+    done: set[uuid.UUID] = set()
     if skipped:
-        await conn.execute(
+        rows = await conn.fetch(
             Q["skip_executions"],
             [s.due.id for s in skipped],
             [s.due.due_at for s in skipped],
@@ -203,10 +227,15 @@ async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: dat
             [s.message for s in skipped],
             now,
         )
+        done = {r["id"] for r in rows}
     cancel = [c for plan in ours for c in plan.cancel]
     if cancel:
         await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
-    await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now)
+    # A catch-up skip moves the schedule on past its gap, but only if its row was skipped
+    # here: a worker that claimed it first (published by an earlier round whose record was
+    # lost) runs it, and schedules its successor, as this round does then.
+    gaps = {s.due.id: s.gap for s in skipped if s.gap is not None and s.due.id in done}
+    await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now, gaps)
     return int(status.split()[-1])
 
 
@@ -287,21 +316,39 @@ async def lose_lease(
         return True
 
 
-async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None:
-    """Insert the next occurrence of each active cron job among `dues` (first attempts).
+async def _schedule_next(
+    conn: Conn,
+    dues: Sequence[Due],
+    now: datetime,
+    gaps: Mapping[uuid.UUID, CatchUp] | None = None,
+) -> None:
+    """Insert the next occurrence of each active cron job among `dues` (first attempts, not
+    backfilled): the successor of its latest, or for one skipped by catch-up (`gaps`, by
+    execution id) the occurrence its gap resumes at, after recording the gap's other skipped
+    occurrences.
 
     One query finds which jobs recur, one inserts their next occurrences and one records
-    them on the jobs, so a spike costs the same three statements whatever its size.
+    them on the jobs, so a spike costs the same three statements whatever its size (and
+    one more for the skipped rows of gaps).
     """
     # Per job, the latest occurrence (later ones overwrite): a batch may also hold a stale
     # copy of an earlier one (re-read before a worker claimed it), whose next one exists.
-    ordered = sorted((d for d in dues if d.attempt == 1), key=lambda d: d.occurrence_at)
+    # A backfilled occurrence is a past one run now: the schedule goes on without it.
+    ordered = sorted(
+        (d for d in dues if d.attempt == 1 and d.backfill is None), key=lambda d: d.occurrence_at
+    )
     firsts = {d.job_id: d for d in ordered}
     if not firsts:
         return
     new: list[NewExecution] = []
+    missed: list[tuple[JobRow, Skipped]] = []
     for job in map(job_of, await conn.fetch(Q["recurring_jobs"], sorted(firsts))):
-        nxt = next_occurrence(job.id, job.spec, firsts[job.id].occurrence_at)
+        gap = (gaps or {}).get(firsts[job.id].id)
+        if gap is not None:
+            missed += [(job, s) for s in gap.skipped]
+            nxt = gap.resume
+        else:
+            nxt = next_occurrence(job.id, job.spec, firsts[job.id].occurrence_at)
         if nxt is not None:
             new.append(
                 NewExecution(
@@ -315,6 +362,20 @@ async def _schedule_next(conn: Conn, dues: Sequence[Due], now: datetime) -> None
                     job.spec_version,
                 )
             )
+    if missed:
+        await conn.execute(
+            Q["insert_skipped"],
+            [new_execution_id() for _ in missed],
+            [job.id for job, _ in missed],
+            [job.tenant for job, _ in missed],
+            [job.task for job, _ in missed],
+            [job.shard for job, _ in missed],
+            [s.occurrence.occurrence_at for _, s in missed],
+            [job.spec_version for job, _ in missed],
+            now,
+            [CATCH_UP_KIND] * len(missed),
+            [s.message for _, s in missed],
+        )
     if new:
         await insert_executions(conn, new, now)
         await conn.execute(

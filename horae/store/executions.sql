@@ -37,12 +37,18 @@ WITH inserted AS (
 SELECT i.id, (SELECT count(*) FROM notified) AS notified FROM inserted i
 
 -- name: insert_skipped
--- Record a nominal occurrence that did not run, with why, unless it already has a row.
+-- Record nominal occurrences that did not run (a pause, a catch-up), with why, except those
+-- that already have a row.
 INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
                         job_version, status, created_at, finished_at, error_kind, error_message)
-SELECT $1, $2, $3, $4, $5, $6, $6, 1, $7, 'skipped', $8, $8, $9, $10
-WHERE NOT EXISTS (SELECT 1 FROM executions WHERE job_id = $2 AND occurrence_at = $6
-                  AND attempt = 1 AND status <> 'cancelled')
+SELECT u.id, u.job_id, u.tenant, u.task, u.shard, u.occurrence_at, u.occurrence_at, 1,
+       u.job_version, 'skipped', $8, $8, u.kind, u.message
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::smallint[], $6::timestamptz[],
+            $7::int[], $9::text[], $10::text[])
+     AS u(id, job_id, tenant, task, shard, occurrence_at, job_version, kind, message)
+WHERE NOT EXISTS (SELECT 1 FROM executions x WHERE x.job_id = u.job_id
+                  AND x.occurrence_at = u.occurrence_at AND x.attempt = 1
+                  AND x.status <> 'cancelled')
 
 -- name: cancel_pending
 -- Cancel a job's executions that have not been dispatched yet, recording why.
@@ -53,7 +59,7 @@ WHERE job_id = $1 AND status = 'scheduled'
 -- name: preload_due
 -- Pending executions of the given shards due before $2, after the cursor ($3, $4), in due order (hot path).
 SELECT id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
-       starting_deadline_seconds, concurrency_policy
+       starting_deadline_seconds, concurrency_policy, manual, backfill
 FROM executions
 WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
   AND due_at >= $3::timestamptz  -- redundant with the next line, but lets partitions be pruned
@@ -100,12 +106,13 @@ FROM target t
 WHERE e.id = t.id AND e.due_at = t.due_at
 
 -- name: skip_executions
--- Record occurrences that will not run (deadline missed, Forbid overlap) with why (fenced
--- by the caller: lock_epochs).
+-- Record occurrences that will not run (deadline missed, Forbid overlap, catch-up) with why
+-- (fenced by the caller: lock_epochs); returns the ids of the rows skipped.
 UPDATE executions e SET status = 'skipped', finished_at = $5, error_kind = u.kind,
        error_message = u.message
 FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS u(id, due_at, kind, message)
 WHERE e.id = u.id AND e.due_at = u.due_at AND e.status = 'scheduled'
+RETURNING e.id
 
 -- name: live_executions_of_jobs
 -- Queued or running executions of these jobs (concurrency policies).

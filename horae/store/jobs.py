@@ -17,7 +17,7 @@ from horae.store.boundary import translated
 from horae.store.new_jobs import NewJob, insert_jobs
 from horae.store.occurrences import (
     Occurrence,
-    missed_on_resume,
+    catch_up,
     next_occurrence,
     rate,
 )
@@ -165,6 +165,7 @@ async def edit_job(
             now,
             spec.catch_up.value,
             rate(spec),
+            spec.catch_up_window_seconds,
             pause_after_failures(spec),
         )
         assert updated is not None  # the row is locked above
@@ -211,36 +212,28 @@ async def pause_job(
         await conn.execute(Q["set_paused_reason"], job_id, reason)
 
 
-async def _catch_up(conn: Conn, job: JobRow, now: datetime) -> None:
-    """Record a resumed cron job's missed occurrences, and run the one catch-up runs now."""
-    skipped, run_now = missed_on_resume(job.spec, job.paused_at or job.updated_at, now)
-    for fire in skipped:
+async def _catch_up(conn: Conn, job: JobRow, now: datetime) -> Occurrence | None:
+    """Record what a resumed cron job missed while paused (`catch_up`, kind `paused`), and
+    answer the occurrence to schedule: the first that catch-up runs, due now (the others it
+    runs follow one by one through the scheduler), or the first after the pause."""
+    gap = catch_up(job.id, job.spec, after=job.paused_at or job.updated_at, now=now, paused=True)
+    if gap.skipped:
         await conn.execute(
             Q["insert_skipped"],
-            new_execution_id(),
-            job.id,
-            job.tenant,
-            job.task,
-            job.shard,
-            fire,
-            job.spec_version,
+            [new_execution_id() for _ in gap.skipped],
+            [job.id] * len(gap.skipped),
+            [job.tenant] * len(gap.skipped),
+            [job.task] * len(gap.skipped),
+            [job.shard] * len(gap.skipped),
+            [s.occurrence.occurrence_at for s in gap.skipped],
+            [job.spec_version] * len(gap.skipped),
             now,
-            "paused",
-            "job was paused at this time",
+            ["paused"] * len(gap.skipped),
+            [s.message for s in gap.skipped],
         )
-    if run_now is not None:
-        await insert_execution(
-            conn,
-            job_id=job.id,
-            tenant=job.tenant,
-            task=job.task,
-            shard=job.shard,
-            due_at=now,
-            occurrence_at=run_now,
-            attempt=1,
-            job_version=job.spec_version,
-            now=now,
-        )
+    if gap.runs:
+        return Occurrence(gap.runs[0].occurrence_at, max(gap.runs[0].due_at, now))
+    return gap.resume
 
 
 @translated
@@ -252,9 +245,10 @@ async def resume_job(
     tenant: str | None = None,
     by: JobSource = JobSource.API,
 ) -> None:
-    """Resume from now. The most recent `MAX_SKIPPED_ON_RESUME` missed occurrences are
-    recorded `skipped` (reason: paused), except that catch-up `Latest` runs the most recent
-    one now; older ones leave no row. A one-off that was missed runs now.
+    """Resume from now. What the job missed while paused runs as its catch-up policy and
+    window say (`occurrences.catch_up`), the first of it now; the most recent
+    `MAX_SKIPPED_ROWS` of the others are recorded `skipped` (kind `paused`); older ones
+    leave no row. A one-off that was missed runs now.
     """
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
@@ -269,8 +263,7 @@ async def resume_job(
         if spec.run_at is not None:
             nxt = Occurrence(spec.run_at, max(spec.run_at, now))
         else:
-            await _catch_up(conn, row, now)
-            nxt = next_occurrence(job_id, spec, now)
+            nxt = await _catch_up(conn, row, now)
         await conn.execute(
             Q["set_job_state"],
             job_id,

@@ -36,7 +36,8 @@ class NewJob:
 @dataclass(frozen=True, slots=True)
 class JobInserts:
     """The parameters of `insert_jobs` (jobs.sql), in their order: a column each, for the
-    jobs ($1-$20, $32, $33), then for the first executions of those that run ($22-$28, $30, $31),
+    jobs ($1-$20, $32-$34), then for the first executions of those that run ($22-$28, $30,
+    $31),
     with the instants ($21: now; $29: executions due before it are announced)."""
 
     ids: list[uuid.UUID]
@@ -71,6 +72,7 @@ class JobInserts:
     execution_deadlines: list[int | None]
     execution_policies: list[str]
     fires_per_minute: list[float]
+    catch_up_windows: list[int | None]
     pause_after_failures: list[int | None]
 
     @classmethod
@@ -115,11 +117,12 @@ class JobInserts:
             execution_deadlines=[j.spec.starting_deadline_seconds for j, _, _ in runnable],
             execution_policies=[j.spec.concurrency_policy.value for j, _, _ in runnable],
             fires_per_minute=[rate(j.spec) for j in jobs],
+            catch_up_windows=[j.spec.catch_up_window_seconds for j in jobs],
             pause_after_failures=[pause_after_failures(j.spec) for j in jobs],
         )
 
     def parameters(self) -> list[Any]:
-        """$1 ... $33."""
+        """$1 ... $34."""
         return [getattr(self, f.name) for f in fields(self)]
 
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from horae.errors import NotFound, ShardMoved
 from horae.models import ExecutionStatus, JobSource, JobState
-from horae.store import jobs, quotas, reads
+from horae.store import backfills, jobs, quotas, reads
+from horae.store.backfills import BackfillRow, NewBackfill
 from horae.store.new_jobs import NewJob
 from horae.store.rows import CrdJob, ExecutionRow, JobRow
 
@@ -254,3 +255,57 @@ async def execution_ids_in_range(
     in order (one a move in flight holds in two groups counted once)."""
     pages = await _each(store, lambda c: reads.execution_ids_in_range(c, low, high, limit))
     return sorted({i for _, ids in pages for i in ids})[:limit]
+
+
+async def create_backfill(
+    store: Store, new: NewBackfill, *, now: datetime, tenant: str | None
+) -> BackfillRow:
+    """A backfill of the job, in its group (where the scheduler owning its shard feeds it)."""
+    return await on_job(
+        store, new.job_id, lambda c: backfills.create_backfill(c, new, now=now, tenant=tenant)
+    )
+
+
+async def get_backfill(
+    store: Store, backfill_id: uuid.UUID, tenant: str | None
+) -> tuple[str, BackfillRow]:
+    """The backfill (of `tenant`) by id alone, and its group: every group is asked. NotFound
+    when none has it."""
+    for group, row in await _each(store, lambda c: backfills.get_backfill(c, backfill_id, tenant)):
+        if row is not None:
+            return group, row
+    raise NotFound(f"backfill {backfill_id} not found")
+
+
+async def cancel_backfill(
+    store: Store,
+    backfill_id: uuid.UUID,
+    *,
+    now: datetime,
+    tenant: str | None,
+    why: str = "cancelled",
+) -> BackfillRow:
+    """Cancel the backfill (a no-op when it ended already), saying `why`; the backfill as
+    it is then."""
+    group, _ = await get_backfill(store, backfill_id, tenant)
+    async with store.database(group).acquire() as conn:
+        await backfills.cancel_backfill(conn, backfill_id, now=now, tenant=tenant, why=why)
+        row = await backfills.get_backfill(conn, backfill_id, tenant)
+    if row is None:
+        raise NotFound(f"backfill {backfill_id} not found")
+    return row
+
+
+async def job_backfills(
+    store: Store, job_id: uuid.UUID, tenant: str, limit: int
+) -> list[BackfillRow]:
+    """A job's backfills, newest first, from its group."""
+    return await on_job(store, job_id, lambda c: backfills.job_backfills(c, job_id, tenant, limit))
+
+
+async def backfill_of_resource(store: Store, uid: str) -> BackfillRow | None:
+    """The backfill a Backfill resource made, in whichever group holds it, or None."""
+    for _, row in await _each(store, lambda c: backfills.backfill_of_resource(c, uid)):
+        if row is not None:
+            return row
+    return None

@@ -44,6 +44,7 @@ class JobRow:
     concurrency_policy: ConcurrencyPolicy
     starting_deadline_seconds: int | None
     catch_up: CatchUpPolicy
+    catch_up_window_seconds: int | None
     state: JobState
     paused_at: datetime | None
     spec_version: int
@@ -83,6 +84,7 @@ class JobRow:
             starting_deadline_seconds=self.starting_deadline_seconds,
             catch_up=self.catch_up,
             failure_policy=failure_policy_of(self.pause_after_failures),
+            catch_up_window_seconds=self.catch_up_window_seconds,
         )
 
 
@@ -142,6 +144,8 @@ class ExecutionRow:
     created_at: datetime
     manual: bool
     """Its occurrence was run by hand (a trigger), not by the schedule."""
+    backfill: uuid.UUID | None = None
+    """The backfill that ran this past occurrence (None: the schedule, or a trigger)."""
 
 
 _EXECUTION_COLUMNS = tuple(ExecutionRow.__dataclass_fields__)

@@ -85,7 +85,14 @@ class Workload:
         async with httpx.AsyncClient() as http:
             for tenant in TENANTS:
                 for step in CRON_STEPS:
-                    body = {"task": "chaos.quick", "cron": f"*/{step} * * * * *", "retry": RETRY}
+                    # Every fire time is owed through faults of tens of seconds: catch-up All.
+                    body = {
+                        "task": "chaos.quick",
+                        "cron": f"*/{step} * * * * *",
+                        "retry": RETRY,
+                        "catch_up": "All",
+                        "catch_up_window_seconds": 3600,
+                    }
                     job = await self._post(http, tenant, body, str(uuid.uuid4()),
                                            time.time() + 30)  # fmt: skip
                     assert job is not None, "a cron job could not be created before any fault"
@@ -171,6 +178,7 @@ metadata: {{name: {name}, namespace: {namespace}}}
 spec:
   task: chaos.quick
   schedule: "*/{step} * * * * *"
+  catchUp: {{policy: All, window: 1h}}
   retryPolicy: {{maxAttempts: 10, initialIntervalSeconds: 0.5, maxIntervalSeconds: 2}}
 """
 

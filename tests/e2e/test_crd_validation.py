@@ -59,6 +59,19 @@ BAD = [
      "spec.failurePolicy.pauseAfterConsecutiveFailures: Invalid value: 1001"),
     ({"task": "t", "schedule": "* * * * *", "failurePolicy": {}},
      "spec.failurePolicy.pauseAfterConsecutiveFailures: Required value"),
+    # catch-up: a policy of three, a window as a Go duration from 1s to 31 days
+    ({"task": "t", "schedule": "* * * * *", "catchUp": {"policy": "Sometimes"}},
+     "spec.catchUp.policy: Unsupported value: \"Sometimes\""),
+    ({"task": "t", "schedule": "* * * * *", "catchUp": {"window": "1d"}},
+     "spec.catchUp.window: Invalid value: \"1d\""),
+    ({"task": "t", "schedule": "* * * * *", "catchUp": {"window": "1.5h"}},
+     "spec.catchUp.window: Invalid value"),
+    ({"task": "t", "schedule": "* * * * *", "catchUp": {"window": "0s"}},
+     "spec.catchUp.window must be from 1s to 744h (31 days)"),
+    ({"task": "t", "schedule": "* * * * *", "catchUp": {"window": "745h"}},
+     "spec.catchUp.window must be from 1s to 744h (31 days)"),
+    ({"task": "t", "schedule": "* * * * *", "catchUp": {"window": "44641m"}},
+     "spec.catchUp.window must be from 1s to 744h (31 days)"),
 ]  # fmt: skip
 
 

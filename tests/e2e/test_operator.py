@@ -22,7 +22,7 @@ from tests.support.store_rows import StoreRows
 from tests.support.wait import readiness, until, until_ready
 
 
-def manifest(namespace: str, schedule: str, *, suspend: bool = False) -> str:
+def manifest(namespace: str, schedule: str, *, suspend: bool = False, more: str = "") -> str:
     return f"""
 apiVersion: horae.dev/v1alpha1
 kind: ScheduledJob
@@ -32,7 +32,7 @@ spec:
   schedule: "{schedule}"
   suspend: {str(suspend).lower()}
   historyLimit: 3
-"""
+{more}"""
 
 
 def mirrors(control_plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
@@ -96,8 +96,10 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
         "status"
     ] == "True"  # fmt: skip
 
-    # edit: resumed on a yearly schedule; the pending every-2s occurrence is cancelled
-    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "0 0 1 1 *"))
+    # edit: resumed on a yearly schedule, with a catch-up policy and window; the pending
+    # every-2s occurrence is cancelled
+    catch_up = "  catchUp: {policy: All, window: 1h30m}\n"
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "0 0 1 1 *", more=catch_up))
 
     async def next_run_is_new_year() -> str | None:
         status = control_plane.get_json("sj", "ticker", "-n", namespace).get("status", {})
@@ -111,6 +113,10 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
     )  # fmt: skip
     assert len(pending) == 1 and pending[0]["job_version"] == 2
     assert (pending[0]["due_at"].month, pending[0]["due_at"].day) == (1, 1)
+    job = await stored.fetchrow(
+        "SELECT catch_up, catch_up_window_seconds FROM jobs WHERE id = $1", job_id
+    )
+    assert (job["catch_up"], job["catch_up_window_seconds"]) == ("All", 5400)
 
     # delete: cancelled in the store, its Execution resources gone with it
     control_plane.kubectl("delete", "sj", "ticker", "-n", namespace, "--wait=true")

@@ -32,8 +32,8 @@ from tests.support.processes import Component, Processes
 from tests.support.store_rows import StoreRows
 from tests.support.wait import until, until_ready, until_serving
 
-SJ = ("scheduledjobs", "workerpools")
-STATUS = ("scheduledjobs/status", "workerpools/status")
+SJ = ("scheduledjobs", "workerpools", "backfills")
+STATUS = ("scheduledjobs/status", "workerpools/status", "backfills/status")
 LEASES = ("leases",)
 
 # ClusterRole -> the component that runs under it, and how the chart binds it.

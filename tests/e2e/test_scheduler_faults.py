@@ -71,7 +71,10 @@ async def test_cron_fires_every_second_once_across_a_replica_kill(
     names = [f"scheduler-{i}" for i in range(3)]
     await balanced(control_plane, namespace, names)
     now = datetime.now(UTC)
-    every_second = JobSpec(task="e2e.echo", cron="* * * * * *")
+    # Every occurrence runs however long the handover takes: catch-up All, within an hour.
+    every_second = JobSpec(
+        task="e2e.echo", cron="* * * * * *", catch_up="All", catch_up_window_seconds=3600
+    )
     job_id = await stored.create_job(every_second, tenant="t", source=JobSource.API, now=now)
     owner = next(n for n, shards in holders(control_plane, namespace).items()
                  if job_id.int % 64 in shards)  # fmt: skip

@@ -108,11 +108,13 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     job = parsed("jobs", "create", "--task", "send-invoice", "--cron", "0 9 * * 1",
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
                  "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
+                 "--catch-up", "All", "--catch-up-window", "1h30m",
                  "--pause-after-failures", "3", db_url=db_url)  # fmt: skip
     job_id = job["id"]
     assert job["failure_policy"] == {"pause_after_consecutive_failures": 3}
     assert (job["tenant"], job["name"], job["source"], job["state"]) == (
         "acme", "invoices", "api", "active")  # fmt: skip
+    assert (job["catch_up"], job["catch_up_window_seconds"]) == ("All", 5400)
     assert len(job["next_runs"]) == 5
     for fire in job["next_runs"]:
         local = datetime.fromisoformat(fire).astimezone(ZoneInfo("Europe/Paris"))
@@ -129,17 +131,23 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     assert job_id in table and "0 9 * * 1 (Europe/Paris)" in table and "active" in table
 
     shown = ok("jobs", "get", job_id, db_url=db_url)
-    assert "next runs" in shown and "send-invoice" in shown
+    assert "next runs" in shown and "send-invoice" in shown and "All within 1h30m" in shown
     for fire in job["next_runs"]:
         assert fire.replace("T", " ") in shown  # each fire time, in UTC
     as_yaml = yaml.safe_load(ok("jobs", "get", job_id, "-o", "yaml", db_url=db_url))
     assert as_yaml["id"] == job_id and as_yaml["next_runs"] == job["next_runs"]
 
+    edited = parsed("jobs", "edit", job_id, "--catch-up", "Skip", "--no-catch-up-window",
+                    db_url=db_url)  # fmt: skip
+    assert (edited["catch_up"], edited["catch_up_window_seconds"]) == ("Skip", None)
+    assert edited["spec_version"] == 2 and await statuses(stored, job_id) == [
+        "cancelled", "scheduled"]  # fmt: skip
+
     assert "pause after 3 consecutive failures (0 so far)" in shown
     paused = ok("jobs", "pause", job_id, "--reason", "INC-7: vendor down", db_url=db_url)
     assert paused.strip() == f"job {job_id} paused"
     assert await state(stored, job_id) == "paused"
-    assert await statuses(stored, job_id) == ["cancelled"]
+    assert await statuses(stored, job_id) == ["cancelled", "cancelled"]
     got = parsed("jobs", "get", job_id, db_url=db_url)
     assert (got["next_runs"], got["paused_reason"]) == ([], "INC-7: vendor down")
     shown = ok("jobs", "get", job_id, db_url=db_url)
@@ -148,17 +156,28 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     assert ok("jobs", "resume", job_id, db_url=db_url).strip() == f"job {job_id} resumed"
     assert await state(stored, job_id) == "active"
     assert parsed("jobs", "get", job_id, db_url=db_url)["paused_reason"] is None
-    assert sorted(await statuses(stored, job_id)) == ["cancelled", "scheduled"]
+    assert sorted(await statuses(stored, job_id)) == ["cancelled", "cancelled", "scheduled"]
 
     assert ok("jobs", "cancel", job_id, db_url=db_url).strip() == f"job {job_id} cancelled"
     assert await state(stored, job_id) == "cancelled"
-    assert await statuses(stored, job_id) == ["cancelled", "cancelled"]
+    assert await statuses(stored, job_id) == ["cancelled", "cancelled", "cancelled"]
     again = ok("jobs", "cancel", job_id, db_url=db_url).strip()
     assert again == f"job {job_id} was already cancelled"
     r = horae("jobs", "pause", job_id, db_url=db_url)
     assert r.returncode == 1
     assert r.stderr.strip() == (
         f"horae: job {job_id} is cancelled: only an active job can be paused"
+    )
+
+
+def test_jobs_edit_sets_and_removes_a_failure_policy(db_url: str) -> None:
+    run_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    job_id = parsed("jobs", "create", "--task", "t", "--run-at", run_at, db_url=db_url)["id"]
+    edited = parsed("jobs", "edit", job_id, "--pause-after-failures", "5", db_url=db_url)
+    assert edited["failure_policy"] == {"pause_after_consecutive_failures": 5}
+    assert (
+        parsed("jobs", "edit", job_id, "--no-failure-policy", db_url=db_url)["failure_policy"]
+        is None
     )
 
 
@@ -223,8 +242,23 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         ("jobs", "pause", str(uuid.uuid4()), "--reason", "r" * 501): "horae: --reason: is 501 "
         "characters; the limit is 500",
         ("jobs", "pause", str(uuid.uuid4()), "--reason", ""): "horae: --reason: cannot be empty",
+        ("jobs", "edit", str(uuid.uuid4()), "--pause-after-failures", "0"): "horae: Invalid "
+        "value for '--pause-after-failures'",
         (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",
         (*create, "--run-at", soon, "--tenant", ""): "horae: --tenant: must be 1 to 253",
+        (*create, "--cron", "* * * * *", "--catch-up", "Some"): "horae: --catch-up must be one"
+        " of Skip, Latest, All; got 'Some'",
+        (*create, "--cron", "* * * * *", "--catch-up-window", "1d"): "horae: --catch-up-window:"
+        " '1d' is not a duration",
+        (*create, "--cron", "* * * * *", "--catch-up-window", "0s"): "horae: --catch-up-window:"
+        " '0s' is out of range: a catch-up window is from 1s to 744h (31 days)",
+        (*create, "--cron", "* * * * *", "--catch-up-window", "745h"): "horae: --catch-up-window:"
+        " '745h' is out of range",
+        (*create, "--run-at", soon, "--catch-up", "All"): "horae: --catch-up: applies to --cron",
+        ("jobs", "edit", str(uuid.uuid4())): "horae: nothing to change: give --catch-up,",
+        ("jobs", "edit", str(uuid.uuid4()), "--catch-up-window", "5x"): "horae: "
+        "--catch-up-window: '5x' is not a duration",
+        ("jobs", "edit", str(uuid.uuid4()), "--catch-up", "Never"): "horae: --catch-up must be",
         ("jobs", "create", "--task", "Not A Task", "--run-at", soon): "horae: --task:",
         ("jobs", "create", "--run-at", soon): "horae: Missing option '--task'",
         ("jobs", "ls", "--state", "sleeping"): "horae: --state must be one of active,",

@@ -101,13 +101,15 @@ async def test_pause_cancels_pending_and_resume_records_the_missed_and_schedules
         assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "paused"
         later = NOW + timedelta(hours=3)
         await jobs.resume_job(conn, job_id, now=later)
-    statuses = [(r["status"], r["due_at"]) for r in await rows(pool, job_id)]
-    assert statuses[-1] == ("scheduled", (later + timedelta(hours=1)).replace(minute=0, second=0))
+    statuses = [(r["status"], r["due_at"], r["occurrence_at"]) for r in await rows(pool, job_id)]
+    # The default catch-up, Latest: the most recent missed occurrence runs now.
+    newest = (later - timedelta(seconds=5)).replace(minute=0, second=0, microsecond=0)
+    assert statuses[-1] == ("scheduled", later, newest)
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "active"
-    # the missed occurrences get UUIDv7 ids, like every execution
+    # the others are recorded, with UUIDv7 ids like every execution
     skipped = [r for r in await rows(pool, job_id) if r["status"] == "skipped"]
-    assert len(skipped) == 3 and all(r["error_kind"] == "paused" for r in skipped)
-    assert [r["id"].version for r in skipped] == [7, 7, 7]
+    assert len(skipped) == 2 and all(r["error_kind"] == "paused" for r in skipped)
+    assert [r["id"].version for r in skipped] == [7, 7]
 
 
 async def test_cancel_keeps_history(pool: asyncpg.Pool) -> None:
@@ -472,13 +474,25 @@ async def test_a_dispatch_cut_off_mid_transaction_holds_up_a_takeover_only_brief
         await cut_off.close()
 
 
-@pytest.mark.parametrize("catch_up", ["Skip", "Latest"])
+@pytest.mark.parametrize(
+    ("catch_up", "window", "first", "last_skipped"),
+    [
+        # (The gap ends GRACE (5 s) before now: what is due since is no gap, it runs.)
+        ("Skip", None, (-4, -4), -5),  # none of the gap; on from the next occurrence
+        ("Latest", None, (-5, 0), -6),  # the newest, now
+        ("All", 30, (-30, 0), -31),  # the first of those within 30 s, now; the rest follow
+    ],
+)
 async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_records_the_last_100(
-    pool: asyncpg.Pool, catch_up: str
+    pool: asyncpg.Pool,
+    catch_up: str,
+    window: int | None,
+    first: tuple[int, int],
+    last_skipped: int,
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     paused_at = now - timedelta(days=365)
-    spec = JobSpec(task="t", cron="* * * * * *", catch_up=catch_up)
+    spec = JobSpec(task="t", cron="* * * * * *", catch_up=catch_up, catch_up_window_seconds=window)
     async with pool.acquire() as conn:
         job_id = await jobs.create_job(
             conn, spec, tenant="acme", source=JobSource.API, shards=64, now=paused_at
@@ -489,14 +503,17 @@ async def test_resuming_an_every_second_job_paused_for_a_year_is_quick_and_recor
         took = time.monotonic() - started
     assert took < 2.0, f"resume took {took:.1f}s"
     made = [r for r in await rows(pool, job_id) if r["created_at"] == now]
-    skipped = sorted(r["occurrence_at"] for r in made if r["status"] == "skipped")
+    skipped = sorted(
+        (r["occurrence_at"], r["error_kind"]) for r in made if r["status"] == "skipped"
+    )
     scheduled = sorted(
         (r["occurrence_at"], r["due_at"]) for r in made if r["status"] == "scheduled"
     )
-    run_now = [(now, now)] if catch_up == "Latest" else []
-    last_skipped = now - timedelta(seconds=1) if catch_up == "Latest" else now
-    assert skipped == [last_skipped - timedelta(seconds=i) for i in range(99, -1, -1)]
-    assert scheduled == [*run_now, (now + timedelta(seconds=1), now + timedelta(seconds=1))]
+    second = timedelta(seconds=1)
+    assert skipped == [(now + (last_skipped - i) * second, "paused") for i in range(99, -1, -1)]
+    assert scheduled == [(now + first[0] * second, now + first[1] * second)]
+    message = next(r["error_message"] for r in made if r["status"] == "skipped")
+    assert message.startswith("job was paused at this time; ")
 
 
 async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_quota(

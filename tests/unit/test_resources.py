@@ -29,6 +29,27 @@ def test_scheduledjob_spec_maps_to_a_job_spec() -> None:
     assert spec.suspend is True
 
 
+def test_scheduledjob_catch_up_maps_its_window_to_seconds_and_defaults_to_latest() -> None:
+    spec = ScheduledJobSpec.model_validate(
+        {"task": "t", "schedule": "* * * * *", "catchUp": {"policy": "All", "window": "1h30m"}}
+    )
+    job = spec.job_spec()
+    assert (job.catch_up, job.catch_up_window_seconds) == ("All", 5400)
+    default = ScheduledJobSpec.model_validate({"task": "t", "schedule": "* * * * *"}).job_spec()
+    assert (default.catch_up, default.catch_up_window_seconds) == ("Latest", None)
+
+
+@pytest.mark.parametrize("window", ["0s", "745h", "1d", "soon"])
+def test_a_catch_up_window_stored_before_the_crd_checked_it_is_refused_naming_it(
+    window: str,
+) -> None:
+    reason = r"catchUp\.window\n  Value error, '.*' is (out of range|not a duration)"
+    with pytest.raises(pydantic.ValidationError, match=reason):
+        ScheduledJobSpec.model_validate(
+            {"task": "t", "schedule": "* * * * *", "catchUp": {"window": window}}
+        )
+
+
 def test_scheduledjob_run_at_is_kept() -> None:
     spec = ScheduledJobSpec.model_validate({"task": "t", "runAt": "2030-01-01T00:00:00Z"})
     assert spec.job_spec().run_at == datetime(2030, 1, 1, tzinfo=UTC)

@@ -24,6 +24,7 @@ def job(**changes: Any) -> JobRow:
         last_status=None, idempotency_key=None, request_hash=None, created_at=AT,
         updated_at=AT, fires_per_minute=0.0, manual_trigger=None, pause_after_failures=2,
         consecutive_failures=0, paused_reason=None, paused_for_failures=False,
+        catch_up_window_seconds=None,
     )  # fmt: skip
     return JobRow(**{**fields, **changes})
 

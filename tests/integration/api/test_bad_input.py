@@ -43,6 +43,12 @@ BAD_JOBS = [
     ({"task": "t", "cron": "* * * * *", "colour": "blue"}, "colour"),
     ({"task": "Bad Name", "cron": "* * * * *"}, "task"),
     ({"task": "t", "cron": "* * * * *", "jitter_seconds": 99999}, "jitter_seconds"),
+    ({"task": "t", "cron": "* * * * *", "catch_up": "Some"}, "catch_up"),
+    ({"task": "t", "cron": "* * * * *", "catch_up_window_seconds": 0}, "catch_up_window_seconds"),
+    ({"task": "t", "cron": "* * * * *", "catch_up_window_seconds": 31 * 86400 + 1},
+     "catch_up_window_seconds"),
+    ({"task": "t", "cron": "* * * * *", "catch_up_window_seconds": "1h"},
+     "catch_up_window_seconds"),
     # Postgres cannot store NUL in text or jsonb: these were 500s (found by the stateful fuzzer).
     ({"task": "t", "cron": "* * * * *", "payload": {"k": ["a\u0000"]}}, "payload"),
     ({"task": "t", "cron": "* * * * *", "payload": {"\u0000": 1}}, "payload"),
@@ -173,6 +179,10 @@ async def test_patch_with_bad_values_changes_nothing(
                          422, "task")  # fmt: skip
     await assert_problem(await api.patch(f"/jobs/{job_id}", json={"cron": None}, headers=h),
                          422, "body")  # fmt: skip
+    await assert_problem(
+        await api.patch(f"/jobs/{job_id}", json={"catch_up_window_seconds": -5}, headers=h),
+        422, "catch_up_window_seconds",
+    )  # fmt: skip
     assert await pool.fetchval("SELECT spec_version FROM jobs") == 1
 
 

@@ -137,8 +137,8 @@ async def test_patch_null_resets_a_field_to_its_default(
 ) -> None:
     h = bearer(tenants.alice)
     tuned = {**CRON, "timeout_seconds": 30, "starting_deadline_seconds": 60, "jitter_seconds": 5,
-             "catch_up": "Latest", "concurrency_policy": "Forbid", "time_zone": "Europe/Paris",
-             "retry": {"max_attempts": 7}}  # fmt: skip
+             "catch_up": "All", "catch_up_window_seconds": 3600, "concurrency_policy": "Forbid",
+             "time_zone": "Europe/Paris", "retry": {"max_attempts": 7}}  # fmt: skip
     job_id = (await api.post("/jobs", json=tuned, headers=h)).json()["id"]
     reset = {field: None for field in tuned if field not in ("task", "cron", "payload")}
     patched = await api.patch(f"/jobs/{job_id}", json=reset, headers=h)
@@ -147,7 +147,8 @@ async def test_patch_null_resets_a_field_to_its_default(
     assert job["spec_version"] == 2
     assert {field: job[field] for field in reset} == {
         "timeout_seconds": None, "starting_deadline_seconds": None, "jitter_seconds": 0,
-        "catch_up": "Skip", "concurrency_policy": "Allow", "time_zone": "UTC",
+        "catch_up": "Latest", "catch_up_window_seconds": None, "concurrency_policy": "Allow",
+        "time_zone": "UTC",
         "retry": {"max_attempts": 5, "initial_interval_seconds": 1.0,
                   "max_interval_seconds": 300.0},
     }  # fmt: skip

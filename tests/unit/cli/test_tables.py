@@ -146,6 +146,7 @@ def job(**changes: Any) -> JobOut:
         consecutive_failures=0,
         paused_reason=None,
         paused_for_failures=False,
+        catch_up_window_seconds=None,
         next_run_at=DUE,
         last_run_at=None,
         last_status=None,
