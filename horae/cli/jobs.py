@@ -35,7 +35,7 @@ from horae.cli.support import (
     store_groups,
 )
 from horae.cli.tables import at, jobs_grid, render, schedule
-from horae.models import JobState
+from horae.models import ConcurrencyPolicy, JobState
 
 if TYPE_CHECKING:
     from horae.api.schemas import JobOut
@@ -194,6 +194,7 @@ def _spec(
     payload: str | None,
     max_attempts: int | None,
     timeout: int | None,
+    concurrency_policy: str | None = None,
 ) -> JobSpec:
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
@@ -204,6 +205,7 @@ def _spec(
 
     if (cron is None) == (run_at is None):
         raise fail("exactly one of --cron and --run-at is required")
+    one_of("--concurrency-policy", concurrency_policy, (p.value for p in ConcurrencyPolicy))
     if tz is not None and run_at is not None:
         raise fail("--tz: applies to --cron only; give --run-at a UTC offset instead")
     when: datetime | None = None
@@ -236,6 +238,8 @@ def _spec(
         "time_zone": tz or "UTC",
         "timeout_seconds": timeout,
     }
+    if concurrency_policy is not None:
+        fields["concurrency_policy"] = concurrency_policy
     if max_attempts is not None:
         fields["retry"] = {"max_attempts": max_attempts}
     try:
@@ -262,6 +266,15 @@ def jobs_create(
         int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
     ] = None,
     timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
+    concurrency_policy: Annotated[
+        str | None,
+        typer.Option(
+            help="When an occurrence is due while the previous one runs: Allow (both run,"
+            " the default), Forbid (skip the new one), Replace (cancel the running one),"
+            " BufferOne (the new one waits for it; one due while one waits is skipped).",
+            autocompletion=completes(ConcurrencyPolicy),
+        ),
+    ] = None,
     output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
@@ -277,6 +290,7 @@ def jobs_create(
         payload=payload,
         max_attempts=max_attempts,
         timeout=timeout,
+        concurrency_policy=concurrency_policy,
     )
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:
