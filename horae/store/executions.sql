@@ -136,10 +136,10 @@ WITH target AS (
 UPDATE executions e SET cancel_requested = true,
        status = CASE WHEN e.status = 'running' THEN e.status
                      ELSE 'cancelled'::execution_status END,
-       finished_at = CASE WHEN e.status = 'running' THEN NULL ELSE $3 END,
+       finished_at = CASE WHEN e.status = 'running' THEN NULL ELSE $3::timestamptz END,
        error_kind = CASE WHEN e.status = 'running' THEN e.error_kind
                          ELSE 'cancel_requested' END,
-       error_message = CASE WHEN e.status = 'running' THEN e.error_message ELSE $4 END
+       error_message = CASE WHEN e.status = 'running' THEN e.error_message ELSE $4::text END
 FROM target t
 WHERE e.id = t.id AND e.due_at = t.due_at
 RETURNING e.id, e.status::text, e.lease_owner
