@@ -43,6 +43,7 @@ BAD_JOBS = [
     ({"task": "t", "cron": "* * * * *", "colour": "blue"}, "colour"),
     ({"task": "Bad Name", "cron": "* * * * *"}, "task"),
     ({"task": "t", "cron": "* * * * *", "jitter_seconds": 99999}, "jitter_seconds"),
+    ({"task": "t", "cron": "* * * * *", "concurrency_policy": "Buffer"}, "concurrency_policy"),
     # Postgres cannot store NUL in text or jsonb: these were 500s (found by the stateful fuzzer).
     ({"task": "t", "cron": "* * * * *", "payload": {"k": ["a\u0000"]}}, "payload"),
     ({"task": "t", "cron": "* * * * *", "payload": {"\u0000": 1}}, "payload"),
