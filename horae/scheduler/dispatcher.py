@@ -56,6 +56,8 @@ FULL_REFRESH_EVERY = 30.0
 """Seconds between full re-reads of the window (the safety net under the cursor)."""
 FULL_LOOKBACK = timedelta(days=1)
 """A full re-read starts this far back, so the partitions of older days are pruned..."""
+STOP_TIMEOUT = 1.0
+"""Seconds the dispatch loop waits for the broker to take a stop message (best-effort)."""
 DEEP_REFRESH_EVERY = 600.0
 """...except every this many seconds (and after gaining a shard), when it reads all history
 for executions overdue since longer ago (e.g. after a long outage)."""
@@ -419,7 +421,8 @@ class Dispatcher:
         worker that died as cancelled."""
         for worker, ids in sorted(recorded.stop.items()):
             try:
-                await self._publisher.cancel_running(worker, ids)
+                async with asyncio.timeout(STOP_TIMEOUT):  # never holds up dispatch long
+                    await self._publisher.cancel_running(worker, ids)
             except Exception:  # the round is recorded; the heartbeat is the fallback
                 log.warning("could not tell worker %s to stop %d replaced executions",
                             worker, len(ids), exc_info=True)  # fmt: skip
