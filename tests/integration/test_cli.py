@@ -108,7 +108,8 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     job = parsed("jobs", "create", "--task", "send-invoice", "--cron", "0 9 * * 1",
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
                  "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
-                 "--catch-up", "All", "--catch-up-window", "1h30m", db_url=db_url)  # fmt: skip
+                 "--catch-up", "All", "--catch-up-window", "1h30m",
+                 "--concurrency-policy", "BufferOne", db_url=db_url)  # fmt: skip
     job_id = job["id"]
     assert (job["tenant"], job["name"], job["source"], job["state"]) == (
         "acme", "invoices", "api", "active")  # fmt: skip
@@ -120,6 +121,7 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     row = await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
     assert row["task"] == "send-invoice" and row["payload"] == {"customer": 42}
     assert row["retry_policy"]["max_attempts"] == 3 and row["timeout_seconds"] == 60
+    assert row["concurrency_policy"] == job["concurrency_policy"] == "BufferOne"
     assert await statuses(stored, job_id) == ["scheduled"]
 
     assert [j["id"] for j in parsed("jobs", "ls", "--tenant", "acme", db_url=db_url)] == [job_id]
@@ -217,6 +219,8 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         (*create, "--run-at", soon, "--max-attempts", "many"): "horae: Invalid value for "
         "'--max-attempts'",
         (*create, "--run-at", soon, "--timeout", "0"): "horae: --timeout:",
+        (*create, "--cron", "* * * * *", "--concurrency-policy", "Buffer"): "horae: "
+        "--concurrency-policy must be one of Allow, Forbid, Replace, BufferOne; got 'Buffer'",
         (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",
         (*create, "--run-at", soon, "--tenant", ""): "horae: --tenant: must be 1 to 253",
         (*create, "--cron", "* * * * *", "--catch-up", "Some"): "horae: --catch-up must be one"
