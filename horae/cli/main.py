@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from horae.cli import views
+from horae.cli.explain import explain
 from horae.cli.jobs import jobs_app
 from horae.cli.store import store_app
 from horae.cli.support import console, fail
@@ -178,6 +179,7 @@ def dev(
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(store_app, name="store")
 views.register(app)
+app.command()(explain)
 
 
 def main() -> None:
