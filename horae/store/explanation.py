@@ -475,7 +475,7 @@ def _with_rows(f: Facts) -> Explanation:
             outcome="overdue",
             reason=None,
             verdict=f"due {_secs(f.now - r.due_at)} ago and not dispatched yet:"
-            f" shard {r.shard} is {held}",
+            f" shard {r.shard}, {held}",
         )
     timing, cause, late, change = _lateness(f, first, due)
     outcome = "ran_on_time" if cause == "on_time" else "ran_late"
