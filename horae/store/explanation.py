@@ -243,13 +243,18 @@ def _held(e: Epoch | None) -> str:
 
 
 def _acting(f: Facts, found: Found) -> Epoch | None:
-    """The epoch under which the scheduler acted on the row: its dispatch epoch, or the one
-    in force when it skipped it."""
+    """The epoch under which the scheduler acted on the row: its dispatch epoch; the one in
+    force when it skipped it; or, for a row a worker claimed before the dispatch was
+    recorded (which then leaves the row as the claim made it, without a dispatch epoch), the
+    one in force at the claim: the claim came inside the publishing transaction, which holds
+    the epoch (`dispatch.fenced`), so no other replica took the shard in between."""
     r = found.row
     if r.dispatch_epoch is not None:
         return _epoch(f, found.group, r.dispatch_epoch)
     if r.status == ExecutionStatus.SKIPPED and r.finished_at is not None:
         return _epoch_at(f, found.group, r.finished_at)
+    if r.started_at is not None and r.enqueued_at is None:
+        return _epoch_at(f, found.group, r.started_at)
     return None
 
 
@@ -349,7 +354,8 @@ def _steps_of(f: Facts, found: Found, due: datetime, steps: list[Step]) -> None:
             Step(
                 r.started_at,
                 "claimed",
-                f"{label} by worker {r.lease_owner or '?'}, {_secs(lag)} after due",
+                f"{label} by worker {r.lease_owner or '?'}, {_secs(lag)} after due"
+                + ("" if r.enqueued_at else f" (published by {by})"),
             )
         )
     if r.status == ExecutionStatus.SKIPPED:

@@ -1,0 +1,139 @@
+"""`horae explain` on what real scheduler and worker processes left in the store: a run on
+time, an occurrence Forbid skipped, a paused interval, occurrences that never existed, and a
+run late because the replica owning its shard was killed and another took the shard."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from horae.models import ConcurrencyPolicy, JobSource, JobSpec
+from horae.store import jobs
+from horae.store.explain import explain_occurrence
+from horae.store.groups import Store
+from tests.e2e.test_scheduler import all_held_by, balanced
+from tests.integration.test_cli import horae
+from tests.support.kube import ControlPlane, free_port
+from tests.support.processes import Processes
+from tests.support.scheduling import holders
+from tests.support.store_rows import StoreRows
+from tests.support.wait import until, until_ready
+
+TASKS = "tests/e2e/tasks.py"
+pytestmark = pytest.mark.usefixtures("shared_default_pool")
+S = timedelta(seconds=1)
+
+
+def explain_cli(db_url: str, job_id: uuid.UUID, at: datetime) -> list[str]:
+    """`horae explain JOB --at AT`'s table, line by line (printed: `pytest -s` shows it)."""
+    r = horae("explain", str(job_id), "--at", at.isoformat(), db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    print(f"$ horae explain {job_id} --at {at.isoformat()}\n{r.stdout}")
+    return r.stdout.splitlines()
+
+
+async def start_worker(processes: Processes) -> None:
+    port = free_port()
+    processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_METRICS_PORT": str(port)})
+    assert (await until_ready(port)).startswith("consuming")
+
+
+async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_was(
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
+    db_url: str,
+) -> None:  # fmt: skip
+    processes.start("scheduler", "scheduler")
+    await start_worker(processes)
+    await balanced(control_plane, namespace, ["scheduler-0"])
+    spec = JobSpec(task="e2e.slow", cron="* * * * * *", payload={"seconds": 1.5},
+                   concurrency_policy=ConcurrencyPolicy.FORBID)  # fmt: skip
+    created = datetime.now(UTC)
+    job_id = await stored.create_job(spec, tenant="t", source=JobSource.API, now=created)
+
+    async def ran_and_skipped() -> tuple[datetime, datetime] | None:
+        rows = await stored.fetch(
+            "SELECT occurrence_at, status, error_kind FROM executions WHERE job_id = $1"
+            " ORDER BY occurrence_at",
+            job_id,
+        )
+        done = [r["occurrence_at"] for r in rows if r["status"] == "succeeded"]
+        forbid = [r["occurrence_at"] for r in rows if r["error_kind"] == "forbid"]
+        return (done[0], forbid[0]) if done and forbid else None
+
+    ran, skipped = await until(ran_and_skipped, timeout=20, what="a run and a Forbid skip")
+    on_time = explain_cli(db_url, job_id, ran)
+    assert on_time[0] == "ran on time"
+    steps = {line.split()[2]: line for line in on_time[2:]}
+    assert {"due", "claimed", "succeeded"} <= set(steps)
+    assert "scheduler-0 (epoch" in steps["claimed"] + steps.get("dispatched", "")
+    forbid = explain_cli(db_url, job_id, skipped)
+    assert forbid[0] == (
+        "skipped: concurrencyPolicy=Forbid: the previous occurrence is still running"
+    )
+    assert "by scheduler-0 (epoch" in forbid[-1]
+
+    store = await Store.open(db_url, size=2)
+    try:
+        async with stored.on_job(job_id) as conn:
+            await jobs.pause_job(conn, job_id, now=datetime.now(UTC))
+        last = await stored.fetchval(
+            "SELECT max(occurrence_at) FROM executions WHERE job_id = $1", job_id
+        )
+        missed = last + S  # the first occurrence after the pause's cancelled one: no row
+        await asyncio.sleep((missed - datetime.now(UTC)).total_seconds() + 0.5)
+        found = await explain_occurrence(store, job_id, tenant="t", at=missed, now=missed + S)
+        assert (found.outcome, found.reason) == ("no_row", "paused")
+        assert found.verdict.endswith("not resumed since)")
+        async with stored.on_job(job_id) as conn:
+            await jobs.resume_job(conn, job_id, now=datetime.now(UTC))
+            await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
+        found = await explain_occurrence(store, job_id, tenant="t", at=missed, now=missed + S)
+        assert (found.outcome, found.reason) == ("skipped", "paused")  # recorded on resume
+    finally:
+        await store.close()
+
+    before = explain_cli(db_url, job_id, created.replace(microsecond=0) - 10 * S)
+    assert before[0].startswith("no row: the job did not exist yet at")
+    off = explain_cli(db_url, job_id, ran + 0.5 * S)
+    assert off[0].startswith("no occurrence at ")
+    assert "not a fire time of * * * * * * (UTC); the nearest are" in off[0]
+
+
+async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
+    db_url: str,
+) -> None:  # fmt: skip
+    replicas = [processes.start("scheduler", "scheduler") for _ in range(2)]
+    names = ["scheduler-0", "scheduler-1"]
+    await start_worker(processes)
+    await balanced(control_plane, namespace, names)
+    spec = JobSpec(task="e2e.echo", cron="* * * * * *")
+    job_id = await stored.create_job(spec, tenant="t", source=JobSource.API, now=datetime.now(UTC))
+    shard = job_id.int % 64
+    owner = next(n for n, shards in holders(control_plane, namespace).items() if shard in shards)
+    [heir] = set(names) - {owner}
+    await asyncio.sleep(2)  # fault schedule: a few occurrences on time, then kill the owner
+    replicas[names.index(owner)].kill()
+    await all_held_by(control_plane, namespace, {heir})
+
+    async def latest_late() -> datetime | None:
+        return await stored.fetchval(
+            "SELECT occurrence_at FROM executions WHERE job_id = $1 AND status = 'succeeded'"
+            " AND started_at - due_at > interval '2 seconds'"
+            " ORDER BY started_at - due_at DESC LIMIT 1",
+            job_id,
+        )
+
+    late = await until(latest_late, timeout=15, what="an occurrence run late after the kill")
+    async with stored.on_job(job_id) as conn:
+        await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
+    shown = explain_cli(db_url, job_id, late)
+    verdict = shown[0]
+    assert verdict.startswith("started ") and " s late: shard " in verdict, verdict
+    assert verdict.endswith(f"changed owner at {verdict.split(' at ')[1].split(' (')[0]}"
+                            f" (replica {owner} → {heir})")  # fmt: skip
+    assert float(verdict.split()[1]) > 2.0
+    assert [line.split()[2] for line in shown[2:]][:2] == ["due", "shard"]
