@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from horae.errors import TransactionAborted
 from horae.models import ConcurrencyPolicy, JobSource, JobSpec
 from horae.store import jobs
 from horae.store.explain import explain_occurrence
@@ -25,6 +28,7 @@ from tests.support.wait import until, until_ready
 TASKS = "tests/e2e/tasks.py"
 pytestmark = pytest.mark.usefixtures("shared_default_pool")
 S = timedelta(seconds=1)
+Operation = Callable[..., Awaitable[Any]]
 
 
 def explain_cli(db_url: str, job_id: uuid.UUID, at: datetime) -> list[str]:
@@ -33,6 +37,20 @@ def explain_cli(db_url: str, job_id: uuid.UUID, at: datetime) -> list[str]:
     assert r.returncode == 0, r.stderr
     print(f"$ horae explain {job_id} --at {at.isoformat()}\n{r.stdout}")
     return r.stdout.splitlines()
+
+
+async def change(stored: StoreRows, job_id: uuid.UUID, operation: Operation) -> None:
+    """Pause, resume or cancel the job now; again if Postgres picked it as a deadlock's
+    victim (its job lock taken before the executions', where a worker recording an
+    outcome takes the executions' first): safe to run again, as `TransactionAborted` says."""
+    for attempt in range(3):
+        try:
+            async with stored.on_job(job_id) as conn:
+                await operation(conn, job_id, now=datetime.now(UTC))
+            return
+        except TransactionAborted:
+            if attempt == 2:
+                raise
 
 
 async def start_worker(processes: Processes) -> None:
@@ -77,8 +95,7 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
 
     store = await Store.open(db_url, size=2)
     try:
-        async with stored.on_job(job_id) as conn:
-            await jobs.pause_job(conn, job_id, now=datetime.now(UTC))
+        await change(stored, job_id, jobs.pause_job)
         last = await stored.fetchval(
             "SELECT max(occurrence_at) FROM executions WHERE job_id = $1", job_id
         )
@@ -87,9 +104,8 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
         found = await explain_occurrence(store, job_id, tenant="t", at=missed, now=missed + S)
         assert (found.outcome, found.reason) == ("no_row", "paused")
         assert found.verdict.endswith("not resumed since)")
-        async with stored.on_job(job_id) as conn:
-            await jobs.resume_job(conn, job_id, now=datetime.now(UTC))
-            await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
+        await change(stored, job_id, jobs.resume_job)
+        await change(stored, job_id, jobs.cancel_job)
         found = await explain_occurrence(store, job_id, tenant="t", at=missed, now=missed + S)
         assert (found.outcome, found.reason) == ("skipped", "paused")  # recorded on resume
     finally:
@@ -128,8 +144,7 @@ async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
         )
 
     late = await until(latest_late, timeout=15, what="an occurrence run late after the kill")
-    async with stored.on_job(job_id) as conn:
-        await jobs.cancel_job(conn, job_id, now=datetime.now(UTC))
+    await change(stored, job_id, jobs.cancel_job)
     shown = explain_cli(db_url, job_id, late)
     verdict = shown[0]
     assert verdict.startswith("started ") and " s late: shard " in verdict, verdict
