@@ -87,11 +87,12 @@ async def test_pauses_resumes_and_edits_are_recorded_and_explain_missing_occurre
     start = datetime.now(UTC).replace(second=0, microsecond=0) - 30 * MINUTE
     spec = JobSpec(task="t", cron="* * * * *")
     job_id = await stored.create_job(spec, tenant="acme", source=JobSource.API, now=start)
-    async with stored.on_job(job_id) as conn:
+    edited = spec.model_copy(update={"cron": "*/2 * * * *"})
+    # As the API's role changes jobs: the trigger records them whoever writes.
+    async with as_api.for_job(job_id).acquire() as conn:
         await jobs.pause_job(conn, job_id, now=start + 5 * MINUTE + 30 * S)
         await jobs.resume_job(conn, job_id, now=start + 20 * MINUTE + 30 * S)
         await jobs.pause_job(conn, job_id, now=start + 25 * MINUTE + 30 * S)
-        edited = spec.model_copy(update={"cron": "*/2 * * * *"})
         await jobs.edit_job(conn, job_id, edited, now=start + 28 * MINUTE + 30 * S)
     events = await stored.fetch(
         "SELECT kind, state::text, prior_state::text, prior_cron FROM job_events"
