@@ -223,6 +223,13 @@ def explain_rows(f: Facts) -> Explanation:
                 reason=None,
                 verdict=f"not due yet: due at {when(r.due_at)} on shard {r.shard}, {held}",
             )
+        if f.now - r.due_at <= LATE_AFTER:
+            return replace(
+                base,
+                outcome="in_progress",
+                reason=None,
+                verdict=f"due at {when(r.due_at)}, being dispatched: shard {r.shard}, {held}",
+            )
         return replace(
             base,
             outcome="overdue",

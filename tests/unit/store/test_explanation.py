@@ -274,6 +274,7 @@ def test_a_pending_occurrence_is_not_due_yet_or_overdue() -> None:
     assert ahead.verdict.startswith(
         "not due yet: due at 2026-12-02 10:00:05.000Z on shard 17, owned by scheduler-a"
     )
+    assert explain(facts(pending, now=DUE + 0.5 * S)).outcome == "in_progress"
     overdue = explain(facts(pending, now=DUE + 30 * S))
     assert overdue.outcome == "overdue"
     assert overdue.verdict.startswith("due 30.0 s ago and not dispatched yet")
