@@ -118,8 +118,8 @@ def _lateness(f: Facts, found: Found, due: datetime) -> tuple[str, str, float, O
     """(how late, in words; the cause as a word; seconds late; an owner change) of a first
     attempt that started or was dispatched."""
     r = found.row
-    begun = r.started_at or r.enqueued_at
-    assert begun is not None
+    # (a row that ended without a recorded start or dispatch: judged by its end)
+    begun = r.started_at or r.enqueued_at or r.finished_at or due
     late = begun - due
     change = owner_change(f, found, due)
     started = "started" if r.started_at else "dispatched"
@@ -158,6 +158,8 @@ def _lateness(f: Facts, found: Found, due: datetime) -> tuple[str, str, float, O
 
 
 def explain_rows(f: Facts) -> Explanation:
+    """The occurrence's path through its executions (the scheduled ones; a manual run at the
+    same instant is noted, or explained when it is the only one there), and the verdict."""
     found = sorted(f.rows, key=lambda x: (x.row.manual, x.row.attempt, x.row.due_at, x.row.id))
     scheduled = [x for x in found if not x.row.manual]
     chain = scheduled or found  # a manual run at the instant when no scheduled one is there
@@ -254,9 +256,9 @@ def explain_rows(f: Facts) -> Explanation:
         outcome = "failed"
         tail = f"; {last.status.value} after {last.attempt} attempt(s): {reason_of(last)}"
     verdict = (
-        f"{manual}{timing}{tail}"
-        if not (outcome == "ran_on_time" and not tail)
-        else f"{manual}ran on time"
+        f"{manual}ran on time"
+        if outcome == "ran_on_time" and not tail
+        else f"{manual}{timing}{tail}"
     )
     return replace(
         base,
