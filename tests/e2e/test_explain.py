@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from horae.api.schemas import ExplanationOut
+from horae.cli.explain import lines
 from horae.errors import TransactionAborted
 from horae.models import ConcurrencyPolicy, JobSource, JobSpec
 from horae.store import jobs
@@ -53,6 +55,17 @@ async def change(stored: StoreRows, job_id: uuid.UUID, operation: Operation) -> 
                 raise
 
 
+async def taken(stored: StoreRows, owners: list[str]) -> None:
+    """Until the store shows all 64 shards taken by `owners` (takes land just after the
+    Leases): an occurrence due before would wait for its shard's first take."""
+
+    async def all_taken() -> bool:
+        sql = "SELECT count(*) FROM shard_epochs WHERE owner = ANY($1::text[]) AND NOT moved_out"
+        return await stored.count(sql, owners) == 64
+
+    await until(all_taken, timeout=10, what=f"64 shards taken by {owners} in shard_epochs")
+
+
 async def start_worker(processes: Processes) -> None:
     port = free_port()
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_METRICS_PORT": str(port)})
@@ -66,6 +79,7 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
     processes.start("scheduler", "scheduler")
     await start_worker(processes)
     await balanced(control_plane, namespace, ["scheduler-0"])
+    await taken(stored, ["scheduler-0"])
     spec = JobSpec(task="e2e.slow", cron="* * * * * *", payload={"seconds": 1.5},
                    concurrency_policy=ConcurrencyPolicy.FORBID)  # fmt: skip
     created = datetime.now(UTC)
@@ -82,11 +96,6 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
         return (done[0], forbid[0]) if done and forbid else None
 
     ran, skipped = await until(ran_and_skipped, timeout=20, what="a run and a Forbid skip")
-    on_time = explain_cli(db_url, job_id, ran)
-    assert on_time[0] == "ran on time"
-    steps = {line.split()[2]: line for line in on_time[2:]}
-    assert {"due", "claimed", "succeeded"} <= set(steps)
-    assert "scheduler-0 (epoch" in steps["claimed"] + steps.get("dispatched", "")
     forbid = explain_cli(db_url, job_id, skipped)
     assert forbid[0] == (
         "skipped: concurrencyPolicy=Forbid: the previous occurrence is still running"
@@ -95,27 +104,40 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
 
     store = await Store.open(db_url, size=2)
     try:
+
+        async def explained(at: datetime, now: datetime | None = None) -> list[str]:
+            """As `horae explain` prints it, read in this process (one CLI run is enough)."""
+            found = await explain_occurrence(
+                store, job_id, tenant="t", at=at, now=now or datetime.now(UTC)
+            )
+            return lines(ExplanationOut.from_explanation(found))
+
+        on_time = await explained(ran)
+        assert on_time[0] == "ran on time"
+        steps = {line.split()[2]: line for line in on_time[2:]}
+        assert {"due", "claimed", "succeeded"} <= set(steps)
+        assert "scheduler-0 (epoch" in steps["claimed"] + steps.get("dispatched", "")
+        before = await explained(created.replace(microsecond=0) - 10 * S)
+        assert before[0].startswith("no row: the job did not exist yet at")
+        off = await explained(ran + 0.5 * S)
+        assert off[0].startswith("no occurrence at ")
+        assert "not a fire time of * * * * * * (UTC); the nearest are" in off[0]
+
         await change(stored, job_id, jobs.pause_job)
         last = await stored.fetchval(
             "SELECT max(occurrence_at) FROM executions WHERE job_id = $1", job_id
         )
         missed = last + S  # the first occurrence after the pause's cancelled one: no row
         await asyncio.sleep((missed - datetime.now(UTC)).total_seconds() + 0.5)
-        found = await explain_occurrence(store, job_id, tenant="t", at=missed, now=missed + S)
-        assert (found.outcome, found.reason) == ("no_row", "paused")
-        assert found.verdict.endswith("not resumed since)")
+        paused = await explained(missed, missed + S)
+        assert paused[0].startswith("no row: the job was paused at this time (paused at")
+        assert paused[0].endswith("not resumed since)")
         await change(stored, job_id, jobs.resume_job)
         await change(stored, job_id, jobs.cancel_job)
-        found = await explain_occurrence(store, job_id, tenant="t", at=missed, now=missed + S)
-        assert (found.outcome, found.reason) == ("skipped", "paused")  # recorded on resume
+        recorded = await explained(missed, missed + S)  # recorded skipped on resume
+        assert recorded[0] == "skipped: job was paused at this time"
     finally:
         await store.close()
-
-    before = explain_cli(db_url, job_id, created.replace(microsecond=0) - 10 * S)
-    assert before[0].startswith("no row: the job did not exist yet at")
-    off = explain_cli(db_url, job_id, ran + 0.5 * S)
-    assert off[0].startswith("no occurrence at ")
-    assert "not a fire time of * * * * * * (UTC); the nearest are" in off[0]
 
 
 async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
@@ -126,6 +148,7 @@ async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
     names = ["scheduler-0", "scheduler-1"]
     await start_worker(processes)
     await balanced(control_plane, namespace, names)
+    await taken(stored, names)
     spec = JobSpec(task="e2e.echo", cron="* * * * * *")
     job_id = await stored.create_job(spec, tenant="t", source=JobSource.API, now=datetime.now(UTC))
     shard = job_id.int % 64

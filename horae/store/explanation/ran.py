@@ -184,7 +184,7 @@ def explain_rows(f: Facts) -> Explanation:
                     f"also a manual run at this instant: {x.row.status.value}",
                 )
             )
-    steps.sort(key=lambda s: s.at or f.now)
+    # (in the order things happen to each attempt: clocks of different hosts may disagree)
     last = max((x for x in chain if x.row.attempt >= r.attempt), key=lambda x: x.row.attempt).row
     base = Explanation(
         job_id=f.job.id,
