@@ -49,6 +49,8 @@ def test_bad_cli_input_is_one_line_and_exit_code_2() -> None:
         "must be from 1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z",
         ("executions", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
         ("executions", "ns/name", "--status", "great"): "horae: --status must be one of",
+        ("explain", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
+        ("explain", "ns/name", "--at", "yesterday"): "horae: --at: not an RFC 3339 instant",
     }
     for args, start in cases.items():
         r = horae(*args)
