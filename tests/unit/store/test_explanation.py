@@ -50,6 +50,7 @@ def job(**changes: Any) -> JobRow:
         concurrency_policy=ConcurrencyPolicy.ALLOW,
         starting_deadline_seconds=None,
         catch_up=CatchUpPolicy.SKIP,
+        catch_up_window_seconds=None,
         state=JobState.ACTIVE,
         paused_at=None,
         spec_version=1,
