@@ -11,6 +11,11 @@ Topology (names under the configured prefix, `horae` by default):
                       binds its queue for each tenant it serves; alternate exchange
                       <p>.held -> queue <p>.held (bounded: `HELD_MAX_MESSAGES`)
     <p>.dead          fanout exchange -> queue <p>.dead-letter
+    <p>.control       direct exchange, routing key = `control_key(worker identity)`: each
+                      worker binds an exclusive, auto-deleted queue of its own
+                      (`declare_control_queue`) and is told there to stop running
+                      handlers at once (`CancelRunning`; best-effort: a worker that is gone
+                      has no queue, and the message is dropped)
 
 So a tenant's executions reach only the pools that serve that tenant: those of its own
 namespace, or a shared pool a cluster administrator set up in Horae's namespace. What
@@ -46,7 +51,7 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 
-from horae.models import ExecutionBatch, ExecutionMessage
+from horae.models import CancelRunning, ExecutionBatch, ExecutionMessage
 
 BATCH_SIZE = 100
 """Executions per dispatch message."""
@@ -80,6 +85,15 @@ def routing_key(tenant: str, task: str) -> str:
     return "#" + hashlib.sha256(f"{tenant}\0{task}".encode()).hexdigest()
 
 
+def control_key(identity: str) -> str:
+    """The routing key of a worker's control queue: its identity (the lease owner its claims
+    write), or `#` and a SHA-256 of it when it does not fit in 255 bytes. The publisher and
+    the worker's binding both use it."""
+    if len(identity.encode()) <= ROUTING_KEY_BYTES and not identity.startswith("#"):
+        return identity
+    return "#" + hashlib.sha256(identity.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Names:
     prefix: str = "horae"
@@ -109,6 +123,11 @@ class Names:
     def dead_letter_queue(self) -> str:
         return f"{self.prefix}.dead-letter"
 
+    @property
+    def control(self) -> str:
+        """The exchange of messages to one worker (by its identity)."""
+        return f"{self.prefix}.control"
+
     def pool_queue(self, namespace: str, pool: str) -> str:
         """The queue of the WorkerPool `pool` of `namespace`."""
         return f"{self.prefix}.pool.{namespace}.{pool}"
@@ -117,7 +136,14 @@ class Names:
     def declared(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The (exchanges, queues) that `declare_topology` declares; each pool declares
         its own queue."""
-        exchanges = (self.dispatch, self.unrouted, self.fallback, self.held, self.dead)
+        exchanges = (
+            self.dispatch,
+            self.unrouted,
+            self.fallback,
+            self.held,
+            self.dead,
+            self.control,
+        )
         return exchanges, (self.held, self.dead_letter_queue)
 
 
@@ -159,6 +185,7 @@ async def declare_topology(channel: AbstractChannel, names: Names) -> AbstractEx
         names.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"}
     )
     await dlq.bind(dead)
+    await channel.declare_exchange(names.control, aio_pika.ExchangeType.DIRECT, durable=True)
     return dispatch
 
 
@@ -194,11 +221,13 @@ class Publisher:
         self._channel: AbstractChannel | None = None
         self._dispatch: AbstractExchange | None = None
         self._dead: AbstractExchange | None = None
+        self._control: AbstractExchange | None = None
 
     async def start(self) -> None:
         self._channel = await self._connection.channel(publisher_confirms=True)
         self._dispatch = await declare_topology(self._channel, self._names)
         self._dead = await self._channel.get_exchange(self._names.dead)
+        self._control = await self._channel.get_exchange(self._names.control)
 
     async def publish_batch(self, messages: Sequence[ExecutionMessage]) -> None:
         """Publish all, grouped by tenant and task into `ExecutionBatch` messages
@@ -223,6 +252,20 @@ class Publisher:
                 for tenant, task, batch in bodies
             )
         )
+
+    async def cancel_running(self, identity: str, execution_ids: Sequence[uuid.UUID]) -> None:
+        """Tell the worker `identity` to stop these executions' handlers now. Transient and
+        unconfirmed by the worker: a worker that is gone has no control queue, and the
+        message is dropped (the executions' `cancel_requested` marks stay the rule)."""
+        assert self._control is not None, "start() first"
+        body = CancelRunning(execution_ids=list(execution_ids)).model_dump_json().encode()
+        msg = aio_pika.Message(
+            body,
+            message_id=str(uuid.uuid4()),
+            content_type="application/json",
+            delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
+        )
+        await self._control.publish(msg, routing_key=control_key(identity), mandatory=False)
 
     async def dead_letter(self, body: bytes, message_id: str, headers: dict[str, Any]) -> None:
         assert self._dead is not None, "start() first"
@@ -250,6 +293,21 @@ async def bind_pool(
             await queue.bind(names.dispatch, routing_key=routing_key(tenant, task))
         if pool == "default":
             await queue.bind(names.fallback, arguments={"x-match": "all", "tenant": tenant})
+    return queue
+
+
+async def declare_control_queue(
+    channel: AbstractChannel, names: Names, identity: str
+) -> AbstractQueue:
+    """The worker `identity`'s own control queue: exclusive to its connection and deleted
+    with it (a new one, under a new name, after a restart), bound to <p>.control by
+    `control_key(identity)`. Two workers sharing an identity both receive its messages; a
+    worker stops only the handlers it runs."""
+    await declare_topology(channel, names)
+    queue = await channel.declare_queue(
+        f"{names.control}.{uuid.uuid4().hex}", exclusive=True, auto_delete=True
+    )
+    await queue.bind(names.control, routing_key=control_key(identity))
     return queue
 
 

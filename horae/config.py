@@ -144,8 +144,8 @@ class SchedulerSettings:
     """HORAE_DISPATCH_LEAD_SECONDS: executions are published up to this long before they are
     due (0, the default: at the due moment); a worker holds one until it is due by
     Postgres's clock, then claims it. A burst due at one instant is so published before it,
-    not during it. Executions of Forbid and Replace jobs are published at the due moment, so
-    that whether the previous occurrence still runs is judged then. At most
+    not during it. Executions of Forbid, Replace and BufferOne jobs are published at the due
+    moment, so that whether the previous occurrence still runs is judged then. At most
     MAX_DISPATCH_LEAD. Off by default: a held message keeps its prefetch slot (prefetch =
     concurrency), and at a sustained rate the held executions cost workers CPU (see
     docs/performance.md)."""

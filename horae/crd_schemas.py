@@ -282,7 +282,9 @@ def _scheduledjob_spec_schema() -> dict[str, Any]:
                 "default": "Allow",
                 "description": "When an occurrence is due while the previous one still runs:"
                 " Allow runs both, Forbid skips the new one (Skipped), Replace cancels the"
-                " running one. Default Allow.",
+                " running one (its worker is told at once), BufferOne lets the new one wait"
+                " and run when the previous one ends, skipping any due while one waits"
+                " (Skipped, reason buffer_one). Default Allow.",
             },
             "startingDeadlineSeconds": _int(
                 1,

@@ -82,9 +82,18 @@ class JobState(enum.StrEnum):
 
 
 class ConcurrencyPolicy(enum.StrEnum):
+    """What an occurrence due while an earlier one of its job still runs does (its first
+    attempt; a retry always runs)."""
+
     ALLOW = "Allow"
+    """Runs beside it."""
     FORBID = "Forbid"
+    """Is skipped (`forbid`)."""
     REPLACE = "Replace"
+    """Runs; the earlier one is cancelled (the worker running it is told at once)."""
+    BUFFER_ONE = "BufferOne"
+    """Waits (still `scheduled`) until the earlier one ends, then runs; one occurrence waits
+    at most, and one due while another waits is skipped (`buffer_one`)."""
 
 
 class CatchUpPolicy(enum.StrEnum):
@@ -244,3 +253,13 @@ class ExecutionMessage(BaseModel):
         if contains_nul(value):
             raise ValueError("cannot contain the NUL character")
         return value
+
+
+class CancelRunning(BaseModel):
+    """The body of a control message to one worker: stop the handlers of these executions
+    now (their rows are already marked `cancel_requested`, which the worker's next
+    heartbeat would also find)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    execution_ids: list[uuid.UUID] = Field(min_length=1, max_length=1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import uuid
 from datetime import datetime
@@ -37,6 +38,7 @@ from horae.models import (
     UpToAWeek,
 )
 from horae.store.backfills import BackfillRow
+from horae.store.explanation import Explanation
 from horae.store.quotas import DEFAULT_MAX_FIRES_PER_MINUTE, DEFAULT_MAX_JOBS
 from horae.store.rows import ExecutionRow, JobRow
 
@@ -388,3 +390,90 @@ class BackfillOut(BaseModel):
 
 class BackfillList(BaseModel):
     items: list[BackfillOut]
+
+
+class ExplainedAttempt(BaseModel):
+    """One execution of the occurrence, with the replica that dispatched (or skipped) it."""
+
+    execution_id: uuid.UUID
+    attempt: int
+    status: ExecutionStatus
+    manual: bool
+    due_at: datetime
+    enqueued_at: datetime | None
+    dispatch_epoch: int | None = Field(description="The shard's fencing epoch it went out under.")
+    dispatched_by: str | None = Field(
+        description="The scheduler replica that held that epoch (or skipped it), by the "
+        "shard's recorded owners."
+    )
+    started_at: datetime | None
+    worker: str | None = Field(description="The worker that claimed it.")
+    finished_at: datetime | None
+    error: ExecutionError | None
+
+
+class ExplainedStep(BaseModel):
+    at: datetime | None
+    what: str = Field(
+        description="due, triggered, due again, shard taken, dispatched, claimed, skipped, "
+        "cancelled, retry, or the attempt's outcome (succeeded, failed, timed_out, dead)"
+    )
+    detail: str
+
+
+class OwnerChangeOut(BaseModel):
+    """The shard changed owner between the occurrence's due time and its dispatch."""
+
+    shard: int
+    at: datetime | None = Field(description="When the new owner took the shard.")
+    from_owner: str | None
+    from_epoch: int | None
+    to_owner: str | None
+    to_epoch: int
+
+
+class ExplanationOut(BaseModel):
+    """Why an occurrence of a job ran as it did, or has no execution."""
+
+    job_id: uuid.UUID
+    at: datetime = Field(
+        description="The instant explained (`at`, or the job's latest occurrence)."
+    )
+    occurrence_at: datetime | None = Field(
+        description="`at` when it is an occurrence of the job; null when it is not a fire time."
+    )
+    verdict: str = Field(description="The answer, in one line.")
+    outcome: str = Field(
+        description="ran_on_time, ran_late, failed, in_progress, skipped, cancelled, "
+        "not_due_yet, overdue, no_row or not_a_fire_time"
+    )
+    reason: str | None = Field(
+        description="Why, as a word: a skip's or cancel's kind (deadline, forbid, paused, "
+        "catch_up, buffer_one, superseded, ...), a lateness's cause (shard_owner_changed, "
+        "due_time_moved, dispatched_late, waited_for_worker), a missing row's "
+        "(before_created, cancelled, retention, paused, paused_gap, catch_up_gap, unknown)"
+    )
+    shard: int
+    due_at: datetime | None
+    late_seconds: float | None = Field(
+        description="How long after its due time the first attempt started (or, unclaimed, "
+        "was dispatched)."
+    )
+    owner_change: OwnerChangeOut | None
+    fire_time_before: datetime | None = Field(
+        description="When `at` is not a fire time: the nearest before it."
+    )
+    fire_time_after: datetime | None = Field(
+        description="When `at` is not a fire time: the nearest after it."
+    )
+    attempts: list[ExplainedAttempt]
+    steps: list[ExplainedStep] = Field(description="What happened, in time order.")
+    checked: list[str] = Field(description="For an occurrence without a row: what was looked at.")
+
+    @classmethod
+    def from_explanation(cls, found: Explanation) -> ExplanationOut:
+        data = dataclasses.asdict(found)
+        for attempt in data["attempts"]:
+            kind, message = attempt.pop("error_kind"), attempt.pop("error_message")
+            attempt["error"] = {"kind": kind, "message": message} if kind or message else None
+        return cls.model_validate(data)

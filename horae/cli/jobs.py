@@ -35,7 +35,7 @@ from horae.cli.support import (
     store_groups,
 )
 from horae.cli.tables import at, catch_up_text, jobs_grid, render, schedule
-from horae.models import CatchUpPolicy, JobState
+from horae.models import CatchUpPolicy, ConcurrencyPolicy, JobState
 
 if TYPE_CHECKING:
     from horae.api.schemas import JobOut
@@ -226,6 +226,7 @@ def _spec(
     pause_after_failures: int | None = None,
     catch_up: str | None = None,
     catch_up_window: str | None = None,
+    concurrency_policy: str | None = None,
 ) -> JobSpec:
     """The job spec the options describe, or a one-line error naming the bad option."""
     import pydantic
@@ -237,6 +238,7 @@ def _spec(
 
     if (cron is None) == (run_at is None):
         raise fail("exactly one of --cron and --run-at is required")
+    one_of("--concurrency-policy", concurrency_policy, (p.value for p in ConcurrencyPolicy))
     if tz is not None and run_at is not None:
         raise fail("--tz: applies to --cron only; give --run-at a UTC offset instead")
     when: datetime | None = None
@@ -269,6 +271,8 @@ def _spec(
         "time_zone": tz or "UTC",
         "timeout_seconds": timeout,
     }
+    if concurrency_policy is not None:
+        fields["concurrency_policy"] = concurrency_policy
     if max_attempts is not None:
         fields["retry"] = {"max_attempts": max_attempts}
     if pause_after_failures is not None:
@@ -316,6 +320,15 @@ def jobs_create(
     ] = None,
     catch_up: CatchUpOption = None,
     catch_up_window: CatchUpWindowOption = None,
+    concurrency_policy: Annotated[
+        str | None,
+        typer.Option(
+            help="When an occurrence is due while the previous one runs: Allow (both run,"
+            " the default), Forbid (skip the new one), Replace (cancel the running one),"
+            " BufferOne (the new one waits for it; one due while one waits is skipped).",
+            autocompletion=completes(ConcurrencyPolicy),
+        ),
+    ] = None,
     output: OneOutputOption = "table",
 ) -> None:
     """Create a job (and its first execution) in one transaction."""
@@ -334,6 +347,7 @@ def jobs_create(
         pause_after_failures=pause_after_failures,
         catch_up=catch_up,
         catch_up_window=catch_up_window,
+        concurrency_policy=concurrency_policy,
     )
     for option, value in (("--tenant", tenant), ("--name", name)):
         if value is not None and not 1 <= len(value) <= 253:

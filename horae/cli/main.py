@@ -10,6 +10,7 @@ import typer
 
 from horae.cli import views
 from horae.cli.backfills import backfills_app
+from horae.cli.explain import explain
 from horae.cli.jobs import jobs_app
 from horae.cli.store import store_app
 from horae.cli.support import console, fail
@@ -180,6 +181,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(store_app, name="store")
 app.add_typer(backfills_app, name="backfills")
 views.register(app)
+app.command()(explain)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ written where Kubernetes shows them."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import overload
 
@@ -36,3 +37,22 @@ def check_instant(value: datetime) -> datetime:
             f"must be from {rfc3339(EARLIEST_INSTANT)} to before {rfc3339(LATEST_INSTANT)}"
         )
     return value.astimezone(UTC)
+
+
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})", re.IGNORECASE
+)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """`text` as an RFC 3339 instant (`2026-12-02T10:00:00Z`; a UTC offset, a fraction of a
+    second) in UTC, within the bounds of `check_instant`; ValueError saying what is wrong."""
+    if _RFC3339.fullmatch(text) is None:
+        raise ValueError(
+            f"not an RFC 3339 instant with a UTC offset (e.g. 2026-12-02T10:00:00Z): {text!r}"
+        )
+    try:
+        value = datetime.fromisoformat(text.upper())
+    except ValueError:
+        raise ValueError(f"not a valid date and time: {text!r}") from None
+    return check_instant(value)

@@ -38,10 +38,10 @@ from horae import metrics
 from horae.broker import Publisher
 from horae.clock import utc_now
 from horae.scheduler.limits import TenantGate
-from horae.scheduler.rounds import Plan, decide, guarded, message
+from horae.scheduler.rounds import HOLD_EVERY, Plan, decide, guarded, message
 from horae.store import dispatch as store
 from horae.store.db import Database
-from horae.store.dispatch import MIN_CURSOR, Due, ShardDispatch
+from horae.store.dispatch import MIN_CURSOR, Due, Recorded, ShardDispatch
 from horae.store.groups import MAIN
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ FULL_REFRESH_EVERY = 30.0
 """Seconds between full re-reads of the window (the safety net under the cursor)."""
 FULL_LOOKBACK = timedelta(days=1)
 """A full re-read starts this far back, so the partitions of older days are pruned..."""
+STOP_TIMEOUT = 1.0
+"""Seconds the dispatch loop waits for the broker to take a stop message (best-effort)."""
 DEEP_REFRESH_EVERY = 600.0
 """...except every this many seconds (and after gaining a shard), when it reads all history
 for executions overdue since longer ago (e.g. after a long outage)."""
@@ -116,6 +118,9 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
         self._gate = TenantGate()
+        self._buffered: dict[tuple[uuid.UUID, datetime], datetime] = {}
+        """BufferOne executions held behind a running one (in the heap, still `scheduled`)
+        whose next occurrence is scheduled already, with when each is looked at again."""
 
     def held(self) -> list[Due]:
         """The executions waiting in the timer heap, soonest first."""
@@ -196,6 +201,8 @@ class Dispatcher:
         self._heap = [e for e in self._heap if (e[2].id, e[2].due_at) not in dropped]
         heapq.heapify(self._heap)
         self._known -= dropped
+        for key in dropped:
+            self._buffered.pop(key, None)
         last = max(self._heap, key=_order)[2]
         self._cursor = min(self._cursor, (last.due_at, last.id))
         self._capped = True
@@ -332,9 +339,21 @@ class Dispatcher:
         metrics.held_back.inc(len(wait))
         self._wake.set()
 
+    def _hold_buffered(self, held: Sequence[Due], now: datetime) -> None:
+        """BufferOne executions left waiting: back into the heap, still `scheduled` (a new
+        owner of the shard reads them again), to be looked at again `HOLD_EVERY` later."""
+        again = now + HOLD_EVERY
+        for d in held:
+            heapq.heappush(self._heap, (again, d.id.int, d))
+            if (d.id, d.due_at) in self._buffered:
+                self._buffered[d.id, d.due_at] = again
+        if held:
+            self._wake.set()
+
     def _forget(self, dues: Sequence[Due]) -> None:
         for d in dues:
             self._known.discard((d.id, d.due_at))
+            self._buffered.pop((d.id, d.due_at), None)
 
     async def _dispatch(self, batch: list[Due]) -> None:
         ours = self._ours(batch)
@@ -353,6 +372,9 @@ class Dispatcher:
             return
         self._forget(batch)
         await self._settle(set(plans) - set(rounds), rounds)
+        for plan in rounds.values():
+            for d in plan.held:
+                self._buffered.setdefault((d.id, d.due_at), now + HOLD_EVERY)
         log.debug(
             "dispatched %d (%d queued): publish %.3fs, record %.3fs",
             sum(len(r.queued) for r in rounds.values()),
@@ -370,18 +392,40 @@ class Dispatcher:
         seconds.)"""
         started = time.monotonic()
         async with self._pool.acquire() as conn, store.fenced(conn, epochs) as held:
-            rounds = {s: ShardDispatch(epochs[s], *plans[s]) for s in sorted(held)}
+            rounds = {s: self._round(epochs[s], plans[s]) for s in sorted(held)}
             to_publish = [d for plan in rounds.values() for d in plan.queued]
             if to_publish:
                 await self._publisher.publish_batch([message(d) for d in to_publish])
             published = utc_now()
             publish_took = time.monotonic() - started
             for d in to_publish:
-                metrics.dispatch_lag.observe((published - self._publish_at(d)).total_seconds())
-            queued = await store.record_round(conn, rounds, published)
+                # A BufferOne execution that waited is late by its wait: from its last look.
+                since = self._buffered.get((d.id, d.due_at), self._publish_at(d))
+                metrics.dispatch_lag.observe((published - since).total_seconds())
+            recorded = await store.record_round(conn, rounds, published)
         record_took = time.monotonic() - started - publish_took
         metrics.dispatch_record.labels(self.group).observe(record_took)
-        return rounds, queued, (publish_took, record_took)
+        await self._stop_replaced(recorded)
+        return rounds, recorded.queued, (publish_took, record_took)
+
+    def _round(self, epoch: int, plan: Plan) -> ShardDispatch:
+        """What to record of a shard's `plan`: the held executions whose next occurrence is
+        not scheduled yet (first held) schedule it."""
+        held = [d for d in plan.held if (d.id, d.due_at) not in self._buffered]
+        return ShardDispatch(epoch, plan.publish, plan.skip, plan.cancel, held)
+
+    async def _stop_replaced(self, recorded: Recorded) -> None:
+        """Once the round is committed, tell each worker running a replaced execution to
+        stop it now. Best-effort: one not told (the broker unreachable, the worker gone)
+        finds the mark at its next heartbeat, and the reaper ends the execution of a
+        worker that died as cancelled."""
+        for worker, ids in sorted(recorded.stop.items()):
+            try:
+                async with asyncio.timeout(STOP_TIMEOUT):  # never holds up dispatch long
+                    await self._publisher.cancel_running(worker, ids)
+            except Exception:  # the round is recorded; the heartbeat is the fallback
+                log.warning("could not tell worker %s to stop %d replaced executions",
+                            worker, len(ids), exc_info=True)  # fmt: skip
 
     def _ours(self, batch: list[Due]) -> list[Due]:
         """What of `batch` this replica may dispatch: executions of shards it holds and
@@ -394,6 +438,7 @@ class Dispatcher:
                 ours.append(due)
             else:
                 self._known.discard((due.id, due.due_at))  # not ours (any more): forget it
+                self._buffered.pop((due.id, due.due_at), None)
                 if due.shard in self.epochs:
                     lapsed.add(due.shard)
         if lapsed:  # held, but not renewed within the lease duration by our clock
@@ -409,7 +454,8 @@ class Dispatcher:
         self, batch: list[Due], ours: list[Due], now: datetime
     ) -> tuple[dict[int, Plan], list[Due]]:
         """Each shard's plan for `ours` (`rounds.decide`), once the tenant gate admitted them;
-        those it holds back go back to the heap and leave `batch` (returned)."""
+        those it holds back, and the BufferOne executions held behind a running one, go back
+        to the heap and leave `batch` (returned)."""
         plans: dict[int, Plan] = {}
         async with self._pool.acquire() as conn:
             go, wait = await self._gate.admit(conn, ours, now)
@@ -421,7 +467,12 @@ class Dispatcher:
             for d in go:
                 by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
-                plans[shard] = await decide(conn, dues, now)
+                plans[shard] = await decide(conn, dues, now, waiting=self._buffered.keys())
+        held = [d for plan in plans.values() for d in plan.held]
+        if held:
+            self._hold_buffered(held, now)
+            kept = {d.id for d in held}
+            batch = [d for d in batch if d.id not in kept]
         return plans, batch
 
     async def _settle(self, fenced: set[int], rounds: dict[int, ShardDispatch]) -> None:

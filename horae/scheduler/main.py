@@ -197,7 +197,7 @@ async def run(settings: Settings) -> None:
     metrics.shards.set(store.catalog.shards)
     metrics.zero(metrics.lease_transitions, "gained", "lost")
     metrics.zero(metrics.reaped, "redelivered", "lease_lost")
-    metrics.zero(metrics.skipped, "deadline", "forbid")
+    metrics.zero(metrics.skipped, "deadline", "forbid", "buffer_one")
     scheduler = build(settings, store, publisher, api, probes)
     probes.serve(settings.metrics_port)
     watch_stop = _watch(api, settings.kube.namespace, scheduler.shard_leases, loop)

@@ -6,7 +6,8 @@
 - `running` with an expired lease (the worker stopped heartbeating): a failed
   attempt ("lease lost") with a retry per the job's policy, or `dead` (and a
   copy on the dead-letter queue, and the dead-execution webhook when one is set) when it
-  was the last attempt.
+  was the last attempt; `cancelled` (`cancel_requested`), never retried, when it had been
+  asked to stop (its job cancelled, or a Replace occurrence replaced it).
 Every write is fenced with the shard's epoch, like dispatch.
 """
 
@@ -23,7 +24,7 @@ from horae import alerts, metrics
 from horae.broker import Publisher
 from horae.clock import DatabaseClock
 from horae.errors import StoreError
-from horae.models import RetryPolicy
+from horae.models import ExecutionStatus, RetryPolicy
 from horae.scheduler.rounds import message
 from horae.store import dispatch as store
 from horae.store.db import Database
@@ -79,11 +80,12 @@ class Reaper:
                 policy = RetryPolicy.model_validate(row.retry_policy)
                 last = row.attempt >= policy.max_attempts
                 retry_at = None if last else now + policy.delay(row.attempt)
-                if await store.lose_lease(
+                ended = await store.lose_lease(
                     conn, row, epoch=epochs[row.shard], now=now, retry_at=retry_at
-                ):
+                )
+                if ended is not None:
                     lost += 1
-                    if last:
+                    if ended == ExecutionStatus.DEAD:
                         due = Due(
                             row.id,
                             row.job_id,

@@ -1,18 +1,33 @@
 """What a dispatch round does with each due execution of a shard, before it is published:
 judge an overdue occurrence of a cron job by its catch-up policy (run it, or skip it and
 the rest of its gap), skip one past its starting deadline, and judge a first attempt of a
-Forbid or Replace job by what of its job still runs (skip it, or cancel its predecessors)."""
+Forbid, Replace or BufferOne job by what else of its job is live at its due moment
+(`judge`):
+
+- Forbid: skipped (`forbid`) while an earlier one is queued or running.
+- Replace: published; every earlier one still live is ended (`ShardDispatch.cancel`: one
+  not started is cancelled, a running one's worker is told to stop it now).
+- BufferOne: published when nothing of its job is live or waiting; else held (left
+  `scheduled`, looked at again every `HOLD_EVERY`) while one runs, unless an earlier one
+  already waits, when it is skipped (`buffer_one`). A held one is late for its job's
+  overlap, not for an outage: catch-up leaves it alone.
+
+Executions of one job due in one round are judged in occurrence order, each seeing what the
+earlier ones became (a catch-up releasing several at once runs one under Forbid).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from horae.domain.limits import CATCH_UP_GRACE
-from horae.models import ExecutionMessage
+from horae.models import ConcurrencyPolicy, ExecutionMessage
 from horae.scheduler.limits import late
 from horae.store import dispatch as store
 from horae.store import occurrences
@@ -22,15 +37,31 @@ from horae.store.rows import LiveExecution
 if TYPE_CHECKING:
     from horae.store.db import Conn
 
-Plan = tuple[list[Due], list[Skip], list[tuple[uuid.UUID, datetime]]]
-"""A shard's part of a batch, as `decide` splits it: publish, skip, and the predecessors to
-cancel."""
+HOLD_EVERY = timedelta(milliseconds=500)
+"""How often a BufferOne occurrence held behind a running one is looked at again: it starts
+at most this long after the running one ended."""
+
+FORBID = "concurrencyPolicy=Forbid: the previous occurrence is still running"
+BUFFER_ONE = "concurrencyPolicy=BufferOne: one run already waits behind the running one"
+
+
+@dataclass
+class Plan:
+    """A shard's part of a batch, as `decide` splits it."""
+
+    publish: list[Due] = field(default_factory=list)
+    skip: list[Skip] = field(default_factory=list)
+    cancel: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)
+    """(id, due_at) of the executions Replace occurrences replace."""
+    held: list[Due] = field(default_factory=list)
+    """BufferOne occurrences to leave `scheduled` and look at again (`HOLD_EVERY`)."""
 
 
 def guarded(d: Due) -> bool:
-    """A first attempt of a Forbid or Replace job: whether it runs (or replaces its
-    predecessor) depends on what still runs at its due moment, so it is decided then."""
-    return d.concurrency_policy != "Allow" and d.attempt == 1
+    """A first attempt of a job with an overlap policy other than Allow: whether it runs
+    (or replaces its predecessor, or waits) depends on what still runs at its due moment, so
+    it is decided then."""
+    return d.concurrency_policy != ConcurrencyPolicy.ALLOW and d.attempt == 1
 
 
 def message(d: Due) -> ExecutionMessage:
@@ -79,10 +110,20 @@ async def catch_up(conn: Conn, dues: list[Due], now: datetime) -> tuple[list[Due
     return [d for d in dues if d.id not in skipped], skips
 
 
-async def decide(conn: Conn, dues: list[Due], now: datetime) -> Plan:
-    """Split a shard's batch into (publish, skip, cancel predecessors)."""
-    dues, skips = await catch_up(conn, dues, now)
-    keep: list[Due] = []
+async def decide(
+    conn: Conn,
+    dues: list[Due],
+    now: datetime,
+    *,
+    waiting: Collection[tuple[uuid.UUID, datetime]] = (),
+) -> Plan:
+    """Split a shard's batch: publish, skip, cancel predecessors, hold. Catch-up judges the
+    overdue ones first, but those `waiting` ((id, due_at)) behind a running one (BufferOne)."""
+    exempt = [d for d in dues if (d.id, d.due_at) in waiting]
+    run, skips = await catch_up(conn, [d for d in dues if (d.id, d.due_at) not in waiting], now)
+    plan = Plan(skip=skips)
+    on_time: list[Due] = []
+    dues = [*exempt, *run]
     for d in dues:
         if late(d, now):
             behind = (now - d.due_at).total_seconds()
@@ -90,29 +131,71 @@ async def decide(conn: Conn, dues: list[Due], now: datetime) -> Plan:
                 f"not started within startingDeadlineSeconds={d.starting_deadline_seconds} "
                 f"({behind:.1f}s late)"
             )
-            skips.append(Skip(d, "deadline", why))
+            plan.skip.append(Skip(d, "deadline", why))
         else:
-            keep.append(d)
-    judged = [d for d in keep if guarded(d)]
-    cancel: list[tuple[uuid.UUID, datetime]] = []
+            on_time.append(d)
+    judged = [d for d in on_time if guarded(d)]
+    others: list[LiveExecution] = []
     if judged:
-        live = await store.live_of_jobs(conn, [d.job_id for d in judged])
-        by_job: dict[uuid.UUID, list[LiveExecution]] = defaultdict(list)
-        for row in live:
-            by_job[row.job_id].append(row)
-        for d in judged:
-            running = [r for r in by_job.get(d.job_id, []) if r.id != d.id]
-            if not running:
-                continue
-            if d.concurrency_policy == "Forbid":
-                keep.remove(d)
-                skips.append(
-                    Skip(
-                        d,
-                        "forbid",
-                        "concurrencyPolicy=Forbid: the previous occurrence is still running",
-                    )
-                )
+        buffered = [d for d in judged if d.concurrency_policy == ConcurrencyPolicy.BUFFER_ONE]
+        others = await store.live_of_jobs(
+            conn,
+            sorted({d.job_id for d in judged}),
+            waiting=sorted({d.job_id for d in buffered}),
+            shards=sorted({d.shard for d in buffered}),
+            now=now,
+        )
+    judge(plan, on_time, others)
+    return plan
+
+
+def judge(plan: Plan, dues: Sequence[Due], others: Sequence[LiveExecution]) -> None:
+    """Add `dues` (none late) to `plan`, given `others`: the jobs' queued and running
+    executions and, for BufferOne jobs, their first attempts still scheduled and due (this
+    round's among them, unless something else has dispatched or ended them)."""
+    plan.publish += [d for d in dues if not guarded(d)]
+    in_round = {d.id for d in dues}
+    scheduled = {r.id for r in others if r.status == "scheduled"}
+    live: dict[uuid.UUID, list[tuple[uuid.UUID, datetime]]] = defaultdict(list)
+    waiting: dict[uuid.UUID, list[tuple[datetime, uuid.UUID]]] = defaultdict(list)
+    for r in others:
+        if r.id in in_round:
+            continue
+        if r.status == "scheduled":
+            waiting[r.job_id].append((r.occurrence_at, r.id))
+        else:
+            live[r.job_id].append((r.id, r.due_at))
+    by_job: dict[uuid.UUID, list[Due]] = defaultdict(list)
+    for d in dues:
+        if guarded(d):
+            by_job[d.job_id].append(d)
+    for job_id, mine in by_job.items():
+        running = live[job_id]
+        held: list[Due] = []
+        for d in sorted(mine, key=lambda d: (d.occurrence_at, d.id)):
+            if d.concurrency_policy == ConcurrencyPolicy.FORBID:
+                if running:
+                    plan.skip.append(Skip(d, "forbid", FORBID))
+                else:
+                    plan.publish.append(d)
+                    running.append((d.id, d.due_at))
+            elif d.concurrency_policy == ConcurrencyPolicy.REPLACE:
+                for replaced in running:
+                    if replaced[0] in in_round:  # an earlier one of this round: not published
+                        plan.publish = [p for p in plan.publish if p.id != replaced[0]]
+                    plan.cancel.append(replaced)
+                plan.publish.append(d)
+                running[:] = [(d.id, d.due_at)]
+            elif d.id not in scheduled:
+                pass  # BufferOne, ended or dispatched meanwhile (paused, edited): let go
             else:
-                cancel += [(r.id, r.due_at) for r in running]
-    return keep, skips, cancel
+                ahead = (d.occurrence_at, d.id)
+                earlier = bool(held) or any(w < ahead for w in waiting[job_id])
+                if running and earlier:
+                    plan.skip.append(Skip(d, "buffer_one", BUFFER_ONE))
+                elif running or earlier:
+                    held.append(d)
+                else:
+                    plan.publish.append(d)
+                    running.append((d.id, d.due_at))
+        plan.held += held

@@ -1,7 +1,7 @@
 """The scheduler's execution transitions: preload a shard's window, take a shard (a new
 fencing epoch), record a dispatch round fenced by the epochs held, held from before its
-publish to its record (queued, skipped,
-predecessors to cancel, cron jobs' next occurrences), and the reaper's: republish
+publish to its record (queued, skipped, predecessors to cancel, cron jobs' next
+occurrences, BufferOne occurrences left waiting), and the reaper's: republish
 unclaimed queued executions, end those whose lease ran out. Each is a conditional
 statement whose row count decides; every write is fenced by the shard's epoch.
 """
@@ -140,10 +140,20 @@ async def moved_out(conn: Conn, shard: int) -> bool:
 
 
 @translated
-async def live_of_jobs(conn: Conn, job_ids: Sequence[uuid.UUID]) -> list[LiveExecution]:
-    """Queued or running executions of these jobs."""
-    rows = await conn.fetch(Q["live_executions_of_jobs"], list(job_ids))
-    return [LiveExecution(r["id"], r["job_id"], r["due_at"], r["status"]) for r in rows]
+async def live_of_jobs(
+    conn: Conn,
+    job_ids: Sequence[uuid.UUID],
+    *,
+    waiting: Sequence[uuid.UUID] = (),
+    shards: Sequence[int] = (),
+    now: datetime | None = None,
+) -> list[LiveExecution]:
+    """Queued or running executions of these jobs; and of the jobs `waiting` (BufferOne),
+    in `shards`, the first attempts still scheduled and due by `now`."""
+    rows = await conn.fetch(
+        Q["live_executions_of_jobs"], list(job_ids), list(waiting), list(shards), now
+    )
+    return [LiveExecution(**dict(r)) for r in rows]
 
 
 @translated
@@ -171,6 +181,24 @@ class ShardDispatch:
     queued: Sequence[Due] = ()
     skipped: Sequence[Skip] = ()
     cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
+    """Executions a Replace occurrence replaces (`request_cancel`)."""
+    held: Sequence[Due] = ()
+    """BufferOne occurrences left waiting (still `scheduled`) behind a running one, first
+    held: their next occurrences are scheduled now, as if they had been dispatched."""
+
+
+REPLACED = "concurrencyPolicy=Replace: a later occurrence replaced it before it started"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What `record_round` wrote."""
+
+    queued: int
+    """Rows that became queued."""
+    stop: Mapping[str, Sequence[uuid.UUID]]
+    """Running executions a Replace occurrence replaced, by the worker holding each: to be
+    told now (`Publisher.cancel_running`); their marks are committed."""
 
 
 @asynccontextmanager
@@ -202,11 +230,11 @@ async def fenced(conn: Conn, epochs: Mapping[int, int]) -> AsyncIterator[set[int
 
 
 @translated
-async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: datetime) -> int:
+async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: datetime) -> Recorded:
     """Inside `fenced`, for shards it answered: mark the published executions queued, record
-    skipped occurrences, request cancellation of replaced predecessors, and schedule cron
-    jobs' next occurrences. Rows a worker already claimed stay as they are; their next
-    occurrence is still scheduled (idempotently). Returns how many rows became queued."""
+    skipped occurrences, end replaced predecessors (`request_cancel`), and schedule cron
+    jobs' next occurrences (of the held ones too). Rows a worker already claimed stay as
+    they are; their next occurrence is still scheduled (idempotently)."""
     ours = [shards[s] for s in sorted(shards)]
     queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
     status = await conn.execute(
@@ -228,15 +256,24 @@ async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: dat
             now,
         )
         done = {r["id"] for r in rows}
+    stop: dict[str, list[uuid.UUID]] = {}
     cancel = [c for plan in ours for c in plan.cancel]
     if cancel:
-        await conn.execute(Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel])
+        ended = await conn.fetch(
+            Q["request_cancel"], [c[0] for c in cancel], [c[1] for c in cancel], now, REPLACED
+        )
+        for row in ended:
+            if row["status"] == ExecutionStatus.RUNNING and row["lease_owner"] is not None:
+                stop.setdefault(row["lease_owner"], []).append(row["id"])
+    held = [d for plan in ours for d in plan.held]
     # A catch-up skip moves the schedule on past its gap, but only if its row was skipped
     # here: a worker that claimed it first (published by an earlier round whose record was
     # lost) runs it, and schedules its successor, as this round does then.
     gaps = {s.due.id: s.gap for s in skipped if s.gap is not None and s.due.id in done}
-    await _schedule_next(conn, [*(d for d, _ in queued), *(s.due for s in skipped)], now, gaps)
-    return int(status.split()[-1])
+    await _schedule_next(
+        conn, [*(d for d, _ in queued), *(s.due for s in skipped), *held], now, gaps
+    )
+    return Recorded(int(status.split()[-1]), stop)
 
 
 async def record_dispatch(
@@ -245,8 +282,8 @@ async def record_dispatch(
     """`fenced` and `record_round` in one, for executions published already: how many rows
     became queued, and the shards we were fenced out of."""
     async with fenced(conn, {s: plan.epoch for s, plan in shards.items()}) as held:
-        queued = await record_round(conn, {s: shards[s] for s in held}, now)
-    return queued, set(shards) - held
+        recorded = await record_round(conn, {s: shards[s] for s in held}, now)
+    return recorded.queued, set(shards) - held
 
 
 @translated
@@ -278,18 +315,23 @@ async def expired_running(
 @translated
 async def lose_lease(
     conn: Conn, row: ExpiredRun, *, epoch: int, now: datetime, retry_at: datetime | None
-) -> bool:
+) -> ExecutionStatus | None:
     """Fenced: the expired running execution `row` becomes failed (with a retry at
-    `retry_at`) or dead (retry_at None), and its job's latest run is recorded as a worker's
-    outcome records it (`horae_record_runs`: a dead one counts towards the job's failure
-    policy). False when it is no longer expired or not ours."""
+    `retry_at`) or dead (retry_at None); cancelled, never retried, when it was asked to stop
+    (its job cancelled, or a Replace occurrence replaced it). Its job's latest run is
+    recorded as a worker's outcome records it (`horae_record_runs`: a dead one counts
+    towards the job's failure policy). What it became; None when it is no longer expired or
+    not ours."""
     status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
     async with conn.transaction():
         lost = await conn.fetchrow(
             Q["lose_lease"], row.id, row.due_at, row.shard, epoch, now, status.value
         )
         if lost is None:
-            return False
+            return None
+        status = ExecutionStatus(lost["status"])
+        if status == ExecutionStatus.CANCELLED:
+            retry_at = None
         if retry_at is not None:
             await insert_execution(
                 conn,
@@ -313,7 +355,7 @@ async def lose_lease(
             [lost["error_message"]],
             now,
         )
-        return True
+        return status
 
 
 async def _schedule_next(

@@ -115,15 +115,41 @@ WHERE e.id = u.id AND e.due_at = u.due_at AND e.status = 'scheduled'
 RETURNING e.id
 
 -- name: live_executions_of_jobs
--- Queued or running executions of these jobs (concurrency policies).
-SELECT id, job_id, due_at, status FROM executions
+-- What of these jobs an overlap policy looks at: their queued and running executions, with
+-- the worker holding each; and of the jobs $2 (BufferOne), in their shards $3, the first
+-- attempts still scheduled and due by $4 (waiting behind a running one, or due this round;
+-- through the pending index, which holds few rows due already).
+SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner FROM executions
 WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'running')
+UNION ALL
+SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner FROM executions
+WHERE shard = ANY($3::smallint[]) AND status = 'scheduled' AND due_at <= $4
+  AND job_id = ANY($2::uuid[]) AND attempt = 1
 
 -- name: request_cancel
--- Ask the worker running these executions to cancel them (Replace policy, job cancelled).
-UPDATE executions SET cancel_requested = true
-WHERE (id, due_at) IN (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]))
-  AND status IN ('queued', 'running')
+-- Fenced (lock_epochs): end the executions a Replace occurrence replaces, locked in id order
+-- as every batched writer locks them. One not started (scheduled, queued) is cancelled at
+-- once and never runs (its claim finds it ended); a running one is marked, and answered with
+-- the worker holding it, to be told now (its next heartbeat also finds the mark).
+WITH target AS (
+    SELECT e.id, e.due_at
+    FROM executions e
+    JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
+      ON e.id = u.id AND e.due_at = u.due_at
+    WHERE e.status IN ('scheduled', 'queued', 'running')
+    ORDER BY e.id
+    FOR UPDATE OF e
+)
+UPDATE executions e SET cancel_requested = true,
+       status = CASE WHEN e.status = 'running' THEN e.status
+                     ELSE 'cancelled'::execution_status END,
+       finished_at = CASE WHEN e.status = 'running' THEN NULL ELSE $3::timestamptz END,
+       error_kind = CASE WHEN e.status = 'running' THEN e.error_kind
+                         ELSE 'cancel_requested' END,
+       error_message = CASE WHEN e.status = 'running' THEN e.error_message ELSE $4::text END
+FROM target t
+WHERE e.id = t.id AND e.due_at = t.due_at
+RETURNING e.id, e.status::text, e.lease_owner
 
 -- name: stale_queued
 -- Queued executions of these shards published and due before $2, never claimed (reaper).
@@ -155,17 +181,26 @@ ORDER BY e.lease_until
 LIMIT $3
 
 -- name: lose_lease
--- Fenced: a running execution whose lease is still expired becomes a failed (or dead) attempt.
+-- Fenced: a running execution whose lease is still expired becomes a failed (or dead)
+-- attempt, or cancelled when it was asked to stop (job cancelled, Replace): what it ended as.
 WITH fence AS (
     SELECT shard FROM shard_epochs WHERE shard = $3 AND epoch = $4 FOR SHARE
 )
-UPDATE executions e SET status = $6, finished_at = $5, error_kind = 'lease_lost',
-       error_message = 'worker ' || coalesce(e.lease_owner, '?') || ' stopped heartbeating',
+UPDATE executions e SET status = CASE WHEN e.cancel_requested THEN 'cancelled'::execution_status
+                                     ELSE $6::execution_status END,
+       finished_at = $5,
+       error_kind = CASE WHEN e.cancel_requested THEN 'cancel_requested' ELSE 'lease_lost' END,
+       error_message = CASE WHEN e.cancel_requested
+                            THEN 'cancelled (the job was cancelled or replaced) while its worker '
+                                 || coalesce(e.lease_owner, '?')
+                                 || ' was gone: it stopped heartbeating'
+                            ELSE 'worker ' || coalesce(e.lease_owner, '?') || ' stopped heartbeating'
+                       END,
        lease_until = NULL
 FROM fence
 WHERE e.id = $1 AND e.due_at = $2 AND e.shard = fence.shard AND e.status = 'running'
   AND e.lease_until < $5
-RETURNING e.job_id, e.error_message
+RETURNING e.job_id, e.status::text, e.error_message
 
 -- name: claim
 -- A worker's claim of one batch (horae_claim, migration 004: only the tenants it serves and

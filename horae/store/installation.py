@@ -9,6 +9,7 @@ schedulers cannot place jobs on shards nobody owns or drop history a user chose 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING
 
 from horae.errors import ConfigError
@@ -30,6 +31,12 @@ class Installation:
     """Virtual shards: fixed when the installation is created."""
     retention_days: int
     """Execution history kept, in whole daily partitions."""
+
+
+def history_kept_from(today: date, retention_days: int) -> datetime:
+    """The oldest due time whose executions are kept: the start (UTC) of the first day not
+    past retention (`migrate.maintain_partitions` drops the daily partitions before it)."""
+    return datetime.combine(today - timedelta(days=retention_days), time(), UTC)
 
 
 @translated

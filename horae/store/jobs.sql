@@ -90,7 +90,9 @@ WHERE id = $1
 UPDATE jobs SET paused_reason = $2, paused_for_failures = false WHERE id = $1
 
 -- name: set_next_runs
--- Record jobs' next nominal fire times, locking the jobs in id order (see record_job_runs).
+-- Record jobs' next nominal fire times, locking the jobs in id order (see record_job_runs);
+-- never an earlier one than recorded (a BufferOne occurrence dispatched after waiting, whose
+-- next one was scheduled, and perhaps skipped, while it waited).
 WITH target AS (
     SELECT j.id, u.next_run_at
     FROM jobs j JOIN unnest($1::uuid[], $2::timestamptz[]) AS u(id, next_run_at) ON j.id = u.id
@@ -99,7 +101,7 @@ WITH target AS (
 )
 UPDATE jobs j SET next_run_at = t.next_run_at, updated_at = $3
 FROM target t
-WHERE j.id = t.id
+WHERE j.id = t.id AND (j.next_run_at IS NULL OR j.next_run_at < t.next_run_at)
 
 -- name: list_jobs
 -- A tenant's jobs in creation order, after a cursor (created_at, id), optionally of one state.

@@ -27,6 +27,10 @@ SELECT horae_create_partition($1::date)
 -- Drop the daily partitions that end on or before a UTC day; returns how many.
 SELECT horae_drop_partitions($1::date)
 
+-- name: prune_history
+-- Drop the shard-owner and job-event history no kept execution needs (before $1); how many rows.
+SELECT horae_prune_history($1)
+
 -- name: installation
 -- The installation's settings (shards, retention); no row before the first `horae migrate`.
 SELECT shards, retention_days FROM installation

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from horae.store.boundary import translated
-from horae.store.installation import Installation, settle_installation
+from horae.store.installation import Installation, history_kept_from, settle_installation
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -79,13 +79,15 @@ async def apply_migrations(conn: asyncpg.Connection[asyncpg.Record]) -> list[str
 async def maintain_partitions(
     conn: Conn, *, today: date, ahead_days: int, retention_days: int
 ) -> tuple[list[date], int]:
-    """Create daily partitions from yesterday to today + ahead; drop those past retention."""
+    """Create daily partitions from yesterday to today + ahead; drop those past retention,
+    and the history `horae explain` reads that only explained them (`history_kept_from`)."""
     created = []
     for offset in range(-1, ahead_days + 1):
         day = today + timedelta(days=offset)
         if await conn.fetchval(Q["create_partition"], day):
             created.append(day)
     dropped: int = await conn.fetchval(Q["drop_partitions"], today - timedelta(days=retention_days))
+    await conn.fetchval(Q["prune_history"], history_kept_from(today, retention_days))
     return created, dropped
 
 

@@ -159,12 +159,15 @@ def execution_of(record: asyncpg.Record) -> ExecutionRow:
 
 @dataclass(frozen=True, slots=True)
 class LiveExecution:
-    """A queued or running execution of a job (concurrency policies)."""
+    """An execution of a job that an overlap policy looks at: queued or running (with the
+    worker holding it), or a BufferOne first attempt still scheduled and due."""
 
     id: uuid.UUID
     job_id: uuid.UUID
     due_at: datetime
+    occurrence_at: datetime
     status: str
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

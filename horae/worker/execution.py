@@ -5,8 +5,9 @@ Given one execution of a message and a way to claim it (both from the message la
 concurrency limit, runs its task's handler with its `TaskContext` and under its timeout,
 turns how it ended into an outcome (`outcome.classify`) and records that (a dead one is
 also copied to the dead-letter queue and announced to the webhook). Heartbeats extend the
-leases of the executions it holds and cancel those whose job asked for it. Messages,
-acks and the queue are the message layer's; nothing here knows of them.
+leases of the executions it holds and cancel those whose job asked for it; `stop` cancels
+them at once when the scheduler says so on the worker's control queue (`control`).
+Messages, acks and the queue are the message layer's; nothing here knows of them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -39,6 +41,10 @@ log = logging.getLogger(__name__)
 
 Claim = Callable[[], Awaitable[Claimed | None]]
 """Claims the execution being run: its row, or None when there is nothing to run."""
+
+EARLY_STOPS = 1024
+"""How many stop requests for executions not running here are remembered, in case one of
+them was claimed and its handler is about to start (the claim's answer still on its way)."""
 
 HOLD_LIMIT = timedelta(seconds=60)
 """The longest a worker holds an execution that arrived before its due time: the scheduler's
@@ -71,6 +77,9 @@ class Executions:
         recovers it."""
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._cancel_requested: set[uuid.UUID] = set()
+        """Executions whose handlers were cancelled on request (not by the worker stopping)."""
+        self._early_stops: OrderedDict[uuid.UUID, None] = OrderedDict()
+        """Stop requests for executions whose handlers had not started (`EARLY_STOPS`)."""
         self._webhook = alerts.DeadWebhook(settings.dead_webhook)
         self._finishes = GroupCommits(self._finish_batch)
 
@@ -185,6 +194,10 @@ class Executions:
         (None: it returned, or was cancelled on request) and what it returned. Cancelled
         otherwise (the worker itself is), raises `CancelledError`."""
         timeout = self.timeout_of(claimed)
+        if claimed.id in self._early_stops:  # asked to stop before its handler started
+            del self._early_stops[claimed.id]
+            self._cancel_requested.add(claimed.id)
+            return None, None
         with serving(ctx):
             try:
                 coro: Awaitable[Any]
@@ -314,11 +327,26 @@ class Executions:
             moved = await self._routes.moved_executions(group, missed, shards)
             for there, moved_ids in sorted(moved.items()):
                 cancel += (await self._extend(there, moved_ids)).cancel
-        for execution_id in cancel:
+        self.stop(cancel)
+
+    def stop(self, execution_ids: Iterable[uuid.UUID]) -> int:
+        """Cancel the handlers of these executions, whose rows are marked `cancel_requested`
+        (a heartbeat's answer, or the scheduler's message on the control queue): each ends
+        `cancelled` (`cancel_requested`). One not running here is remembered a while, in
+        case its claim's answer is still on its way. Returns how many handlers it cancelled."""
+        stopped = 0
+        for execution_id in execution_ids:
             running = self._handlers.get(execution_id)
-            if running is not None and not running[1].done():
-                self._cancel_requested.add(execution_id)
-                running[1].cancel()
+            if running is not None:
+                if not running[1].done():
+                    self._cancel_requested.add(execution_id)
+                    running[1].cancel()
+                    stopped += 1
+            elif execution_id not in self._held:
+                self._early_stops[execution_id] = None
+                while len(self._early_stops) > EARLY_STOPS:
+                    self._early_stops.popitem(last=False)
+        return stopped
 
     async def _extend(self, group: str, ids: list[uuid.UUID]) -> store.Beat:
         async with self._routes.database(group).acquire() as conn:

@@ -31,6 +31,7 @@ from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
 from horae.store.groups import Store
+from horae.worker import control
 from horae.worker.execution import Executions
 from horae.worker.messages import FOREIGN, Messages
 from horae.worker.sdk import TaskDefinition, registered_tasks
@@ -84,10 +85,19 @@ class Worker:
             clock=self.clock,
         )
 
-    async def serve(self, queue: broker.Queue, stop: asyncio.Event, probes: Probes) -> None:
+    async def serve(
+        self,
+        queue: broker.Queue,
+        stop: asyncio.Event,
+        probes: Probes,
+        *,
+        control_queue: broker.Queue | None = None,
+    ) -> None:
         """Consume `queue` until `stop`, then wind down (`Messages.consume`); heartbeats go
-        on until then, through the grace period, and so does following the store's catalog
-        (which group holds each shard)."""
+        on until then, through the grace period, and so do following the store's catalog
+        (which group holds each shard) and, given one, the worker's control queue."""
+        if control_queue is not None:
+            await control.follow(control_queue, self.executions)
         wound_down = asyncio.Event()
         heartbeat = asyncio.create_task(self.executions.heartbeat(wound_down))
         follow = asyncio.create_task(self.store.follow(wound_down))
@@ -117,6 +127,9 @@ async def run(settings: Settings, tasks_module: str) -> None:
         tenants=cfg.tenants,
         tasks=tasks,
     )
+    control_queue = await broker.declare_control_queue(
+        await connection.channel(), names, cfg.identity
+    )
     worker = Worker(settings=settings, store=store, publisher=publisher, tasks=tasks)
     async with store.home.acquire() as conn:
         await worker.clock.sync(conn)
@@ -132,7 +145,7 @@ async def run(settings: Settings, tasks_module: str) -> None:
     log.info(
         "worker %s runs tasks %s; store groups %s", cfg.identity, sorted(tasks), store.describe()
     )
-    await worker.serve(queue, stop, probes)
+    await worker.serve(queue, stop, probes, control_queue=control_queue)
     beat.cancel()
     await connection.close()
     await store.close()

@@ -27,6 +27,9 @@ BAD = [
     ({"task": "t", "schedule": "* * * * *", "payload": [1, 2]}, "spec.payload"),
     ({"task": "Not A Task", "schedule": "* * * * *"}, "spec.task"),
     ({"task": "t", "schedule": "* * * * *", "jitterSeconds": 99999}, "spec.jitterSeconds"),
+    ({"task": "t", "schedule": "* * * * *", "concurrencyPolicy": "Buffer"},
+     'spec.concurrencyPolicy: Unsupported value: "Buffer": supported values: "Allow",'
+     ' "Forbid", "Replace", "BufferOne"'),
     ({"task": "t", "schedule": "61 * * * *"}, "spec.schedule: Invalid value: \"string\": the "
                                               "minute field must be 0-59"),
     ({"task": "t", "schedule": "0 24 * * *"}, "the hour field must be 0-23"),

@@ -176,8 +176,9 @@ async def test_a_catch_up_skip_of_a_row_a_worker_claimed_first_keeps_the_chain_o
                                        job_id=job_in(SHARD))  # fmt: skip
         epoch = await dispatch.take_shard(conn, SHARD, "b", now)
         [row] = await dispatch.preload(conn, [SHARD], now, 10)
-        publish, skips, _ = await decide(conn, [row], now)
-        assert publish == [] and [s.kind for s in skips] == ["catch_up"]
+        plan = await decide(conn, [row], now)
+        skips = plan.skip
+        assert plan.publish == [] and [s.kind for s in skips] == ["catch_up"]
         assert skips[0].gap is not None and skips[0].gap.runs  # Latest: the newest runs
         claimed = await transitions.claim(conn, row.id, row.due_at, owner="w", now=now,
                                           lease=timedelta(seconds=30), tenant="acme")  # fmt: skip

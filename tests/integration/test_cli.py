@@ -49,6 +49,8 @@ def test_bad_cli_input_is_one_line_and_exit_code_2() -> None:
         "must be from 1970-01-01T00:00:00Z to before 9000-01-01T00:00:00Z",
         ("executions", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
         ("executions", "ns/name", "--status", "great"): "horae: --status must be one of",
+        ("explain", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
+        ("explain", "ns/name", "--at", "yesterday"): "horae: --at: not an RFC 3339 instant",
     }
     for args, start in cases.items():
         r = horae(*args)
@@ -109,7 +111,8 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
                  "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
                  "--catch-up", "All", "--catch-up-window", "1h30m",
-                 "--pause-after-failures", "3", db_url=db_url)  # fmt: skip
+                 "--concurrency-policy", "BufferOne", "--pause-after-failures", "3",
+                 db_url=db_url)  # fmt: skip
     job_id = job["id"]
     assert job["failure_policy"] == {"pause_after_consecutive_failures": 3}
     assert (job["tenant"], job["name"], job["source"], job["state"]) == (
@@ -122,6 +125,7 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     row = await stored.fetchrow("SELECT * FROM jobs WHERE id = $1", uuid.UUID(job_id))
     assert row["task"] == "send-invoice" and row["payload"] == {"customer": 42}
     assert row["retry_policy"]["max_attempts"] == 3 and row["timeout_seconds"] == 60
+    assert row["concurrency_policy"] == job["concurrency_policy"] == "BufferOne"
     assert await statuses(stored, job_id) == ["scheduled"]
 
     assert [j["id"] for j in parsed("jobs", "ls", "--tenant", "acme", db_url=db_url)] == [job_id]
@@ -244,6 +248,8 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         ("jobs", "pause", str(uuid.uuid4()), "--reason", ""): "horae: --reason: cannot be empty",
         ("jobs", "edit", str(uuid.uuid4()), "--pause-after-failures", "0"): "horae: Invalid "
         "value for '--pause-after-failures'",
+        (*create, "--cron", "* * * * *", "--concurrency-policy", "Buffer"): "horae: "
+        "--concurrency-policy must be one of Allow, Forbid, Replace, BufferOne; got 'Buffer'",
         (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",
         (*create, "--run-at", soon, "--tenant", ""): "horae: --tenant: must be 1 to 253",
         (*create, "--cron", "* * * * *", "--catch-up", "Some"): "horae: --catch-up must be one"

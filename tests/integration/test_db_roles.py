@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from horae.models import ExecutionStatus, JobSource, JobSpec
+from horae.models import ConcurrencyPolicy, ExecutionStatus, JobSource, JobSpec
 from horae.store import dispatch, executions, jobs, reads, tenants
 from horae.store.db import connect
 from horae.store.dispatch import ShardDispatch
@@ -362,3 +362,55 @@ async def test_a_retry_announced_by_the_workers_function_carries_no_execution_id
     assert due == retry["due_at"] and floor is not None and floor <= retry["id"]
     assert floor.int >> 80 == retry["id"].int >> 80  # the id's millisecond, no more
     assert all(str(retry["id"]) not in payload for payload in heard)
+
+
+async def test_a_replace_round_ends_what_it_replaces_under_the_schedulers_role(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    """A queued predecessor is cancelled and never claimed; a running one is marked and
+    answered with the worker holding it (to be told now; its heartbeat finds the mark too);
+    lost with that worker, it ends cancelled rather than retried."""
+    scheduler, worker = as_role["scheduler"], as_role["worker"]
+    spec = JobSpec(task="t", cron="0 0 1 1 *", concurrency_policy=ConcurrencyPolicy.REPLACE)
+    job_id = await api_job(as_role["api"], spec)
+    shard = job_id.int % 64
+    epoch = await dispatch.take_shard(scheduler, shard, "s1", NOW)
+    running, queued, new = [
+        await jobs.trigger_job(as_role["api"], job_id, now=NOW + timedelta(seconds=s))
+        for s in (0, 1, 2)
+    ]
+    dues = {d.id: d for d in await dispatch.preload(scheduler, [shard], NOW + LEASE, 10)}
+    [claimed] = await claims(worker, [ClaimRequest(running, dues[running].due_at, "acme")])
+    assert isinstance(claimed, Claimed)
+    assert await transitions.mark_queued(scheduler, shard, epoch, [dues[queued]], NOW) == 1
+
+    replaced = [(running, dues[running].due_at), (queued, dues[queued].due_at)]
+    async with dispatch.fenced(scheduler, {shard: epoch}) as held:
+        recorded = await dispatch.record_round(
+            scheduler, {shard: ShardDispatch(epoch, [dues[new]], cancel=replaced)}, NOW
+        )
+    assert held == {shard}
+    assert (recorded.queued, dict(recorded.stop)) == (1, {"w1": [running]})
+    ended = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", queued)
+    assert (ended["status"], ended["error_kind"], ended["error_message"]) == (
+        "cancelled",
+        "cancel_requested",
+        dispatch.REPLACED,
+    )
+    assert await claims(worker, [ClaimRequest(queued, dues[queued].due_at, "acme")]) == [None]
+    beat = await executions.heartbeat(worker, owner="w1", now=NOW, lease=LEASE, ids=[running])
+    assert beat.cancel == [running]
+
+    [expired] = await dispatch.expired_running(scheduler, [shard], NOW + LEASE * 2, 10)
+    lost = await dispatch.lose_lease(
+        scheduler, expired, epoch=epoch, now=NOW + LEASE * 2, retry_at=NOW + LEASE * 3
+    )
+    assert lost == ExecutionStatus.CANCELLED
+    row = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", running)
+    assert (row["status"], row["error_kind"]) == ("cancelled", "cancel_requested")
+    attempts = await pool.fetchval(
+        "SELECT count(*) FROM executions WHERE job_id = $1 AND occurrence_at = $2",
+        job_id,
+        row["occurrence_at"],
+    )
+    assert attempts == 1, "a replaced execution lost with its worker is not retried"

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from horae.errors import Conflict, QuotaExceeded, ShardBusy
-from horae.models import ExecutionStatus, JobSource, JobSpec
+from horae.models import ConcurrencyPolicy, ExecutionStatus, JobSource, JobSpec
 from horae.store import dispatch, executions, jobs, reads, tenants
 from horae.store.db import connect
 from horae.store.dispatch import parse_notify
@@ -609,3 +609,39 @@ async def test_cronjob_style_history_keeps_the_newest_of_each_outcome_and_every_
     assert sorted(r.status.value for r in none) == ["queued", "running"]
     # the newest dispatched (the queued one), and the newest success
     assert last_schedule == NOW - timedelta(minutes=1) and last_success == newest_ok
+
+
+async def test_a_held_buffer_one_occurrence_schedules_its_next_once_and_next_run_never_goes_back(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        spec = JobSpec(
+            task="t", cron="*/10 * * * * *", concurrency_policy=ConcurrencyPolicy.BUFFER_ONE
+        )
+        job_id = await jobs.create_job(
+            conn, spec, tenant="acme", source=JobSource.API, shards=64, now=NOW
+        )
+        shard = job_id.int % 64
+        epoch = await dispatch.take_shard(conn, shard, "a", NOW)
+        [waiting] = await dispatch.preload(conn, [shard], NOW + timedelta(minutes=1), 10)
+        for _ in range(2):  # held, and looked at again: its next one is scheduled once
+            await dispatch.record_dispatch(
+                conn, {shard: dispatch.ShardDispatch(epoch, held=[waiting])}, NOW
+            )
+        [first, second] = await rows(pool, job_id)
+        assert (first["status"], second["status"]) == ("scheduled", "scheduled")
+        assert second["occurrence_at"] == first["occurrence_at"] + timedelta(seconds=10)
+        nxt = await pool.fetchval("SELECT next_run_at FROM jobs WHERE id = $1", job_id)
+        assert nxt == second["occurrence_at"]
+        # The next one is skipped while the first waits (its own next one scheduled), then
+        # the first runs: the job's next run stays the latest scheduled.
+        [_, skipped] = await dispatch.preload(conn, [shard], NOW + timedelta(minutes=1), 10)
+        skip = dispatch.Skip(skipped, "buffer_one", "one waits")
+        await dispatch.record_dispatch(
+            conn, {shard: dispatch.ShardDispatch(epoch, skipped=[skip])}, NOW
+        )
+        await dispatch.record_dispatch(conn, {shard: dispatch.ShardDispatch(epoch, [waiting])}, NOW)
+    statuses = [(r["status"], r["error_kind"]) for r in await rows(pool, job_id)]
+    assert statuses == [("queued", None), ("skipped", "buffer_one"), ("scheduled", None)]
+    third = (await rows(pool, job_id))[2]["occurrence_at"]
+    assert await pool.fetchval("SELECT next_run_at FROM jobs WHERE id = $1", job_id) == third

@@ -8,11 +8,11 @@ signatures at runtime.
 
 from fastapi import APIRouter
 
-from horae.api.routes import actions, executions, jobs, schedules, tenants
+from horae.api.routes import actions, executions, explain, jobs, schedules, tenants
 
 
 def build_router() -> APIRouter:
     router = APIRouter()
-    for part in (jobs, actions, executions, schedules, tenants):
+    for part in (jobs, actions, explain, executions, schedules, tenants):
         router.include_router(part.router)
     return router

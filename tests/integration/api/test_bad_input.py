@@ -49,6 +49,7 @@ BAD_JOBS = [
      "catch_up_window_seconds"),
     ({"task": "t", "cron": "* * * * *", "catch_up_window_seconds": "1h"},
      "catch_up_window_seconds"),
+    ({"task": "t", "cron": "* * * * *", "concurrency_policy": "Buffer"}, "concurrency_policy"),
     # Postgres cannot store NUL in text or jsonb: these were 500s (found by the stateful fuzzer).
     ({"task": "t", "cron": "* * * * *", "payload": {"k": ["a\u0000"]}}, "payload"),
     ({"task": "t", "cron": "* * * * *", "payload": {"\u0000": 1}}, "payload"),

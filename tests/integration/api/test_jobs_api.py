@@ -155,6 +155,23 @@ async def test_patch_null_resets_a_field_to_its_default(
     assert job["task"] == CRON["task"] and job["cron"] == CRON["cron"]
 
 
+async def test_every_concurrency_policy_is_stored_and_shown(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    h = bearer(tenants.alice)
+    for policy in ("Allow", "Forbid", "Replace", "BufferOne"):
+        created = await api.post("/jobs", json={**CRON, "concurrency_policy": policy}, headers=h)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        assert (await api.get(f"/jobs/{job_id}", headers=h)).json()["concurrency_policy"] == policy
+        stored = await pool.fetchrow(
+            "SELECT j.concurrency_policy AS job, e.concurrency_policy AS execution"
+            " FROM jobs j JOIN executions e ON e.job_id = j.id WHERE j.id = $1",
+            uuid.UUID(job_id),
+        )
+        assert (stored["job"], stored["execution"]) == (policy, policy)
+
+
 async def test_lists_page_with_cursors(api: httpx.AsyncClient, tenants: Tenants) -> None:
     h = bearer(tenants.alice)
     created = [(await api.post("/jobs", json=CRON, headers=h)).json()["id"] for _ in range(5)]

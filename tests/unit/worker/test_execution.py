@@ -133,3 +133,42 @@ async def test_a_result_that_cannot_be_stored_leaves_the_attempt_succeeded_with_
         "horae.result_dropped": "result is not JSON-serialisable (TypeError: Object of type"
         " datetime is not JSON serializable)"
     }
+
+
+async def test_a_handler_told_to_stop_is_cancelled_and_its_execution_ends_cancelled() -> None:
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def handler(ctx: TaskContext, payload: dict[str, Any]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    row = claimed("unit.execution.stopped")
+    layer = executions({row.task: TaskDefinition(row.task, handler)})
+    attempt = asyncio.create_task(layer._attempt(row))
+    await started.wait()
+    assert layer.stop([row.id, uuid.uuid4()]) == 1  # another worker's execution: not here
+    outcome = await attempt
+    assert stopped.is_set()
+    assert (outcome.status, outcome.error_kind) == (ExecutionStatus.CANCELLED, "cancel_requested")
+
+
+async def test_an_execution_told_to_stop_before_its_handler_started_never_runs_it() -> None:
+    # The scheduler saw the claim committed and told the worker before the claim's answer
+    # reached the execution layer.
+    ran: list[uuid.UUID] = []
+
+    async def handler(ctx: TaskContext, payload: dict[str, Any]) -> None:
+        ran.append(ctx.execution_id)
+
+    row = claimed("unit.execution.early")
+    layer = executions({row.task: TaskDefinition(row.task, handler)})
+    assert layer.stop([row.id]) == 0
+    outcome = await layer._attempt(row)
+    assert ran == []
+    assert (outcome.status, outcome.error_kind) == (ExecutionStatus.CANCELLED, "cancel_requested")
+    # Remembered once: the same execution claimed again (handed back) runs.
+    assert (await layer._attempt(row)).status == ExecutionStatus.SUCCEEDED and ran == [row.id]
