@@ -18,6 +18,9 @@ from horae.domain.limits import (
     MAX_CATCH_UP_RUNS,
     MAX_CATCH_UP_WINDOW_SECONDS,
     MAX_JITTER_SECONDS,
+    MAX_PAUSE_AFTER_FAILURES,
+    MAX_RESULT_BYTES,
+    RESULT_DROPPED_KEY,
     RETRY_LIMITS,
     TASK_NAME_MAX_CHARS,
     TASK_NAME_PATTERN,
@@ -30,6 +33,12 @@ MIRRORED_ERROR_CHARS = 1024
 cut to this many characters, ending in `…` when cut: an exception's text is the handler's
 to choose, and every mirror is stored in etcd and listed by `kubectl get executions`. The
 full text (up to 2,000 characters) stays in Postgres (`horae executions`, the API)."""
+
+MIRRORED_RESULT_CHARS = 1024
+"""An Execution resource's `status.result` (the handler's return value as compact JSON) is
+cut to this many characters, ending in `…` and with `status.resultTruncated` true when cut,
+for the same reasons as `MIRRORED_ERROR_CHARS`; the whole result (up to 64 KiB of JSON)
+stays in Postgres."""
 
 
 RESERVED_POOL_ENV = ("HORAE_POOL", "HORAE_POOL_NAMESPACE", "HORAE_TENANTS")
@@ -110,6 +119,35 @@ def _retry_policy_schema() -> dict[str, Any]:
                 "message": "retryPolicy.maxIntervalSeconds must be >= "
                 "retryPolicy.initialIntervalSeconds",
                 "fieldPath": ".maxIntervalSeconds",
+            }
+        ],
+    }
+
+
+def _failure_policy_schema() -> dict[str, Any]:
+    """`spec.failurePolicy`: when the job pauses itself."""
+    return {
+        "type": "object",
+        "description": "Pause the job after pauseAfterConsecutiveFailures executions in a row"
+        " ended Failed, TimedOut or Dead (each counted once its retries are over; a Succeeded"
+        " one resets the count): Suspended=True and Ready=False with reason TooManyFailures,"
+        " a Warning Event TooManyFailures. This pause wins over spec.suspend false: set"
+        " spec.suspend true, then false again, to resume it.",
+        "required": ["pauseAfterConsecutiveFailures"],
+        "properties": {
+            "pauseAfterConsecutiveFailures": _int(
+                1,
+                MAX_PAUSE_AFTER_FAILURES,
+                "Consecutive failed executions after which the job is paused.",
+            ),
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.pauseAfterConsecutiveFailures >= 1 && "
+                f"self.pauseAfterConsecutiveFailures <= {MAX_PAUSE_AFTER_FAILURES}",
+                "message": "failurePolicy.pauseAfterConsecutiveFailures must be 1 to "
+                f"{MAX_PAUSE_AFTER_FAILURES}",
+                "fieldPath": ".pauseAfterConsecutiveFailures",
             }
         ],
     }
@@ -256,6 +294,7 @@ def _scheduledjob_spec_schema() -> dict[str, Any]:
             ),
             "catchUp": _catch_up_schema(),
             "retryPolicy": _retry_policy_schema(),
+            "failurePolicy": _failure_policy_schema(),
             "timeoutSeconds": _int(
                 1,
                 A_WEEK_SECONDS,
@@ -279,6 +318,12 @@ TRIGGER_ANNOTATION = "horae.dev/trigger"
 
 TRIGGER_MAX_CHARS = 253
 """The longest trigger value the operator runs (the store's column says the same)."""
+
+PAUSE_REASON_ANNOTATION = "horae.dev/pause-reason"
+"""Why a ScheduledJob is suspended: read when spec.suspend becomes true, shown as the job's
+paused reason (status.pausedReason, the Suspended condition's message). At most
+PAUSE_REASON_MAX_CHARS characters; a longer one is refused (Warning Event
+PauseReasonRefused) and the job is suspended without a reason."""
 
 
 def _instant(description: str) -> dict[str, Any]:
@@ -332,6 +377,18 @@ def _scheduledjob_status_schema() -> dict[str, Any]:
                 "As a CronJob's: when the newest Succeeded execution finished."
             ),
             "lastTrigger": last_trigger,
+            "pausedReason": {
+                "type": "string",
+                "nullable": True,
+                "description": "Why the job is paused: the"
+                f" {PAUSE_REASON_ANNOTATION} annotation's value when spec.suspend became"
+                " true, or the failures failurePolicy paused it for. Unset when it runs.",
+            },
+            "consecutiveFailures": {
+                "type": "integer",
+                "description": "Executions in a row that ended Failed, TimedOut or Dead"
+                " (each counted once its retries are over) since the last Succeeded one.",
+            },
             "observedGeneration": {
                 "type": "integer",
                 "format": "int64",
@@ -340,7 +397,8 @@ def _scheduledjob_status_schema() -> dict[str, Any]:
             },
             "conditions": conditions_schema(
                 "Ready (True: the job is stored and runs as its spec says; False: why not,"
-                " e.g. InvalidSpec, QuotaExceeded), Suspended (spec.suspend), and Failing"
+                " e.g. InvalidSpec, QuotaExceeded, TooManyFailures), Suspended (spec.suspend,"
+                " or TooManyFailures: failurePolicy paused it), and Failing"
                 " (True while the latest attempt failed, timed out or is dead)."
             ),
         },
@@ -414,6 +472,20 @@ def execution_schema() -> dict[str, Any]:
                 "maxLength": MIRRORED_ERROR_CHARS,
                 "description": "Why it failed: the error's kind, then its message (cut to"
                 f" {MIRRORED_ERROR_CHARS} characters; Horae's store keeps it whole).",
+            },
+            "result": {
+                "type": "string",
+                "nullable": True,
+                "maxLength": MIRRORED_RESULT_CHARS,
+                "description": "What a Succeeded attempt's handler returned, as compact JSON"
+                f" text, cut to {MIRRORED_RESULT_CHARS} characters (ending in …, and"
+                " resultTruncated true); Horae's store keeps it whole (`horae executions -o"
+                f" json`), up to {MAX_RESULT_BYTES // 1024} KiB: a larger or non-JSON value"
+                f' is stored as {{"{RESULT_DROPPED_KEY}": "<why>"}}.',
+            },
+            "resultTruncated": {
+                "type": "boolean",
+                "description": "Whether result was cut short here.",
             },
         },
     }

@@ -22,6 +22,7 @@ from horae.domain.limits import (
     CRON_MAX_CHARS,
     MAX_CATCH_UP_WINDOW_SECONDS,
     MAX_JITTER_SECONDS,
+    MAX_PAUSE_AFTER_FAILURES,
     RETRY_LIMITS,
     TASK_NAME_MAX_CHARS,
     TASK_NAME_PATTERN,
@@ -152,6 +153,16 @@ class RetryPolicy(BaseModel):
         return timedelta(seconds=rand(0.0, self.backoff_cap(attempt).total_seconds()))
 
 
+class FailurePolicy(BaseModel):
+    """What a job does when its runs keep failing: after `pause_after_consecutive_failures`
+    executions in a row ended failed, timed out or dead (each counted once, when no retry
+    follows it; a success resets the count), the job is paused, saying why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pause_after_consecutive_failures: int = Field(ge=1, le=MAX_PAUSE_AFTER_FAILURES)
+
+
 def _check_time_zone(value: str) -> str:
     try:
         ZoneInfo(value)
@@ -179,6 +190,7 @@ class JobSpec(BaseModel):
     starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy = CatchUpPolicy.LATEST
     catch_up_window_seconds: CatchUpWindowSeconds | None = None
+    failure_policy: FailurePolicy | None = None
 
     @field_validator("time_zone")
     @classmethod

@@ -28,12 +28,14 @@ from horae.crd_schemas import (
     workerpool_schema,
 )
 from horae.crd_schemas import MIRRORED_ERROR_CHARS as MIRRORED_ERROR_CHARS
+from horae.crd_schemas import MIRRORED_RESULT_CHARS as MIRRORED_RESULT_CHARS
+from horae.crd_schemas import PAUSE_REASON_ANNOTATION as PAUSE_REASON_ANNOTATION
 from horae.crd_schemas import RESERVED_POOL_ENV as RESERVED_POOL_ENV
 from horae.crd_schemas import TRIGGER_ANNOTATION as TRIGGER_ANNOTATION
 from horae.crd_schemas import TRIGGER_MAX_CHARS as TRIGGER_MAX_CHARS
 from horae.domain.backfills import DEFAULT_RATE, Overlap
 from horae.domain.limits import catch_up_window, payload_size_error
-from horae.models import CatchUpPolicy, ConcurrencyPolicy, JobSpec, RetryPolicy
+from horae.models import CatchUpPolicy, ConcurrencyPolicy, FailurePolicy, JobSpec, RetryPolicy
 
 GROUP = "horae.dev"
 VERSION = "v1alpha1"
@@ -45,6 +47,12 @@ _CAMEL = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, popul
 
 class RetrySpec(RetryPolicy):
     """`spec.retryPolicy`: the job's RetryPolicy (its bounds and defaults), in camelCase."""
+
+    model_config = _CAMEL
+
+
+class FailureSpec(FailurePolicy):
+    """`spec.failurePolicy`: the job's FailurePolicy, in camelCase."""
 
     model_config = _CAMEL
 
@@ -99,6 +107,7 @@ class ScheduledJobSpec(BaseModel):
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ALLOW
     starting_deadline_seconds: int | None = None
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
+    failure_policy: FailureSpec | None = None
     timeout_seconds: int | None = None
     catch_up: CatchUpSpec = Field(default_factory=CatchUpSpec)
     history_limit: int | None = Field(default=None, ge=0, le=HISTORY_MAX)
@@ -150,6 +159,11 @@ class ScheduledJobSpec(BaseModel):
             timeout_seconds=self.timeout_seconds,
             concurrency_policy=self.concurrency_policy,
             starting_deadline_seconds=self.starting_deadline_seconds,
+            failure_policy=(
+                FailurePolicy(**self.failure_policy.model_dump())
+                if self.failure_policy is not None
+                else None
+            ),
             catch_up=self.catch_up.policy,
             catch_up_window_seconds=self.catch_up.window_seconds(),
         )

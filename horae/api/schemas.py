@@ -15,13 +15,19 @@ from pydantic.json_schema import SkipJsonSchema
 from horae.api.problems import invalid
 from horae.domain.backfills import DEFAULT_RATE, MAX_RATE, BackfillState, Overlap
 from horae.domain.instants import check_instant
-from horae.domain.limits import contains_nul
+from horae.domain.limits import (
+    MAX_RESULT_BYTES,
+    PAUSE_REASON_MAX_CHARS,
+    RESULT_DROPPED_KEY,
+    contains_nul,
+)
 from horae.models import (
     CatchUpPolicy,
     CatchUpWindowSeconds,
     ConcurrencyPolicy,
     CronText,
     ExecutionStatus,
+    FailurePolicy,
     JitterSeconds,
     JobSource,
     JobSpec,
@@ -74,6 +80,7 @@ class JobPatch(BaseModel):
     concurrency_policy: ConcurrencyPolicy | None = None
     starting_deadline_seconds: UpToAWeek | None = None
     catch_up: CatchUpPolicy | None = None
+    failure_policy: FailurePolicy | None = None
     catch_up_window_seconds: CatchUpWindowSeconds | None = None
 
     @field_validator("task")
@@ -93,6 +100,21 @@ class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     jobs: list[JobCreate] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class PauseRequest(BaseModel):
+    """Why the job is paused (optional): shown as its `paused_reason` until it is resumed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, min_length=1, max_length=PAUSE_REASON_MAX_CHARS)
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_storable(cls, value: str | None) -> str | None:
+        if value is not None and contains_nul(value):
+            raise ValueError("cannot contain the NUL character (\\u0000)")
+        return value
 
 
 class Created(BaseModel):
@@ -121,6 +143,19 @@ class JobOut(BaseModel):
     concurrency_policy: ConcurrencyPolicy
     starting_deadline_seconds: int | None
     catch_up: CatchUpPolicy
+    failure_policy: FailurePolicy | None
+    consecutive_failures: int = Field(
+        description="Its executions that ended failed, timed out or dead since its last"
+        " success (each counted once, when no retry follows it)."
+    )
+    paused_reason: str | None = Field(
+        description="Why it is paused: the reason given to `:pause` (or a ScheduledJob's"
+        " `horae.dev/pause-reason` annotation), or the failures its failure policy paused it"
+        " for; null when active or paused without a reason."
+    )
+    paused_for_failures: bool = Field(
+        description="Paused by its failure policy; `:resume` resumes it (and counts afresh)."
+    )
     catch_up_window_seconds: int | None
     next_run_at: datetime | None
     last_run_at: datetime | None
@@ -135,6 +170,7 @@ class JobOut(BaseModel):
     def from_row(cls, row: JobRow, next_runs: list[datetime] | None = None) -> JobOut:
         data = {name: getattr(row, name) for name in row.__dataclass_fields__}
         data["retry"] = data.pop("retry_policy")
+        data["failure_policy"] = row.spec.failure_policy
         return cls.model_validate({**data, "next_runs": next_runs})
 
 
@@ -156,7 +192,12 @@ class ExecutionOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     error: ExecutionError | None
-    result: Any = None
+    result: Any = Field(
+        default=None,
+        description="What a succeeded attempt's handler returned (JSON, at most"
+        f" {MAX_RESULT_BYTES // 1024} KiB serialized); a larger or non-JSON value is"
+        f' stored as {{"{RESULT_DROPPED_KEY}": "<why>"}}. Null otherwise.',
+    )
     manual: bool = Field(
         default=False,
         description="Its occurrence was run by hand (`:trigger`, `horae jobs trigger`, a "

@@ -65,6 +65,7 @@ _OPTION_OF_FIELD = {
     "time_zone": "--tz",
     "retry": "--max-attempts",
     "timeout_seconds": "--timeout",
+    "failure_policy": "--pause-after-failures",
     "catch_up": "--catch-up",
     "catch_up_window_seconds": "--catch-up-window",
 }
@@ -115,9 +116,17 @@ def _print_job(job: JobOut, fmt: str) -> None:
         "catch-up": catch_up_text(job),
         "last run": at(job.last_run_at),
         "last status": job.last_status.value if job.last_status else "-",
+        "failure policy": (
+            f"pause after {job.failure_policy.pause_after_consecutive_failures}"
+            f" consecutive failures ({job.consecutive_failures} so far)"
+            if job.failure_policy
+            else "-"
+        ),
         "created": at(job.created_at),
         "spec version": str(job.spec_version),
     }
+    if job.state == JobState.PAUSED:
+        rows["paused reason"] = job.paused_reason or "-"
     for key, value in rows.items():
         details.add_row(key, value)
     out = console()
@@ -214,6 +223,7 @@ def _spec(
     payload: str | None,
     max_attempts: int | None,
     timeout: int | None,
+    pause_after_failures: int | None = None,
     catch_up: str | None = None,
     catch_up_window: str | None = None,
     concurrency_policy: str | None = None,
@@ -265,6 +275,8 @@ def _spec(
         fields["concurrency_policy"] = concurrency_policy
     if max_attempts is not None:
         fields["retry"] = {"max_attempts": max_attempts}
+    if pause_after_failures is not None:
+        fields["failure_policy"] = {"pause_after_consecutive_failures": pause_after_failures}
     if catch_up is not None:
         one_of("--catch-up", catch_up, (p.value for p in CatchUpPolicy))
         fields["catch_up"] = catch_up
@@ -299,6 +311,13 @@ def jobs_create(
         int | None, typer.Option(help="Attempts before the execution is dead (default 5).")
     ] = None,
     timeout: Annotated[int | None, typer.Option(help="Handler timeout in seconds.")] = None,
+    pause_after_failures: Annotated[
+        int | None,
+        typer.Option(
+            help="Pause the job after N executions in a row ended failed, timed out or dead"
+            " (1-1000; each counted once its retries are over; a success resets the count)."
+        ),
+    ] = None,
     catch_up: CatchUpOption = None,
     catch_up_window: CatchUpWindowOption = None,
     concurrency_policy: Annotated[
@@ -325,6 +344,7 @@ def jobs_create(
         payload=payload,
         max_attempts=max_attempts,
         timeout=timeout,
+        pause_after_failures=pause_after_failures,
         catch_up=catch_up,
         catch_up_window=catch_up_window,
         concurrency_policy=concurrency_policy,
@@ -353,10 +373,22 @@ def jobs_edit(
     no_catch_up_window: Annotated[
         bool, typer.Option("--no-catch-up-window", help="Remove the catch-up window.")
     ] = False,
+    pause_after_failures: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Pause the job after N executions in a row ended failed, timed out or dead.",
+        ),
+    ] = None,
+    no_failure_policy: Annotated[
+        bool, typer.Option("--no-failure-policy", help="Remove the failure policy.")
+    ] = False,
     output: OneOutputOption = "table",
 ) -> None:
-    """Change a job's catch-up policy or window (spec version + 1, as an API edit: the
-    pending execution is replaced). A ScheduledJob's job is changed in its manifest."""
+    """Change a job's catch-up policy or window, or its failure policy (spec version + 1, as
+    an API edit: the pending execution is replaced). A ScheduledJob's job is changed in its
+    manifest."""
     from horae.domain.limits import catch_up_window as window_seconds
     from horae.errors import Conflict, NotFound
     from horae.models import JobSpec
@@ -376,8 +408,17 @@ def jobs_edit(
             raise fail(f"--catch-up-window: {exc}") from None
     if no_catch_up_window:
         changes["catch_up_window_seconds"] = None
+    if pause_after_failures is not None and no_failure_policy:
+        raise fail("--pause-after-failures: cannot be combined with --no-failure-policy")
+    if pause_after_failures is not None:
+        changes["failure_policy"] = {"pause_after_consecutive_failures": pause_after_failures}
+    if no_failure_policy:
+        changes["failure_policy"] = None
     if not changes:
-        raise fail("nothing to change: give --catch-up, --catch-up-window or --no-catch-up-window")
+        raise fail(
+            "nothing to change: give --catch-up, --catch-up-window, --no-catch-up-window,"
+            " --pause-after-failures or --no-failure-policy"
+        )
     ref = JobRef.parse(job)
     fmt = output_format(output, ONE_FORMATS)
     cfg = settings()
@@ -385,7 +426,7 @@ def jobs_edit(
     async def go() -> None:
         async with store_groups(cfg.database.url) as store:
             row = await find_job(store, ref)
-            if row.cron is None:
+            if row.cron is None and {"catch_up", "catch_up_window_seconds"} & changes.keys():
                 raise fail(f"--catch-up: job {row.id} is a one-off; catch-up applies to cron jobs")
             spec = JobSpec.model_validate(row.spec.model_dump() | changes)
             group = store.catalog.group_of(row.shard)
@@ -409,16 +450,35 @@ def jobs_edit(
 
 
 @jobs_app.command("pause")
-def jobs_pause(job: JobArgument) -> None:
+def jobs_pause(
+    job: JobArgument,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            help="Why (shown by `jobs get` and the API until it is resumed; at most 500"
+            " characters). Pausing a paused job replaces it."
+        ),
+    ] = None,
+) -> None:
     """Pause a job: its pending executions are cancelled until it is resumed."""
+    from horae.domain.limits import pause_reason_error
     from horae.store import jobs as jobs_store
 
-    _transition(job, "paused", jobs_store.pause_job)
+    if reason is not None:
+        error = "cannot be empty" if not reason else pause_reason_error(reason)
+        if error is not None:
+            raise fail(f"--reason: {error}")
+
+    async def pause(conn: Conn, job_id: uuid.UUID, *, now: datetime) -> None:
+        await jobs_store.pause_job(conn, job_id, now=now, reason=reason)
+
+    _transition(job, "paused", pause)
 
 
 @jobs_app.command("resume")
 def jobs_resume(job: JobArgument) -> None:
-    """Resume a paused job from now; missed occurrences follow its catch-up policy."""
+    """Resume a paused job from now (one its failure policy paused counts its failures
+    afresh); missed occurrences follow its catch-up policy."""
     from horae.store import jobs as jobs_store
 
     _transition(job, "resumed", jobs_store.resume_job)

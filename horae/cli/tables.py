@@ -4,6 +4,7 @@ laying them out (`render`), so that what they show can be checked as data."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
 ERROR_CHARS = 50
 """Characters of an execution's error message the table shows (wide: `WIDE_ERROR_CHARS`)."""
 WIDE_ERROR_CHARS = 200
+WIDE_RESULT_CHARS = 200
+"""Characters of an execution's result, as compact JSON, the wide table shows (json and
+yaml show it whole)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,16 @@ WIDE_EXECUTION_COLUMNS = [
     "DURATION",
     "WORKER",
     "ERROR",
+    "RESULT",
 ]
+
+
+def _result(value: object) -> str:
+    """A result as compact JSON, cut to WIDE_RESULT_CHARS (an ellipsis says so); `` for none."""
+    if value is None:
+        return ""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= WIDE_RESULT_CHARS else text[: WIDE_RESULT_CHARS - 1] + "…"
 
 
 def executions_grid(rows: list[tuple[str, ExecutionRow]], *, wide: bool) -> Grid:
@@ -121,7 +134,7 @@ def executions_grid(rows: list[tuple[str, ExecutionRow]], *, wide: bool) -> Grid
     day and error messages cut short; the wide one shows them whole, and more columns."""
     columns = WIDE_EXECUTION_COLUMNS if wide else EXECUTION_COLUMNS
     shown = {r.id: str(r.id) for _, r in rows} if wide else short_ids(r.id for _, r in rows)
-    grid = Grid("executions", columns, wraps=frozenset({"ERROR"}))
+    grid = Grid("executions", columns, wraps=frozenset({"ERROR", "RESULT"}))
     for ref, r in rows:
         lag, took = _seconds(r.due_at, r.started_at), _seconds(r.started_at, r.finished_at)
         error = ": ".join(part for part in (r.error_kind, r.error_message) if part)
@@ -137,6 +150,7 @@ def executions_grid(rows: list[tuple[str, ExecutionRow]], *, wide: bool) -> Grid
             "DURATION": "" if took is None else f"{took:.3f}s",
             "WORKER": r.lease_owner or "",
             "ERROR": error[:WIDE_ERROR_CHARS] if wide else (r.error_message or "")[:ERROR_CHARS],
+            "RESULT": _result(r.result),
         }
         grid.rows.append([cells[c] for c in columns])
     return grid

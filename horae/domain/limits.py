@@ -40,6 +40,22 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 """A payload's size, serialized as compact JSON. CEL cannot measure it, so the CRD schema
 does not state it: the operator refuses an oversized ScheduledJob itself."""
 
+MAX_RESULT_BYTES = 64 * 1024
+"""A handler's return value, serialized as compact JSON, is stored up to this size. A larger
+one (or one JSON cannot represent) is not stored: the attempt still succeeds, and its
+result is `RESULT_DROPPED_KEY`'s marker object saying why."""
+
+RESULT_DROPPED_KEY = "horae.result_dropped"
+"""The one key of the object stored instead of a result that could not be stored; its
+value says why (`{"horae.result_dropped": "result is 70000 bytes of JSON; the limit is
+65536"}`)."""
+
+MAX_PAUSE_AFTER_FAILURES = 1000
+"""`failure_policy.pause_after_consecutive_failures` is 1 to this."""
+
+PAUSE_REASON_MAX_CHARS = 500
+"""A pause reason a user gives (API, CLI, the `horae.dev/pause-reason` annotation)."""
+
 DEFAULT_MAX_LATENESS = timedelta(hours=1)
 """A `run_at` this far in the past is refused when the job sets no starting deadline."""
 
@@ -53,6 +69,36 @@ def payload_size_error(payload: Any) -> str | None:
         return "payload is nested too deeply to store"
     if size > MAX_PAYLOAD_BYTES:
         return f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"
+    return None
+
+
+def stored_result(value: Any) -> Any:
+    """What is stored for a handler's return value `value`: itself when it is JSON that
+    Postgres can store within MAX_RESULT_BYTES, else a marker object saying why not."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        why = f"result is not JSON-serialisable ({type(exc).__name__}: {str(exc)[:200]})"
+        return {RESULT_DROPPED_KEY: why}
+    size = len(text.encode())
+    if size > MAX_RESULT_BYTES:
+        return {
+            RESULT_DROPPED_KEY: f"result is {size} bytes of JSON; the limit is {MAX_RESULT_BYTES}"
+        }
+    stored = json.loads(text)  # what JSON makes of it: tuples become lists, keys strings
+    if contains_nul(stored):
+        return {RESULT_DROPPED_KEY: "result contains the NUL character, which cannot be stored"}
+    return stored
+
+
+def pause_reason_error(reason: str) -> str | None:
+    """Why `reason` cannot be a job's pause reason (too long, or holding NUL), or None."""
+    if len(reason) > PAUSE_REASON_MAX_CHARS:
+        return f"is {len(reason)} characters; the limit is {PAUSE_REASON_MAX_CHARS}"
+    if "\x00" in reason:
+        return "cannot contain the NUL character (\\u0000)"
     return None
 
 

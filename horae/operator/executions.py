@@ -21,7 +21,7 @@ from typing import Any
 
 from horae.domain.instants import rfc3339
 from horae.kube import CustomObjects
-from horae.resources import GROUP, MIRRORED_ERROR_CHARS, VERSION, History
+from horae.resources import GROUP, MIRRORED_ERROR_CHARS, MIRRORED_RESULT_CHARS, VERSION, History
 from horae.store import routing
 from horae.store.groups import Store
 from horae.store.rows import ExecutionRow, JobRow
@@ -70,6 +70,7 @@ def mirror_status(row: ExecutionRow) -> dict[str, Any]:
         error = f"{row.error_kind}: {row.error_message or ''}".strip()
         if len(error) > MIRRORED_ERROR_CHARS:
             error = error[: MIRRORED_ERROR_CHARS - 1] + "…"
+    result, cut = _mirrored_result(row.result)
     return {
         "executionId": str(row.id),
         "jobId": str(row.job_id),
@@ -81,8 +82,21 @@ def mirror_status(row: ExecutionRow) -> dict[str, Any]:
         "finishedAt": rfc3339(row.finished_at),
         "duration": duration,
         "error": error,
+        "result": result,
+        "resultTruncated": cut,
         "manual": row.manual,
     }
+
+
+def _mirrored_result(value: Any) -> tuple[str | None, bool]:
+    """A result as compact JSON cut to MIRRORED_RESULT_CHARS (ending in `…`), and whether
+    it was cut."""
+    if value is None:
+        return None, False
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if len(text) <= MIRRORED_RESULT_CHARS:
+        return text, False
+    return text[: MIRRORED_RESULT_CHARS - 1] + "…", True
 
 
 def _signature(status: dict[str, Any]) -> str:

@@ -18,13 +18,21 @@ from pydantic.alias_generators import to_camel
 from horae.clock import utc_now
 from horae.domain.fields import first_error
 from horae.domain.instants import rfc3339
+from horae.domain.limits import pause_reason_error
 from horae.errors import ObjectChanged, QuotaExceeded
 from horae.models import JobSource
 from horae.operator import trigger
 from horae.operator.conditions import Condition, generation_of
 from horae.operator.measuring import measured
 from horae.operator.reporting import refuse
-from horae.resources import GROUP, TRIGGER_ANNOTATION, TRIGGER_MAX_CHARS, VERSION, ScheduledJobSpec
+from horae.resources import (
+    GROUP,
+    PAUSE_REASON_ANNOTATION,
+    TRIGGER_ANNOTATION,
+    TRIGGER_MAX_CHARS,
+    VERSION,
+    ScheduledJobSpec,
+)
 from horae.store import jobs, quotas, routing
 from horae.store.new_jobs import NewJob
 
@@ -67,6 +75,8 @@ def status_of(
         "lastStatus": display_status(row.last_status),
         "lastScheduleTime": rfc3339(last_schedule),
         "lastSuccessfulTime": rfc3339(last_success),
+        "pausedReason": row.paused_reason if row.state == "paused" else None,
+        "consecutiveFailures": row.consecutive_failures,
     }
 
 
@@ -78,13 +88,29 @@ async def stored_status(store: Store, row: JobRow) -> dict[str, Any]:
 FAILING = frozenset({"failed", "dead", "timed_out"})
 
 
+TOO_MANY_FAILURES = "TooManyFailures"
+"""The reason of the conditions (and the Event) of a job its failure policy paused."""
+
+RESUME_HINT = "set spec.suspend to true, then to false, to resume it"
+
+
 def conditions_of(row: JobRow) -> list[Condition]:
-    """Ready, Suspended and Failing, from the stored job."""
+    """Ready, Suspended and Failing, from the stored job. A job its failure policy paused is
+    not Ready (it does not run as its spec says), and both conditions say why."""
     paused = row.state == "paused"
     failing = row.last_status in FAILING
+    if paused and row.paused_for_failures:
+        why = f"{row.paused_reason or 'paused after consecutive failures'}; {RESUME_HINT}"
+        ready = Condition("Ready", False, TOO_MANY_FAILURES, why)
+        suspended = Condition("Suspended", True, TOO_MANY_FAILURES, why)
+    else:
+        ready = Condition("Ready", True, "Stored", "job stored")
+        suspended = Condition(
+            "Suspended", paused, "Suspend" if paused else "Active", row.paused_reason or ""
+        )
     return [
-        Condition("Ready", True, "Stored", "job stored"),
-        Condition("Suspended", paused, "Suspend" if paused else "Active"),
+        ready,
+        suspended,
         Condition(
             "Failing",
             failing,
@@ -102,11 +128,17 @@ async def sync_job(
     spec: ScheduledJobSpec,
     *,
     trigger_value: str | None = None,
+    pause_reason: str | None = None,
 ) -> tuple[JobRow, bool]:
     """Make the store's job match the resource (in the store group of the uid's shard);
     returns the job row, and whether the job was created just now. A job created records
     `trigger_value` (the resource's `horae.dev/trigger`, if any) as handled: a value a
-    ScheduledJob is created with runs nothing, only a new one does."""
+    ScheduledJob is created with runs nothing, only a new one does. A job suspended records
+    `pause_reason` (the checked `horae.dev/pause-reason`).
+
+    A job its failure policy paused stays paused while `spec.suspend` is false: the spec
+    said so before the failures too. Setting it true makes the pause the user's (the
+    failures' reason kept unless an annotation gives another), and false again resumes."""
     job_spec = spec.job_spec()
     now = utc_now()
     row = await routing.find_job(store, uid)
@@ -122,6 +154,12 @@ async def sync_job(
             paused=spec.suspend,
         )
         await routing.create_jobs(store, [new], now=now)
+        if spec.suspend and pause_reason is not None:
+            await routing.on_job(
+                store,
+                uid,
+                lambda conn: jobs.set_paused(conn, uid, True, now=now, reason=pause_reason),
+            )
         if trigger_value is not None and len(trigger_value) <= TRIGGER_MAX_CHARS:
             await routing.on_job(
                 store,
@@ -139,9 +177,16 @@ async def sync_job(
                     conn, uid, job_spec, now=now, by=JobSource.CRD, elsewhere=elsewhere
                 ),
             )
-        if spec.suspend != (row.state == "paused"):
+        paused = row.state == "paused"
+        if spec.suspend and (not paused or row.paused_for_failures):
             await routing.on_job(
-                store, uid, lambda conn: jobs.set_paused(conn, uid, spec.suspend, now=now)
+                store,
+                uid,
+                lambda conn: jobs.set_paused(conn, uid, True, now=now, reason=pause_reason),
+            )
+        elif not spec.suspend and paused and not row.paused_for_failures:
+            await routing.on_job(
+                store, uid, lambda conn: jobs.set_paused(conn, uid, False, now=now)
             )
     return await routing.get_job(store, uid), created
 
@@ -154,6 +199,26 @@ async def cancel(store: Store, job_id: uuid.UUID) -> bool:
         lambda conn: jobs.cancel_job(conn, job_id, now=utc_now(), by=JobSource.CRD),
         missing=lambda done: not done,
     )
+
+
+async def _pause_reason(memo: kopf.Memo, meta: kopf.Meta) -> str | None:
+    """The resource's `horae.dev/pause-reason`, if it has one that may be stored; a Warning
+    Event PauseReasonRefused says why one may not (the job is suspended all the same)."""
+    reason = meta.annotations.get(PAUSE_REASON_ANNOTATION)
+    if reason is None:
+        return None
+    error = "cannot be empty" if not reason else pause_reason_error(reason)
+    if error is None:
+        return reason
+    await memo.events.emit(
+        kind="ScheduledJob",
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        reason="PauseReasonRefused",
+        message=f"annotation {PAUSE_REASON_ANNOTATION}: {error}; suspended without a reason",
+    )
+    return None
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -190,9 +255,16 @@ def register(registry: kopf.OperatorRegistry) -> None:
             raise kopf.PermanentError(message) from exc
         memo.mirrors.history[uuid.UUID(uid)] = parsed.history()
         value = meta.annotations.get(TRIGGER_ANNOTATION)
+        reason = await _pause_reason(memo, meta) if parsed.suspend else None
         try:
             row, created = await sync_job(
-                memo.store, uuid.UUID(uid), namespace, name, parsed, trigger_value=value
+                memo.store,
+                uuid.UUID(uid),
+                namespace,
+                name,
+                parsed,
+                trigger_value=value,
+                pause_reason=reason,
             )
         except QuotaExceeded as exc:
             # Not stored (or not changed); tried again, so that it is stored once an

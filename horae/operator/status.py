@@ -22,7 +22,12 @@ from horae.kube import CustomObjects, Events
 from horae.operator.executions import ExecutionMirrors
 from horae.operator.measuring import failed
 from horae.operator.reporting import StatusWriter
-from horae.operator.scheduledjob import conditions_of, stored_status
+from horae.operator.scheduledjob import (
+    RESUME_HINT,
+    TOO_MANY_FAILURES,
+    conditions_of,
+    stored_status,
+)
 from horae.store import routing
 from horae.store.db import Listener
 from horae.store.groups import Store, group_url
@@ -51,6 +56,8 @@ class StatusMirror:
         self._events = events
         self._mirrors = mirrors
         self._dead_seen: dict[uuid.UUID, object] = {}
+        self._pauses_seen: dict[uuid.UUID, object] = {}
+        """Per job, when its failure policy last paused it, as announced by an Event."""
         self._pending: dict[uuid.UUID, float] = {}
         """Job ids notified, with when (monotonic) the first notification since the last
         flush came: the mirror lag is counted from then."""
@@ -147,6 +154,31 @@ class StatusMirror:
             if row.last_status == "dead" and self._dead_seen.get(job_id) != row.last_run_at:
                 self._dead_seen[job_id] = row.last_run_at
                 await self._alert_dead(row)
+            if (
+                row.state == "paused"
+                and row.paused_for_failures
+                and self._pauses_seen.get(job_id) != row.paused_at
+            ):
+                self._pauses_seen[job_id] = row.paused_at
+                await self._alert_paused(row)
+
+    async def _alert_paused(self, row: JobRow) -> None:
+        """A Warning Event on the ScheduledJob: its failure policy paused it, and why."""
+        if self._events is None:
+            return
+        try:
+            await self._events.emit(
+                kind="ScheduledJob",
+                namespace=row.tenant,
+                name=row.name or "",
+                uid=str(row.id),
+                reason=TOO_MANY_FAILURES,
+                message=f"{row.paused_reason or 'paused after consecutive failures'};"
+                f" {RESUME_HINT}",
+            )
+        except Exception:
+            failed("status-mirror")
+            log.exception("could not post the TooManyFailures event")
 
     async def _alert_dead(self, row: JobRow) -> None:
         """A Warning Event on the ScheduledJob: its last attempt failed and was dead-lettered."""

@@ -318,8 +318,10 @@ async def lose_lease(
 ) -> ExecutionStatus | None:
     """Fenced: the expired running execution `row` becomes failed (with a retry at
     `retry_at`) or dead (retry_at None); cancelled, never retried, when it was asked to stop
-    (its job cancelled, or a Replace occurrence replaced it). What it became; None when it
-    is no longer expired or not ours."""
+    (its job cancelled, or a Replace occurrence replaced it). Its job's latest run is
+    recorded as a worker's outcome records it (`horae_record_runs`: a dead one counts
+    towards the job's failure policy). What it became; None when it is no longer expired or
+    not ours."""
     status = ExecutionStatus.FAILED if retry_at is not None else ExecutionStatus.DEAD
     async with conn.transaction():
         lost = await conn.fetchrow(
@@ -345,7 +347,13 @@ async def lose_lease(
                 manual=row.manual,
             )
         await conn.execute(
-            Q["record_job_runs"], [row.job_id], [now], [status.value], [retry_at is None]
+            Q["record_job_runs"],
+            [row.job_id],
+            [status.value],
+            [retry_at is None],
+            [row.id],
+            [lost["error_message"]],
+            now,
         )
         return status
 

@@ -197,9 +197,10 @@ class Finish:
 async def finish_many(
     conn: Conn, outcomes: Sequence[Finish], *, owner: str, now: datetime
 ) -> list[bool]:
-    """Record terminal outcomes (and retry executions, and the jobs' latest runs) in one
-    statement (`horae_finish`, migration 004). An answer is False when `owner` no longer
-    held that execution (its lease was lost): nothing is recorded for it."""
+    """Record terminal outcomes (and retry executions, and the jobs' latest runs: their
+    consecutive failures, and a pause by their failure policy) in one call of
+    `horae_finish` (migration 004, as 011 left it). An answer is False when `owner` no
+    longer held that execution (its lease was lost): nothing is recorded for it."""
     rows = await conn.fetch(
         Q["finish"],
         [f.claimed.id for f in outcomes],

@@ -200,7 +200,7 @@ UPDATE executions e SET status = CASE WHEN e.cancel_requested THEN 'cancelled'::
 FROM fence
 WHERE e.id = $1 AND e.due_at = $2 AND e.shard = fence.shard AND e.status = 'running'
   AND e.lease_until < $5
-RETURNING e.job_id, e.status::text
+RETURNING e.job_id, e.status::text, e.error_message
 
 -- name: claim
 -- A worker's claim of one batch (horae_claim, migration 004: only the tenants it serves and
@@ -232,26 +232,11 @@ WHERE tenant = ANY($1::text[]) AND status = 'running'
 GROUP BY tenant
 
 -- name: record_job_runs
--- Remember jobs' latest outcomes (a one-off that ended is completed), locking the jobs in id
--- order; tell operators when the job is a ScheduledJob. Only those notify: NOTIFY
--- serialises committing transactions. (The reaper's; a worker's is part of horae_finish.)
-WITH target AS (
-    SELECT j.id, u.at, u.status, u.final
-    FROM jobs j JOIN unnest($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::bool[])
-         AS u(id, at, status, final) ON j.id = u.id
-    ORDER BY j.id
-    FOR UPDATE OF j
-), updated AS (
-    UPDATE jobs j SET last_run_at = t.at, last_status = t.status, updated_at = t.at,
-           state = CASE WHEN j.run_at IS NOT NULL AND j.state = 'active' AND t.final
-                        THEN 'completed'::job_state ELSE j.state END,
-           next_run_at = CASE WHEN j.run_at IS NOT NULL AND t.final THEN NULL
-                              ELSE j.next_run_at END
-    FROM target t
-    WHERE j.id = t.id
-    RETURNING j.id, j.source
-)
-SELECT pg_notify('horae_job_events', id::text) FROM updated WHERE source = 'crd'
+-- Remember jobs' latest outcomes, count their consecutive failures and pause those that
+-- reach their failure policy (horae_record_runs, migration 011). (The reaper's; a worker's
+-- is part of horae_finish.)
+SELECT horae_record_runs($1::uuid[], $2::execution_status[], $3::bool[], $4::uuid[], $5::text[],
+                         $6::timestamptz)
 
 -- name: job_executions
 -- A job's executions, newest first, before a cursor (due_at, id).

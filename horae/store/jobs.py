@@ -23,7 +23,7 @@ from horae.store.occurrences import (
 )
 from horae.store.queries import Q
 from horae.store.reads import find_live_crd_job
-from horae.store.rows import ExecutionRow, JobRow, execution_of, job_of
+from horae.store.rows import ExecutionRow, JobRow, execution_of, job_of, pause_after_failures
 from horae.store.scheduling import (
     insert_execution,
     new_execution_id,
@@ -166,6 +166,7 @@ async def edit_job(
             spec.catch_up.value,
             rate(spec),
             spec.catch_up_window_seconds,
+            pause_after_failures(spec),
         )
         assert updated is not None  # the row is locked above
         version, state = updated["spec_version"], updated["state"]
@@ -191,17 +192,24 @@ async def pause_job(
     now: datetime,
     tenant: str | None = None,
     by: JobSource = JobSource.API,
+    reason: str | None = None,
 ) -> None:
-    """Pause: pending executions are cancelled (reason: paused). Pausing twice is a no-op."""
+    """Pause, recording `reason` (the caller checked it: `limits.pause_reason_error`):
+    pending executions are cancelled (reason: paused). Pausing a paused job only records
+    the reason given (a job its failure policy paused is then paused by hand)."""
     async with conn.transaction():
         row = await _locked(conn, job_id, tenant, by=by)
         state = JobState(row.state)
         if state == JobState.PAUSED:
+            if reason is not None or row.paused_for_failures:
+                kept = reason if reason is not None else row.paused_reason
+                await conn.execute(Q["set_paused_reason"], job_id, kept)
             return
         if state != JobState.ACTIVE:
             raise Conflict(f"job {job_id} is {state.value}: only an active job can be paused")
         await conn.execute(Q["cancel_pending"], job_id, now, "paused", "job paused")
         await conn.execute(Q["set_job_state"], job_id, JobState.PAUSED.value, None, now)
+        await conn.execute(Q["set_paused_reason"], job_id, reason)
 
 
 async def _catch_up(conn: Conn, job: JobRow, now: datetime) -> Occurrence | None:
@@ -277,10 +285,13 @@ async def resume_job(
 
 
 @translated
-async def set_paused(conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime) -> None:
-    """Pause or resume a ScheduledJob's job (the operator, for `spec.suspend`)."""
+async def set_paused(
+    conn: Conn, job_id: uuid.UUID, paused: bool, *, now: datetime, reason: str | None = None
+) -> None:
+    """Pause (with `reason`) or resume a ScheduledJob's job (the operator, for
+    `spec.suspend`)."""
     if paused:
-        await pause_job(conn, job_id, now=now, by=JobSource.CRD)
+        await pause_job(conn, job_id, now=now, by=JobSource.CRD, reason=reason)
     else:
         await resume_job(conn, job_id, now=now, by=JobSource.CRD)
 

@@ -6,17 +6,18 @@ WITH new_jobs AS (
                       jitter_seconds, retry_policy, timeout_seconds, concurrency_policy,
                       starting_deadline_seconds, catch_up, state, shard, next_run_at,
                       idempotency_key, request_hash, fires_per_minute, catch_up_window_seconds,
-                      created_at, updated_at, paused_at)
+                      pause_after_failures, created_at, updated_at, paused_at)
     SELECT u.*, $21::timestamptz, $21::timestamptz,
            CASE WHEN u.state = 'paused' THEN $21::timestamptz END
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
                 $7::timestamptz[], $8::text[], $9::text[], $10::int[], $11::jsonb[], $12::int[],
                 $13::text[], $14::int[], $15::text[], $16::job_state[], $17::smallint[],
-                $18::timestamptz[], $19::text[], $20::text[], $32::float8[], $33::int[])
+                $18::timestamptz[], $19::text[], $20::text[], $32::float8[], $33::int[],
+                $34::int[])
          AS u(id, tenant, name, source, task, payload, run_at, cron, time_zone, jitter_seconds,
               retry_policy, timeout_seconds, concurrency_policy, starting_deadline_seconds,
               catch_up, state, shard, next_run_at, idempotency_key, request_hash,
-              fires_per_minute, catch_up_window_seconds)
+              fires_per_minute, catch_up_window_seconds, pause_after_failures)
     RETURNING id
 ), new_executions AS (
     INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,
@@ -64,7 +65,7 @@ UPDATE jobs SET task = $2, payload = $3, run_at = $4, cron = $5, time_zone = $6,
        jitter_seconds = $7, retry_policy = $8, timeout_seconds = $9,
        concurrency_policy = $10, starting_deadline_seconds = $11,
        spec_version = spec_version + 1, next_run_at = $12, updated_at = $13, catch_up = $14,
-       fires_per_minute = $15, catch_up_window_seconds = $16,
+       fires_per_minute = $15, catch_up_window_seconds = $16, pause_after_failures = $17,
        state = CASE WHEN state = 'completed' THEN 'active'::job_state ELSE state END
 WHERE id = $1
 RETURNING spec_version, state
@@ -74,10 +75,19 @@ RETURNING spec_version, state
 UPDATE jobs SET manual_trigger = $2 WHERE id = $1
 
 -- name: set_job_state
--- Move a job to a new state and record its next run (and when it was paused).
+-- Move a job to a new state and record its next run (and when it was paused; a job no longer
+-- paused forgets why it was, and one made active starts counting its failures afresh).
 UPDATE jobs SET state = $2::job_state, next_run_at = $3, updated_at = $4::timestamptz,
-       paused_at = CASE WHEN $2::job_state = 'paused' THEN $4::timestamptz END
+       paused_at = CASE WHEN $2::job_state = 'paused' THEN $4::timestamptz END,
+       paused_reason = CASE WHEN $2::job_state = 'paused' THEN paused_reason END,
+       paused_for_failures = $2::job_state = 'paused' AND paused_for_failures,
+       consecutive_failures = CASE WHEN $2::job_state = 'active' THEN 0
+                                   ELSE consecutive_failures END
 WHERE id = $1
+
+-- name: set_paused_reason
+-- A paused job's reason, as a user gave it (NULL: none); it is paused by hand from now on.
+UPDATE jobs SET paused_reason = $2, paused_for_failures = false WHERE id = $1
 
 -- name: set_next_runs
 -- Record jobs' next nominal fire times, locking the jobs in id order (see record_job_runs);

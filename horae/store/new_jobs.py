@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from horae.models import JobSource, JobSpec, JobState, shard_of
 from horae.store.occurrences import Occurrence, first_occurrence, rate
 from horae.store.queries import Q
+from horae.store.rows import pause_after_failures
 from horae.store.scheduling import NOTIFY_WITHIN, new_execution_id
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ class NewJob:
 @dataclass(frozen=True, slots=True)
 class JobInserts:
     """The parameters of `insert_jobs` (jobs.sql), in their order: a column each, for the
-    jobs ($1-$20, $32), then for the first executions of those that run ($22-$28, $30, $31),
+    jobs ($1-$20, $32-$34), then for the first executions of those that run ($22-$28, $30,
+    $31),
     with the instants ($21: now; $29: executions due before it are announced)."""
 
     ids: list[uuid.UUID]
@@ -71,6 +73,7 @@ class JobInserts:
     execution_policies: list[str]
     fires_per_minute: list[float]
     catch_up_windows: list[int | None]
+    pause_after_failures: list[int | None]
 
     @classmethod
     def of(cls, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> JobInserts:
@@ -115,10 +118,11 @@ class JobInserts:
             execution_policies=[j.spec.concurrency_policy.value for j, _, _ in runnable],
             fires_per_minute=[rate(j.spec) for j in jobs],
             catch_up_windows=[j.spec.catch_up_window_seconds for j in jobs],
+            pause_after_failures=[pause_after_failures(j.spec) for j in jobs],
         )
 
     def parameters(self) -> list[Any]:
-        """$1 ... $33."""
+        """$1 ... $34."""
         return [getattr(self, f.name) for f in fields(self)]
 
 

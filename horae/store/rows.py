@@ -15,6 +15,7 @@ from horae.models import (
     CatchUpPolicy,
     ConcurrencyPolicy,
     ExecutionStatus,
+    FailurePolicy,
     JobSource,
     JobSpec,
     JobState,
@@ -58,6 +59,14 @@ class JobRow:
     fires_per_minute: float
     manual_trigger: str | None
     """A ScheduledJob's job: the last `horae.dev/trigger` annotation value it ran."""
+    pause_after_failures: int | None
+    """Its failure policy: paused after this many consecutive failed executions."""
+    consecutive_failures: int
+    """Its executions that ended failed, timed out or dead since its last success."""
+    paused_reason: str | None
+    """Why it is paused: the reason a user gave, or the failures that paused it."""
+    paused_for_failures: bool
+    """Paused by its failure policy (not by a user)."""
 
     @property
     def spec(self) -> JobSpec:
@@ -74,8 +83,22 @@ class JobRow:
             concurrency_policy=self.concurrency_policy,
             starting_deadline_seconds=self.starting_deadline_seconds,
             catch_up=self.catch_up,
+            failure_policy=failure_policy_of(self.pause_after_failures),
             catch_up_window_seconds=self.catch_up_window_seconds,
         )
+
+
+def failure_policy_of(pause_after_failures: int | None) -> FailurePolicy | None:
+    """The failure policy a job's `pause_after_failures` column stores."""
+    if pause_after_failures is None:
+        return None
+    return FailurePolicy(pause_after_consecutive_failures=pause_after_failures)
+
+
+def pause_after_failures(spec: JobSpec) -> int | None:
+    """The `pause_after_failures` column that stores `spec`'s failure policy."""
+    policy = spec.failure_policy
+    return policy.pause_after_consecutive_failures if policy is not None else None
 
 
 _JOB_COLUMNS = tuple(JobRow.__dataclass_fields__)
@@ -191,7 +214,8 @@ class TenantRow:
 
 
 def spec_of_record(row: asyncpg.Record) -> JobSpec:
-    """The spec of a record that has a job's spec columns (a claim's answer, say)."""
+    """The spec of a record that has a job's spec columns (a claim's answer, say), but for
+    its failure policy, which no occurrence depends on."""
     return JobSpec(
         task=row["task"],
         payload=row["payload"],

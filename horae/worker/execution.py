@@ -19,12 +19,14 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from horae import alerts, broker, metrics
 from horae.clock import DatabaseClock
 from horae.config import WorkerSettings
+from horae.domain.limits import RESULT_DROPPED_KEY, stored_result
 from horae.errors import PermanentError
 from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
@@ -158,10 +160,11 @@ class Executions:
         )
         definition = self._tasks.get(claimed.task)
         error: BaseException | None
+        returned: Any = None
         if definition is None:
             error = PermanentError(f"unknown task {claimed.task!r}: no handler registered")
         else:
-            error = await self._call(definition, ctx, claimed)
+            error, returned = await self._call(definition, ctx, claimed)
         if claimed.id in self._cancel_requested:
             self._cancel_requested.discard(claimed.id)
             ctx.logger.info("attempt %d cancelled on request", claimed.attempt)
@@ -177,19 +180,24 @@ class Executions:
             policy=lambda: RetryPolicy.model_validate(claimed.retry_policy),
         )
         ctx.logger.info("attempt %d ended %s", claimed.attempt, outcome.status)
+        if outcome.status == ExecutionStatus.SUCCEEDED and returned is not None:
+            result = stored_result(returned)
+            if isinstance(result, dict) and RESULT_DROPPED_KEY in result and len(result) == 1:
+                ctx.logger.warning("result not stored: %s", result[RESULT_DROPPED_KEY])
+            outcome = replace(outcome, result=result)
         return outcome
 
     async def _call(
         self, definition: TaskDefinition, ctx: TaskContext, claimed: Claimed
-    ) -> BaseException | None:
+    ) -> tuple[BaseException | None, Any]:
         """Run the handler under its timeout, `ctx` its current context; what it raised
-        (None: it returned, or was cancelled on request). Cancelled otherwise (the worker
-        itself is), raises `CancelledError`."""
+        (None: it returned, or was cancelled on request) and what it returned. Cancelled
+        otherwise (the worker itself is), raises `CancelledError`."""
         timeout = self.timeout_of(claimed)
         if claimed.id in self._early_stops:  # asked to stop before its handler started
             del self._early_stops[claimed.id]
             self._cancel_requested.add(claimed.id)
-            return None
+            return None, None
         with serving(ctx):
             try:
                 coro: Awaitable[Any]
@@ -201,15 +209,16 @@ class Executions:
                     asyncio.wait_for(coro, timeout.total_seconds() if timeout else None)
                 )
                 self._handlers[claimed.id] = (claimed.shard, handler)
-                await handler
+                returned = await handler
             except asyncio.CancelledError:
                 if claimed.id not in self._cancel_requested:
                     raise  # the worker itself is being cancelled
+                return None, None
             except Exception as exc:
-                return exc
+                return exc, None
             finally:
                 self._handlers.pop(claimed.id, None)
-        return None
+        return None, returned
 
     async def _record(self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome) -> None:
         """Write the outcome (only if this claim still holds the execution); dead-letter and
@@ -231,6 +240,7 @@ class Executions:
             outcome.status,
             outcome.error_kind,
             outcome.error_message,
+            result=outcome.result,
             retry_at=outcome.retry_at,
         )
         # Postgres restarting or the connection cut: try again while the lease lasts (after

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from horae.errors import PermanentError, RetryableError
 from horae.models import ExecutionStatus, RetryPolicy
@@ -22,6 +23,8 @@ class Outcome:
     error_kind: str | None = None
     error_message: str | None = None
     retry_at: datetime | None = None
+    result: Any = None
+    """A success's stored result (`limits.stored_result` of what the handler returned)."""
 
 
 def _retryable(exc: BaseException) -> bool:

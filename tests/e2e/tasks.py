@@ -33,6 +33,16 @@ async def echo(ctx: TaskContext, payload: dict[str, Any]) -> None:
     record(ctx, "start")
 
 
+@task("e2e.report")
+def report(ctx: TaskContext, payload: dict[str, Any]) -> Any:
+    """A plain function (run in a thread) returning a result: `payload["result"]`, or
+    `{"rows": [0, ..., rows - 1]}` when `rows` is given."""
+    record(ctx, "start")
+    if "rows" in payload:
+        return {"rows": list(range(int(payload["rows"])))}
+    return payload.get("result")
+
+
 @task("e2e.flaky")
 async def flaky(ctx: TaskContext, payload: dict[str, Any]) -> None:
     record(ctx, "start")

@@ -55,6 +55,13 @@ BAD = [
      "spec.failedJobsHistoryLimit: Invalid value: 1001"),
     ({"task": "t", "schedule": "* * * * *", "failedJobsHistoryLimit": "one"},
      "spec.failedJobsHistoryLimit: Invalid value: \"string\""),
+    ({"task": "t", "schedule": "* * * * *", "failurePolicy": {"pauseAfterConsecutiveFailures": 0}},
+     "spec.failurePolicy.pauseAfterConsecutiveFailures: Invalid value: 0"),
+    ({"task": "t", "schedule": "* * * * *",
+      "failurePolicy": {"pauseAfterConsecutiveFailures": 1001}},
+     "spec.failurePolicy.pauseAfterConsecutiveFailures: Invalid value: 1001"),
+    ({"task": "t", "schedule": "* * * * *", "failurePolicy": {}},
+     "spec.failurePolicy.pauseAfterConsecutiveFailures: Required value"),
     # catch-up: a policy of three, a window as a Go duration from 1s to 31 days
     ({"task": "t", "schedule": "* * * * *", "catchUp": {"policy": "Sometimes"}},
      "spec.catchUp.policy: Unsupported value: \"Sometimes\""),

@@ -111,8 +111,10 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
                  "--tz", "Europe/Paris", "--payload", '{"customer": 42}', "--tenant", "acme",
                  "--name", "invoices", "--max-attempts", "3", "--timeout", "60",
                  "--catch-up", "All", "--catch-up-window", "1h30m",
-                 "--concurrency-policy", "BufferOne", db_url=db_url)  # fmt: skip
+                 "--concurrency-policy", "BufferOne", "--pause-after-failures", "3",
+                 db_url=db_url)  # fmt: skip
     job_id = job["id"]
+    assert job["failure_policy"] == {"pause_after_consecutive_failures": 3}
     assert (job["tenant"], job["name"], job["source"], job["state"]) == (
         "acme", "invoices", "api", "active")  # fmt: skip
     assert (job["catch_up"], job["catch_up_window_seconds"]) == ("All", 5400)
@@ -145,14 +147,19 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     assert edited["spec_version"] == 2 and await statuses(stored, job_id) == [
         "cancelled", "scheduled"]  # fmt: skip
 
-    assert ok("jobs", "pause", job_id, db_url=db_url).strip() == f"job {job_id} paused"
+    assert "pause after 3 consecutive failures (0 so far)" in shown
+    paused = ok("jobs", "pause", job_id, "--reason", "INC-7: vendor down", db_url=db_url)
+    assert paused.strip() == f"job {job_id} paused"
     assert await state(stored, job_id) == "paused"
     assert await statuses(stored, job_id) == ["cancelled", "cancelled"]
-    assert parsed("jobs", "get", job_id, db_url=db_url)["next_runs"] == []
-    assert "none (the job is paused)" in ok("jobs", "get", job_id, db_url=db_url)
+    got = parsed("jobs", "get", job_id, db_url=db_url)
+    assert (got["next_runs"], got["paused_reason"]) == ([], "INC-7: vendor down")
+    shown = ok("jobs", "get", job_id, db_url=db_url)
+    assert "none (the job is paused)" in shown and "INC-7: vendor down" in shown
 
     assert ok("jobs", "resume", job_id, db_url=db_url).strip() == f"job {job_id} resumed"
     assert await state(stored, job_id) == "active"
+    assert parsed("jobs", "get", job_id, db_url=db_url)["paused_reason"] is None
     assert sorted(await statuses(stored, job_id)) == ["cancelled", "cancelled", "scheduled"]
 
     assert ok("jobs", "cancel", job_id, db_url=db_url).strip() == f"job {job_id} cancelled"
@@ -164,6 +171,17 @@ async def test_a_job_is_created_listed_shown_paused_resumed_and_cancelled(
     assert r.returncode == 1
     assert r.stderr.strip() == (
         f"horae: job {job_id} is cancelled: only an active job can be paused"
+    )
+
+
+def test_jobs_edit_sets_and_removes_a_failure_policy(db_url: str) -> None:
+    run_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    job_id = parsed("jobs", "create", "--task", "t", "--run-at", run_at, db_url=db_url)["id"]
+    edited = parsed("jobs", "edit", job_id, "--pause-after-failures", "5", db_url=db_url)
+    assert edited["failure_policy"] == {"pause_after_consecutive_failures": 5}
+    assert (
+        parsed("jobs", "edit", job_id, "--no-failure-policy", db_url=db_url)["failure_policy"]
+        is None
     )
 
 
@@ -221,6 +239,15 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         (*create, "--run-at", soon, "--max-attempts", "many"): "horae: Invalid value for "
         "'--max-attempts'",
         (*create, "--run-at", soon, "--timeout", "0"): "horae: --timeout:",
+        (*create, "--cron", "* * * * *", "--pause-after-failures", "0"): "horae: "
+        "--pause-after-failures: Input should be greater than or equal to 1",
+        (*create, "--cron", "* * * * *", "--pause-after-failures", "1001"): "horae: "
+        "--pause-after-failures: Input should be less than or equal to 1000",
+        ("jobs", "pause", str(uuid.uuid4()), "--reason", "r" * 501): "horae: --reason: is 501 "
+        "characters; the limit is 500",
+        ("jobs", "pause", str(uuid.uuid4()), "--reason", ""): "horae: --reason: cannot be empty",
+        ("jobs", "edit", str(uuid.uuid4()), "--pause-after-failures", "0"): "horae: Invalid "
+        "value for '--pause-after-failures'",
         (*create, "--cron", "* * * * *", "--concurrency-policy", "Buffer"): "horae: "
         "--concurrency-policy must be one of Allow, Forbid, Replace, BufferOne; got 'Buffer'",
         (*create, "--run-at", soon, "-o", "xml"): "horae: -o/--output must be one of",

@@ -223,3 +223,30 @@ def test_completion_installs_for_bash_and_completes_commands_and_values(tmp_path
     assert completions("horae", "jobs", "ls", "--state", "p") == ["paused"]
     assert completions("horae", "executions", "ns/x", "--status", "d") == ["dead"]
     assert completions("horae", "schedule", "preview", "-o", "") == ["table", "json", "yaml"]
+
+
+async def test_a_result_shows_in_the_wide_table_cut_short_and_whole_in_json(
+    db_url: str, stored: StoreRows
+) -> None:
+    job_id = uuid.UUID(parsed("jobs", "create", "--task", "report", "--cron", "0 9 * * 1",
+                              db_url=db_url)["id"])  # fmt: skip
+    due = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    result = {"rows": list(range(100)), "by": "worker"}
+    async with stored.on_job(job_id) as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,"
+            " attempt, job_version, status, started_at, finished_at, result)"
+            " SELECT $2, id, tenant, task, shard, $3, $3, 1, spec_version, 'succeeded', $3, $3,"
+            " $4 FROM jobs WHERE id = $1",
+            job_id,
+            made_at(int(due.timestamp() * 1000)),
+            due,
+            result,
+        )
+    wide = ok("executions", str(job_id), "--status", "succeeded", "-o", "wide", db_url=db_url)
+    [shown] = cells(wide, "RESULT")
+    assert shown.startswith('{"by":"worker","rows":[0,1,2,3,') and "RESULT" not in ok(
+        "executions", str(job_id), db_url=db_url
+    )
+    [listed] = parsed("executions", str(job_id), "--status", "succeeded", db_url=db_url)
+    assert listed["result"] == result

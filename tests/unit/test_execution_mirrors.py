@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from horae.models import ExecutionStatus
 from horae.operator.executions import mirror_status
-from horae.resources import MIRRORED_ERROR_CHARS, execution_schema
+from horae.resources import MIRRORED_ERROR_CHARS, MIRRORED_RESULT_CHARS, execution_schema
 from horae.store.rows import ExecutionRow
 
 
-def _row(kind: str | None, message: str | None) -> ExecutionRow:
+def _row(kind: str | None, message: str | None, result: Any = None) -> ExecutionRow:
     at = datetime(2030, 1, 1, tzinfo=UTC)
     return ExecutionRow(
         id=uuid.uuid4(),
@@ -35,7 +36,7 @@ def _row(kind: str | None, message: str | None) -> ExecutionRow:
         finished_at=at,
         error_kind=kind,
         error_message=message,
-        result=None,
+        result=result,
         created_at=at,
         manual=False,
     )
@@ -52,3 +53,14 @@ def test_a_handlers_long_error_is_cut_to_the_documented_bound_and_marked() -> No
 def test_the_crd_refuses_an_error_longer_than_the_bound() -> None:
     error = execution_schema()["properties"]["status"]["properties"]["error"]
     assert error["maxLength"] == MIRRORED_ERROR_CHARS
+
+
+def test_a_large_result_is_cut_to_the_documented_bound_and_says_so() -> None:
+    status = mirror_status(_row(None, None, {"rows": list(range(1000))}))
+    assert len(status["result"]) == MIRRORED_RESULT_CHARS and status["result"].endswith("…")
+    assert status["result"].startswith('{"rows":[0,1,2,') and status["resultTruncated"] is True
+    small = mirror_status(_row(None, None, {"sent": 3}))
+    assert (small["result"], small["resultTruncated"]) == ('{"sent":3}', False)
+    assert mirror_status(_row(None, None))["result"] is None
+    result = execution_schema()["properties"]["status"]["properties"]["result"]
+    assert result["maxLength"] == MIRRORED_RESULT_CHARS

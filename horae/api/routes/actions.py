@@ -14,6 +14,7 @@ from horae.api.schemas import (
     Created,
     ExecutionOut,
     ExecutionPage,
+    PauseRequest,
     decode_cursor,
     encode_cursor,
 )
@@ -26,16 +27,24 @@ router = APIRouter()
 
 
 @router.post("/jobs/{job_id}:pause", status_code=204, responses=ERRORS)
-async def pause(job_id: uuid.UUID, tenant: MayUpdate, store: StoreDep) -> None:
-    """Pause: pending executions are cancelled; nothing fires until resumed."""
+async def pause(
+    job_id: uuid.UUID, tenant: MayUpdate, store: StoreDep, body: PauseRequest | None = None
+) -> None:
+    """Pause: pending executions are cancelled; nothing fires until resumed. The body's
+    `reason`, if any, is shown as the job's `paused_reason`; pausing a paused job replaces
+    it."""
+    reason = body.reason if body is not None else None
     await routing.on_job(
-        store, job_id, lambda conn: jobs.pause_job(conn, job_id, now=utc_now(), tenant=tenant)
+        store,
+        job_id,
+        lambda conn: jobs.pause_job(conn, job_id, now=utc_now(), tenant=tenant, reason=reason),
     )
 
 
 @router.post("/jobs/{job_id}:resume", status_code=204, responses=ERRORS)
 async def resume(job_id: uuid.UUID, tenant: MayUpdate, store: StoreDep) -> None:
-    """Resume from now; the job's catch-up policy decides about missed occurrences."""
+    """Resume from now; the job's catch-up policy decides about missed occurrences. A job
+    its failure policy paused counts its failures afresh."""
     await routing.on_job(
         store, job_id, lambda conn: jobs.resume_job(conn, job_id, now=utc_now(), tenant=tenant)
     )

@@ -65,6 +65,14 @@ BAD_JOBS = [
     ({"task": "t", "run_at": "9999-12-31T23:59:59-05:00"}, "run_at"),
     ({"task": "t", "run_at": "0001-01-01T00:00:00+01:00"}, "run_at"),
     ({"task": "t", "run_at": "9000-01-01T00:00:00Z"}, "run_at"),
+    ({"task": "t", "cron": "* * * * *",
+      "failure_policy": {"pause_after_consecutive_failures": 0}},
+     "failure_policy.pause_after_consecutive_failures"),
+    ({"task": "t", "cron": "* * * * *",
+      "failure_policy": {"pause_after_consecutive_failures": 1001}},
+     "failure_policy.pause_after_consecutive_failures"),
+    ({"task": "t", "cron": "* * * * *", "failure_policy": {}},
+     "failure_policy.pause_after_consecutive_failures"),
 ]  # fmt: skip
 
 
@@ -242,3 +250,23 @@ async def test_a_bad_create_never_fails_another_tenants_create_sent_with_it(
     assert [r.status_code for r in answers] == [201] * 20, [r.text for r in answers]
     await assert_problem(refused, 422, "run_at")
     assert await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant = $1", tenants.a) == 20
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"reason": "r" * 501}, "reason"),
+        ({"reason": "on\u0000hold"}, "reason"),
+        ({"reason": ""}, "reason"),
+        ({"reason": "ok", "until": "never"}, "until"),
+    ],
+)
+async def test_a_pause_with_a_bad_reason_is_refused_and_leaves_the_job_active(
+    api: httpx.AsyncClient, tenants: Tenants, body: dict[str, Any], field: str
+) -> None:
+    h = bearer(tenants.alice)
+    job_id = (await api.post("/jobs", json={"task": "t", "cron": "0 * * * *"}, headers=h)).json()[
+        "id"
+    ]
+    await assert_problem(await api.post(f"/jobs/{job_id}:pause", json=body, headers=h), 422, field)
+    assert (await api.get(f"/jobs/{job_id}", headers=h)).json()["state"] == "active"

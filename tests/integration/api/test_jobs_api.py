@@ -10,9 +10,12 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import httpx
 
-from horae.models import JobSource, JobSpec
+from horae.domain.limits import stored_result
+from horae.models import ExecutionStatus, JobSource, JobSpec
 from horae.store import jobs
+from horae.store.executions import Claimed
 from tests.integration.api.conftest import Tenants, bearer
+from tests.support import transitions
 
 CRON = {"task": "report", "cron": "*/5 * * * *", "payload": {"to": "ops"}}
 
@@ -304,3 +307,54 @@ async def test_a_scheduledjobs_job_is_changed_through_its_manifest_only(
     assert await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id) == before
     assert (await api.get(f"/jobs/{job_id}", headers=h)).status_code == 200
     assert (await api.post(f"/jobs/{job_id}:trigger", headers=h)).status_code == 201
+
+
+async def test_a_pause_reason_is_shown_until_the_job_is_resumed(
+    api: httpx.AsyncClient, tenants: Tenants
+) -> None:
+    h = bearer(tenants.alice)
+    body = {**CRON, "failure_policy": {"pause_after_consecutive_failures": 3}}
+    job_id = (await api.post("/jobs", json=body, headers=h)).json()["id"]
+    got = (await api.get(f"/jobs/{job_id}", headers=h)).json()
+    assert got["failure_policy"] == {"pause_after_consecutive_failures": 3}
+    assert (got["consecutive_failures"], got["paused_reason"]) == (0, None)
+    r = await api.post(f"/jobs/{job_id}:pause", json={"reason": "vendor outage"}, headers=h)
+    assert r.status_code == 204, r.text
+    got = (await api.get(f"/jobs/{job_id}", headers=h)).json()
+    assert (got["state"], got["paused_reason"], got["paused_for_failures"]) == (
+        "paused", "vendor outage", False)  # fmt: skip
+    assert (await api.post(f"/jobs/{job_id}:resume", headers=h)).status_code == 204
+    got = (await api.get(f"/jobs/{job_id}", headers=h)).json()
+    assert (got["state"], got["paused_reason"]) == ("active", None)
+    # an edit may clear the policy (null: its default, none)
+    r = await api.patch(f"/jobs/{job_id}", json={"failure_policy": None}, headers=h)
+    assert r.status_code == 200 and r.json()["failure_policy"] is None, r.text
+
+
+async def test_an_executions_result_is_what_its_handler_returned(
+    api: httpx.AsyncClient, tenants: Tenants, pool: asyncpg.Pool
+) -> None:
+    h = bearer(tenants.alice)
+    run_at = datetime.now(UTC) + timedelta(seconds=1)
+    body = {"task": "t", "run_at": run_at.isoformat()}
+    job_id = (await api.post("/jobs", json=body, headers=h)).json()["id"]
+    row = await pool.fetchrow("SELECT id, due_at FROM executions WHERE job_id = $1",
+                              uuid.UUID(job_id))  # fmt: skip
+    async with pool.acquire() as conn:  # as a worker records a handler's return value
+        claimed = await transitions.claim(conn, row["id"], row["due_at"], owner="w",
+                                          now=row["due_at"], lease=timedelta(seconds=30),
+                                          tenant=tenants.a)  # fmt: skip
+        assert isinstance(claimed, Claimed)
+        returned = {"sent": 3, "ids": (7, 8)}
+        assert await transitions.finish(
+            conn,
+            claimed,
+            owner="w",
+            status=ExecutionStatus.SUCCEEDED,
+            now=row["due_at"],
+            result=stored_result(returned),
+        )
+    got = (await api.get(f"/executions/{row['id']}", headers=h)).json()
+    assert (got["status"], got["result"]) == ("succeeded", {"sent": 3, "ids": [7, 8]})
+    [listed] = (await api.get(f"/jobs/{job_id}/executions", headers=h)).json()["items"]
+    assert listed["result"] == got["result"]

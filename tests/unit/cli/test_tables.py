@@ -94,6 +94,7 @@ def test_the_wide_table_shows_ids_times_and_errors_whole_and_more_columns() -> N
         "DURATION",
         "WORKER",
         "ERROR",
+        "RESULT",
     ]
     assert grid.rows[0] == [
         "j",
@@ -107,8 +108,19 @@ def test_the_wide_table_shows_ids_times_and_errors_whole_and_more_columns() -> N
         "1.458s",
         "worker-7",
         "",
+        "",
     ]
-    assert grid.rows[1][-2:] == ["", ("ValueError: no such customer " + "x" * 300)[:200]]
+    assert grid.rows[1][-3:-1] == ["", ("ValueError: no such customer " + "x" * 300)[:200]]
+
+
+def test_the_wide_table_shows_a_result_as_compact_json_cut_to_200_characters() -> None:
+    small = execution(1_790_000_000_000, result={"sent": 3, "to": ["a@x"]})
+    large = execution(1_790_000_003_000, result={"rows": list(range(1000))})
+    grid = executions_grid([("j", small), ("j", large)], wide=True)
+    shown = grid.column("RESULT")
+    assert shown[0] == '{"sent":3,"to":["a@x"]}'
+    assert len(shown[1]) == 200 and shown[1].startswith('{"rows":[0,1,2,') and shown[1][-1] == "…"
+    assert "RESULT" not in executions_grid([("j", small)], wide=False).columns
 
 
 def job(**changes: Any) -> JobOut:
@@ -130,6 +142,10 @@ def job(**changes: Any) -> JobOut:
         concurrency_policy="Allow",
         starting_deadline_seconds=None,
         catch_up="Skip",
+        failure_policy=None,
+        consecutive_failures=0,
+        paused_reason=None,
+        paused_for_failures=False,
         catch_up_window_seconds=None,
         next_run_at=DUE,
         last_run_at=None,

@@ -14,9 +14,14 @@ from horae.crd_schemas import scheduledjob_schema
 from horae.domain.limits import (
     DEFAULT_MAX_LATENESS,
     MAX_PAYLOAD_BYTES,
+    MAX_RESULT_BYTES,
+    PAUSE_REASON_MAX_CHARS,
+    RESULT_DROPPED_KEY,
     RETRY_LIMITS,
     lateness_error,
+    pause_reason_error,
     payload_size_error,
+    stored_result,
 )
 from horae.models import RetryPolicy
 from horae.resources import ScheduledJobSpec
@@ -94,3 +99,37 @@ def test_a_scheduledjobs_payload_over_the_limit_is_refused_naming_the_payload() 
         )
     [error] = info.value.errors()
     assert error["loc"] == ("payload",) and "the limit is 262144" in error["msg"]
+
+
+def test_a_result_of_exactly_the_limit_is_stored_and_one_byte_more_is_a_marker() -> None:
+    assert stored_result(payload_of(MAX_RESULT_BYTES)) == payload_of(MAX_RESULT_BYTES)
+    assert stored_result(payload_of(MAX_RESULT_BYTES + 1)) == {
+        RESULT_DROPPED_KEY: f"result is {MAX_RESULT_BYTES + 1} bytes of JSON; the limit is"
+        f" {MAX_RESULT_BYTES}"
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ({1, 2}, "result is not JSON-serialisable (TypeError: Object of type set"),
+        (float("nan"), "result is not JSON-serialisable (ValueError: Out of range float"),
+        ({"k": "a\x00b"}, "result contains the NUL character"),
+    ],
+)
+def test_a_result_json_or_postgres_cannot_hold_is_a_marker_saying_why(value: Any, why: str) -> None:
+    [(key, message)] = stored_result(value).items()
+    assert key == RESULT_DROPPED_KEY and message.startswith(why)
+
+
+def test_no_result_is_stored_as_none_and_tuples_as_lists() -> None:
+    assert stored_result(None) is None
+    assert stored_result({"pair": (1, 2), 3: "x"}) == {"pair": [1, 2], "3": "x"}
+
+
+def test_a_pause_reason_is_bounded_and_may_not_hold_nul() -> None:
+    assert pause_reason_error("r" * PAUSE_REASON_MAX_CHARS) is None
+    assert pause_reason_error("r" * (PAUSE_REASON_MAX_CHARS + 1)) == (
+        f"is {PAUSE_REASON_MAX_CHARS + 1} characters; the limit is {PAUSE_REASON_MAX_CHARS}"
+    )
+    assert pause_reason_error("a\x00b") == "cannot contain the NUL character (\\u0000)"

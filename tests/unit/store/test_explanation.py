@@ -64,6 +64,10 @@ def job(**changes: Any) -> JobRow:
         updated_at=CREATED,
         fires_per_minute=12.0,
         manual_trigger=None,
+        pause_after_failures=None,
+        consecutive_failures=0,
+        paused_reason=None,
+        paused_for_failures=False,
     )
     return JobRow(**{**fields, **changes})
 

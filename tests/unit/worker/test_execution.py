@@ -106,6 +106,35 @@ async def test_a_held_execution_is_not_let_go_before_it_is_due_when_the_clock_is
     assert clock.now() >= due
 
 
+async def test_what_a_handler_returns_is_its_outcomes_result_sync_or_async() -> None:
+    async def coroutine(ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"sent": 3, "ids": (1, 2)}
+
+    def plain(ctx: TaskContext, payload: dict[str, Any]) -> list[str]:
+        return ["in", "a", "thread"]
+
+    for handler, expected in (
+        (coroutine, {"sent": 3, "ids": [1, 2]}),
+        (plain, ["in", "a", "thread"]),
+    ):
+        row = claimed("unit.execution.result")
+        outcome = await executions({row.task: TaskDefinition(row.task, handler)})._attempt(row)
+        assert (outcome.status, outcome.result) == (ExecutionStatus.SUCCEEDED, expected)
+
+
+async def test_a_result_that_cannot_be_stored_leaves_the_attempt_succeeded_with_a_marker() -> None:
+    def unserialisable(ctx: TaskContext, payload: dict[str, Any]) -> object:
+        return {"when": datetime(2030, 1, 1)}
+
+    row = claimed("unit.execution.unserialisable")
+    outcome = await executions({row.task: TaskDefinition(row.task, unserialisable)})._attempt(row)
+    assert outcome.status == ExecutionStatus.SUCCEEDED
+    assert outcome.result == {
+        "horae.result_dropped": "result is not JSON-serialisable (TypeError: Object of type"
+        " datetime is not JSON serializable)"
+    }
+
+
 async def test_a_handler_told_to_stop_is_cancelled_and_its_execution_ends_cancelled() -> None:
     started, stopped = asyncio.Event(), asyncio.Event()
 
