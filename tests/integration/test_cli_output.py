@@ -218,7 +218,8 @@ def test_completion_installs_for_bash_and_completes_commands_and_values(tmp_path
         assert shell.returncode == 0, shell.stderr
         return shell.stdout.split()
 
-    assert completions("horae", "ex") == ["executions"]
+    assert completions("horae", "exe") == ["executions"]
+    assert completions("horae", "ex") == ["executions", "explain"]
     assert completions("horae", "jobs", "ls", "-o", "") == ["table", "wide", "name", "json", "yaml"]
     assert completions("horae", "jobs", "ls", "--state", "p") == ["paused"]
     assert completions("horae", "executions", "ns/x", "--status", "d") == ["dead"]
