@@ -104,10 +104,12 @@ async def job_for_idempotency_key(
 async def _locked(
     conn: Conn, job_id: uuid.UUID, tenant: str | None, *, by: JobSource | None = None
 ) -> JobRow:
-    """The job's row, locked for the transaction. `by`: who changes it, refused (Conflict)
+    """The job's row, locked for the transaction (its unfinished executions first, in the
+    order every other writer locks them). `by`: who changes it, refused (Conflict)
     unless the job is theirs: a ScheduledJob's job is its manifest's (the operator would
     bring back whatever the API or CLI changed, and a cancel would leave the resource
     retrying forever), and the operator never changes a job made through the API."""
+    await conn.execute(Q["lock_job_executions"], job_id, tenant)
     record = await conn.fetchrow(Q["get_job_for_update"], job_id)
     if record is None or (tenant is not None and record["tenant"] != tenant):
         raise NotFound(f"job {job_id} not found")

@@ -55,6 +55,17 @@ SELECT * FROM jobs WHERE id = ANY($1::uuid[]) AND cron IS NOT NULL AND state = '
 UPDATE executions SET cancel_requested = true
 WHERE job_id = $1 AND status IN ('queued', 'running')
 
+-- name: lock_job_executions
+-- A job's unfinished executions, locked in id order before the job itself: every writer of
+-- executions (a worker's outcome, a dispatch round, the reaper) locks them first and their
+-- jobs after, so a change of the job (pause, cancel, edit) that locked the job first and then
+-- its executions deadlocked with them.
+SELECT 1 FROM executions
+WHERE job_id = $1 AND status IN ('scheduled', 'queued', 'running')
+  AND ($2::text IS NULL OR tenant = $2)
+ORDER BY id
+FOR UPDATE
+
 -- name: get_job_for_update
 -- One job by id, locked for the rest of the transaction.
 SELECT * FROM jobs WHERE id = $1 FOR UPDATE

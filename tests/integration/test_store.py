@@ -122,6 +122,35 @@ async def test_cancel_keeps_history(pool: asyncpg.Pool) -> None:
     assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
 
 
+async def test_a_cancel_waits_for_an_outcome_being_recorded_instead_of_deadlocking(
+    pool: asyncpg.Pool,
+) -> None:
+    """A worker recording an outcome locks the execution, then its job (horae_finish); a
+    cancel (pause, edit) used to lock the job, then its executions: each waited for the
+    other until PostgreSQL aborted one (seen in a split run). The cancel now locks the job's
+    unfinished executions first, so it waits for the outcome and both go through."""
+    async with pool.acquire() as conn:
+        job_id = await cron_job(conn, "*/5 * * * * *")
+        [pending] = await rows(pool, job_id)
+        claimed = await transitions.claim(conn, pending["id"], pending["due_at"], owner="w",
+                                          now=NOW, lease=timedelta(seconds=30), tenant="acme")  # fmt: skip
+        assert isinstance(claimed, transitions.Claimed)
+    async with pool.acquire() as worker, pool.acquire() as api:
+        async with worker.transaction():
+            # the outcome's first lock: its execution
+            await worker.execute("SELECT 1 FROM executions WHERE id = $1 FOR UPDATE", pending["id"])
+            cancel = asyncio.create_task(jobs.cancel_job(api, job_id, now=NOW))
+            await asyncio.sleep(0.5)
+            assert not cancel.done(), "the cancel waits for the outcome's lock"
+            # its second: the job (under the old order, the cancel held it: a deadlock)
+            await worker.execute("SET LOCAL lock_timeout = '3s'")
+            await worker.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        assert await asyncio.wait_for(cancel, 5) is True
+    assert await pool.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "cancelled"
+    running = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", pending["id"])
+    assert running["status"] == "running" and running["cancel_requested"]
+
+
 async def test_fenced_write_under_a_stale_epoch_changes_nothing(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
         job_id = await cron_job(conn)
