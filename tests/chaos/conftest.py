@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,22 +19,32 @@ def pytest_configure(config: Any) -> None:
 
 @pytest.fixture
 def chaos_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("chaos")
-    base.chmod(0o755)
-    for parent in base.parents:  # the servers' own users must reach their directories
-        if parent == Path("/tmp") or parent == Path("/"):
-            break
-        os.chmod(parent, parent.stat().st_mode | 0o055)
-    return base
+    """The run's logs and report (kept, as pytest keeps its temporary directories)."""
+    return tmp_path_factory.mktemp("chaos")
 
 
 @pytest.fixture
-def private_servers(chaos_dir: Path) -> Iterator[tuple[Postgres, RabbitMQ]]:
+def servers_dir() -> Iterator[Path]:
+    """The private servers' data, which they reach as their own users: outside pytest's
+    temporary root, which every pytest session that starts closes to other users again
+    (mode 0700). A second session started during a chaos run (another test run, a helper
+    running one test) left PostgreSQL unable to stop and RabbitMQ unable to start again,
+    and the run lost every execution after that fault."""
+    base = Path(tempfile.mkdtemp(prefix="horae-chaos-"))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def private_servers(servers_dir: Path) -> Iterator[tuple[Postgres, RabbitMQ]]:
     if not (PG_BIN / "initdb").exists():
         pytest.skip(f"no PostgreSQL server binaries in {PG_BIN} (set HORAE_CHAOS_PG_BIN)")
-    postgres = Postgres.create(chaos_dir / "postgres")
+    postgres = Postgres.create(servers_dir / "postgres")
     try:
-        rabbitmq = RabbitMQ.create(chaos_dir / "rabbitmq")
+        rabbitmq = RabbitMQ.create(servers_dir / "rabbitmq")
     except BaseException:
         postgres.destroy()
         raise
@@ -46,10 +57,10 @@ def private_servers(chaos_dir: Path) -> Iterator[tuple[Postgres, RabbitMQ]]:
 
 @pytest.fixture
 def second_postgres(
-    chaos_dir: Path, private_servers: tuple[Postgres, RabbitMQ]
+    servers_dir: Path, private_servers: tuple[Postgres, RabbitMQ]
 ) -> Iterator[Postgres]:
     """A second private PostgreSQL: the second store group of a two-group run."""
-    postgres = Postgres.create(chaos_dir / "postgres-second")
+    postgres = Postgres.create(servers_dir / "postgres-second")
     try:
         yield postgres
     finally:
