@@ -29,6 +29,7 @@ from horae.store.explanation.owners import (
     owner_change,
 )
 from horae.store.explanation.replay import replayed
+from horae.store.explanation.timeline import pause_reason
 from horae.store.rows import ExecutionRow
 
 
@@ -249,11 +250,21 @@ def explain_rows(f: Facts) -> Explanation:
             owner_change=change,
         )
     if r.status == ExecutionStatus.CANCELLED:
+        paused = f.job.paused_at
+        why = (
+            pause_reason(f.job)
+            if r.error_kind == "paused"
+            and paused is not None
+            and r.finished_at is not None
+            and r.finished_at >= paused  # cancelled by the current pause
+            else None
+        )
         return replace(
             base,
             outcome="cancelled",
             reason=r.error_kind,
-            verdict=f"{origin}cancelled before it ran: {reason_of(r)}",
+            verdict=f"{origin}cancelled before it ran: {reason_of(r)}"
+            + (f"; paused {why}" if why else ""),
         )
     if r.status == ExecutionStatus.SCHEDULED:
         held = owned_by(epoch_at(f, f.group, f.now))

@@ -567,3 +567,50 @@ def test_lateness_within_the_catch_up_grace_or_of_a_lone_occurrence_is_no_replay
     # Run by hand or backfilled: never a replay.
     manual = late_by(70, manual=True, created_at=DUE + 60 * S)
     assert explain(facts(manual, job=every)).reason == "dispatched_late"
+
+
+def test_an_occurrence_of_the_current_pause_names_why_the_job_was_paused() -> None:
+    events = [JobEvent(DUE - 60 * S, "paused", JobState.PAUSED, JobState.ACTIVE, 1)]
+    tripped = "paused after 3 consecutive failures (last: execution 1f2e failed: boom)"
+    by_policy = job(
+        state=JobState.PAUSED,
+        paused_at=DUE - 60 * S,
+        paused_reason=tripped,
+        paused_for_failures=True,
+    )
+    found = explain(facts(job=by_policy, events=events))
+    assert (found.outcome, found.reason) == ("no_row", "paused")
+    assert found.verdict == (
+        "no row: the job was paused at this time (paused at 2026-12-02 09:59:05.000Z, not"
+        f" resumed since); paused by its failure policy: {tripped}"
+    )
+    by_hand = replace(by_policy, paused_reason="db migration", paused_for_failures=False)
+    assert explain(facts(job=by_hand, events=events)).verdict.endswith(
+        "not resumed since); paused by a user: 'db migration'"
+    )
+    # No reason given: none named.
+    silent = replace(by_hand, paused_reason=None)
+    assert explain(facts(job=silent, events=events)).verdict.endswith("not resumed since)")
+    # The pending row the pause cancelled names it too.
+    cancelled = row(
+        status=ExecutionStatus.CANCELLED,
+        error_kind="paused",
+        error_message="job paused after consecutive failures",
+        enqueued_at=None,
+        dispatch_epoch=None,
+        started_at=None,
+        lease_owner=None,
+        finished_at=DUE - 60 * S,
+    )
+    assert explain(facts(cancelled, job=by_policy, events=events)).verdict == (
+        "cancelled before it ran: paused: job paused after consecutive failures; paused by its"
+        f" failure policy: {tripped}"
+    )
+    # An earlier pause, since resumed: its reason is not kept, none is named.
+    over = events + [JobEvent(DUE + 60 * S, "resumed", JobState.ACTIVE, JobState.PAUSED, 1)]
+    again = replace(by_policy, paused_at=DUE + 600 * S)
+    assert "failure policy" not in explain(facts(job=again, events=over)).verdict
+    assert "failure policy" not in explain(facts(cancelled, job=again, events=over)).verdict
+    # Not due yet while paused.
+    ahead = explain(facts(job=by_policy, events=events, at=NOW + 3600 * S))
+    assert ahead.verdict.endswith(f"unless resumed before; paused by its failure policy: {tripped}")
