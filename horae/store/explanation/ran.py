@@ -251,7 +251,7 @@ def explain_rows(f: Facts) -> Explanation:
         )
     if r.status == ExecutionStatus.CANCELLED:
         paused = f.job.paused_at
-        why = (
+        by = (
             pause_reason(f.job)
             if r.error_kind == "paused"
             and paused is not None
@@ -264,7 +264,7 @@ def explain_rows(f: Facts) -> Explanation:
             outcome="cancelled",
             reason=r.error_kind,
             verdict=f"{origin}cancelled before it ran: {reason_of(r)}"
-            + (f"; paused {why}" if why else ""),
+            + (f"; paused {by}" if by else ""),
         )
     if r.status == ExecutionStatus.SCHEDULED:
         held = owned_by(epoch_at(f, f.group, f.now))

@@ -515,8 +515,7 @@ def test_an_occurrence_replayed_by_catch_up_all_after_a_gap_says_so() -> None:
     found = explain(facts(taken, job=every, before=skipped, epochs=[A, B]))
     assert found.reason == "catch_up_replay"
     assert found.verdict.endswith(
-        "; shard 17 changed owner at 2026-12-02 10:00:09.000Z (replica scheduler-a →"
-        " scheduler-b)"
+        "; shard 17 changed owner at 2026-12-02 10:00:09.000Z (replica scheduler-a → scheduler-b)"
     )
     assert found.owner_change is not None
 
@@ -607,7 +606,7 @@ def test_an_occurrence_of_the_current_pause_names_why_the_job_was_paused() -> No
         f" failure policy: {tripped}"
     )
     # An earlier pause, since resumed: its reason is not kept, none is named.
-    over = events + [JobEvent(DUE + 60 * S, "resumed", JobState.ACTIVE, JobState.PAUSED, 1)]
+    over = [*events, JobEvent(DUE + 60 * S, "resumed", JobState.ACTIVE, JobState.PAUSED, 1)]
     again = replace(by_policy, paused_at=DUE + 600 * S)
     assert "failure policy" not in explain(facts(job=again, events=over)).verdict
     assert "failure policy" not in explain(facts(cancelled, job=again, events=over)).verdict
