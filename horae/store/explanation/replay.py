@@ -37,9 +37,9 @@ def replayed(f: Facts, r: ExecutionRow, due: datetime) -> tuple[str, bool] | Non
     """(what shows that catch-up replayed `r`, the scheduled first attempt of an occurrence,
     after a gap; whether the gap was a pause), or None when the rows do not show it: it was
     dispatched within `CATCH_UP_GRACE` of its due time (lateness, not a gap), or nothing
-    around it says a gap."""
-    if r.manual or r.backfill is not None or r.attempt != 1:
-        return None
+    around it says a gap, or the job's policy (now) is Skip."""
+    if r.manual or r.backfill is not None or r.attempt != 1 or f.job.catch_up == CatchUpPolicy.SKIP:
+        return None  # (Skip replays nothing: the first occurrence after a gap runs as due)
     dispatched = r.enqueued_at or r.started_at
     if dispatched is None or dispatched - due <= CATCH_UP_GRACE:
         return None

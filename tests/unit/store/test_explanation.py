@@ -563,6 +563,16 @@ def test_lateness_within_the_catch_up_grace_or_of_a_lone_occurrence_is_no_replay
     assert found.reason == "dispatched_late"
     # 7 s late, its row made before it was due, the next not overdue: a lone late one.
     assert explain(facts(late_by(7), job=every)).reason == "dispatched_late"
+    # Catch-up policy Skip replays nothing: the first after a gap runs as it is due.
+    skip = row(
+        occurrence_at=DUE - 5 * S,
+        due_at=DUE - 5 * S,
+        status=ExecutionStatus.SKIPPED,
+        error_kind="catch_up",
+        error_message="catch-up policy Skip: a missed occurrence does not run",
+    )
+    first_after = late_by(5.5, created_at=DUE + 5.4 * S)
+    assert explain(facts(first_after, before=skip)).reason == "dispatched_late"
     # Run by hand or backfilled: never a replay.
     manual = late_by(70, manual=True, created_at=DUE + 60 * S)
     assert explain(facts(manual, job=every)).reason == "dispatched_late"
