@@ -125,7 +125,8 @@ def explain_missing(f: Facts) -> Explanation:
         span = f"paused at {when(paused)}, " + (
             f"resumed at {when(resumed)}" if resumed else "not resumed since"
         )
-        older = f"; {cap}" if gap is not None or resumed is not None else ""
+        # (a pause within catch-up's grace of its resume records no skipped rows)
+        older = f"; {cap}" if gap is not None else ""
         why = pause_reason(job) if resumed is None else None  # the current pause's
         return replace(
             base,
