@@ -449,8 +449,9 @@ class ExplanationOut(BaseModel):
     )
     reason: str | None = Field(
         description="Why, as a word: a skip's or cancel's kind (deadline, forbid, paused, "
-        "catch_up, buffer_one, superseded, ...), a lateness's cause (shard_owner_changed, "
-        "due_time_moved, dispatched_late, waited_for_worker), a missing row's "
+        "catch_up, buffer_one, superseded, ...), a lateness's cause (catch_up_replay, "
+        "shard_owner_changed, due_time_moved, dispatched_late, waited_for_worker), an "
+        "on-time run's outside the schedule (backfill, manual), a missing row's "
         "(before_created, cancelled, retention, paused, paused_gap, catch_up_gap, unknown)"
     )
     shard: int

@@ -85,6 +85,7 @@ async def test_pauses_resumes_and_edits_are_recorded_and_explain_missing_occurre
     stored: StoreRows, as_api: Store
 ) -> None:
     start = datetime.now(UTC).replace(second=0, microsecond=0) - 30 * MINUTE
+    start -= (start.minute % 2) * MINUTE  # an even minute: start + 89 min is no fire time of */2
     spec = JobSpec(task="t", cron="* * * * *")
     job_id = await stored.create_job(spec, tenant="acme", source=JobSource.API, now=start)
     edited = spec.model_copy(update={"cron": "*/2 * * * *"})

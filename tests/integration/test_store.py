@@ -133,7 +133,8 @@ async def test_a_cancel_waits_for_an_outcome_being_recorded_instead_of_deadlocki
         job_id = await cron_job(conn, "*/5 * * * * *")
         [pending] = await rows(pool, job_id)
         claimed = await transitions.claim(conn, pending["id"], pending["due_at"], owner="w",
-                                          now=NOW, lease=timedelta(seconds=30), tenant="acme")  # fmt: skip
+                                          now=NOW, lease=timedelta(seconds=30),
+                                          tenant="acme")  # fmt: skip
         assert isinstance(claimed, transitions.Claimed)
     async with pool.acquire() as worker, pool.acquire() as api:
         async with worker.transaction():

@@ -17,7 +17,12 @@ from horae.store.explanation.facts import (
 )
 from horae.store.explanation.owners import epoch_at, owned_by
 from horae.store.explanation.ran import reason_of
-from horae.store.explanation.timeline import fire_times_around, schedule_at, state_at
+from horae.store.explanation.timeline import (
+    fire_times_around,
+    pause_reason,
+    schedule_at,
+    state_at,
+)
 from horae.store.rows import ExecutionRow
 
 
@@ -92,12 +97,13 @@ def explain_missing(f: Facts) -> Explanation:
                 verdict=f"not due yet: will be due at {when(due)} on shard {job.shard}, {held}",
                 due_at=due,
             )
+        why = pause_reason(job)
         return replace(
             base,
             outcome="not_due_yet",
             reason=job.state.value,
             verdict=f"not due yet, and the job is {job.state.value}: it will not run at"
-            f" {when(t)} unless resumed before",
+            f" {when(t)} unless resumed before" + (f"; paused {why}" if why else ""),
         )
     if f.history_from is not None:
         checked.append(f"the history kept: executions due from {when(f.history_from)}")
@@ -119,12 +125,15 @@ def explain_missing(f: Facts) -> Explanation:
         span = f"paused at {when(paused)}, " + (
             f"resumed at {when(resumed)}" if resumed else "not resumed since"
         )
-        older = f"; {cap}" if gap is not None or resumed is not None else ""
+        # (a pause within catch-up's grace of its resume records no skipped rows)
+        older = f"; {cap}" if gap is not None else ""
+        why = pause_reason(job) if resumed is None else None  # the current pause's
         return replace(
             base,
             outcome="no_row",
             reason="paused",
-            verdict=f"no row: the job was paused at this time ({span}){older}",
+            verdict=f"no row: the job was paused at this time ({span}){older}"
+            + (f"; paused {why}" if why else ""),
         )
     if gap is not None:
         while_ = (

@@ -28,6 +28,8 @@ from horae.store.explanation.owners import (
     owned_by,
     owner_change,
 )
+from horae.store.explanation.replay import replayed
+from horae.store.explanation.timeline import pause_reason
 from horae.store.rows import ExecutionRow
 
 
@@ -59,10 +61,20 @@ def _steps_of(f: Facts, found: Found, due: datetime, steps: list[Step]) -> None:
     r = found.row
     label = f"attempt {r.attempt}"
     if r.attempt == 1:
-        what = "triggered" if r.manual else "due"
-        steps.append(
-            Step(due, what, f"on shard {r.shard}, {owned_by(epoch_at(f, found.group, due))}")
-        )
+        owner = f"on shard {r.shard}, {owned_by(epoch_at(f, found.group, due))}"
+        if r.backfill is not None:
+            steps.append(
+                Step(
+                    r.created_at,
+                    "backfilled",
+                    f"by backfill {r.backfill}: a past occurrence run now, due at"
+                    f" {when(r.due_at)} {owner}",
+                )
+            )
+        elif r.manual:
+            steps.append(Step(due, "triggered", f"run by hand, {owner}"))
+        else:
+            steps.append(Step(due, "due", owner))
         if r.due_at > due:
             steps.append(
                 Step(
@@ -126,6 +138,17 @@ def _lateness(f: Facts, found: Found, due: datetime) -> tuple[str, str, float, O
     if late <= LATE_AFTER:
         return f"{started} on time", "on_time", late.total_seconds(), change
     head = f"{started} {secs(late)} late"
+    replay = replayed(f, r, due)
+    if replay is not None:
+        shown, paused = replay
+        after = "a pause" if paused else "a gap"
+        tail = f"; {change_text(change)}" if change is not None else ""
+        return (
+            f"{head}, replayed by catch-up after {after}: {shown}{tail}",
+            "catch_up_replay",
+            late.total_seconds(),
+            change,
+        )
     if change is not None:
         return (
             f"{head}: {change_text(change)}",
@@ -157,6 +180,21 @@ def _lateness(f: Facts, found: Found, due: datetime) -> tuple[str, str, float, O
     return head, "unknown", late.total_seconds(), None
 
 
+def _origin(r: ExecutionRow) -> str:
+    """How an occurrence outside the schedule came to run, as the verdict's start: a
+    backfill's or a trigger's (its lateness is then from when it was made due, not from
+    its occurrence)."""
+    if r.backfill is not None:
+        return f"backfilled by backfill {r.backfill} at {when(r.created_at)}; "
+    if r.manual:
+        return f"run by hand at {when(r.created_at)}; "
+    return ""
+
+
+def _origin_word(r: ExecutionRow) -> str | None:
+    return "backfill" if r.backfill is not None else "manual" if r.manual else None
+
+
 def explain_rows(f: Facts) -> Explanation:
     """The occurrence's path through its executions (the scheduled ones; a manual run at the
     same instant is noted, or explained when it is the only one there), and the verdict."""
@@ -170,6 +208,8 @@ def explain_rows(f: Facts) -> Explanation:
     due = (
         r.occurrence_at
         if r.manual
+        else r.due_at  # a backfill's: due when it was made, its occurrence long past
+        if r.backfill is not None
         else min(r.due_at, r.occurrence_at + jitter_offset(f.job.id, f.job.jitter_seconds))
     )
     steps: list[Step] = []
@@ -198,7 +238,7 @@ def explain_rows(f: Facts) -> Explanation:
         attempts=[_attempt(f, x) for x in chain],
         steps=steps,
     )
-    manual = "manual run " if r.manual else ""
+    origin = _origin(r)
     if r.status == ExecutionStatus.SKIPPED:
         change = owner_change(f, first, due)
         why = f"; {change_text(change)}" if change else ""
@@ -206,15 +246,25 @@ def explain_rows(f: Facts) -> Explanation:
             base,
             outcome="skipped",
             reason=r.error_kind,
-            verdict=f"{manual}skipped: {r.error_message or reason_of(r)}{why}",
+            verdict=f"{origin}skipped: {r.error_message or reason_of(r)}{why}",
             owner_change=change,
         )
     if r.status == ExecutionStatus.CANCELLED:
+        paused = f.job.paused_at
+        by = (
+            pause_reason(f.job)
+            if r.error_kind == "paused"
+            and paused is not None
+            and r.finished_at is not None
+            and r.finished_at >= paused  # cancelled by the current pause
+            else None
+        )
         return replace(
             base,
             outcome="cancelled",
             reason=r.error_kind,
-            verdict=f"{manual}cancelled before it ran: {reason_of(r)}",
+            verdict=f"{origin}cancelled before it ran: {reason_of(r)}"
+            + (f"; paused {by}" if by else ""),
         )
     if r.status == ExecutionStatus.SCHEDULED:
         held = owned_by(epoch_at(f, f.group, f.now))
@@ -241,7 +291,7 @@ def explain_rows(f: Facts) -> Explanation:
         )
     timing, cause, late, change = _lateness(f, first, due)
     outcome = "ran_on_time" if cause == "on_time" else "ran_late"
-    reason = None if cause == "on_time" else cause
+    reason = cause if cause != "on_time" else _origin_word(r)
     tail = ""
     if last.status in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING):
         outcome = "in_progress"
@@ -256,9 +306,9 @@ def explain_rows(f: Facts) -> Explanation:
         outcome = "failed"
         tail = f"; {last.status.value} after {last.attempt} attempt(s): {reason_of(last)}"
     verdict = (
-        f"{manual}ran on time"
+        f"{origin}ran on time"
         if outcome == "ran_on_time" and not tail
-        else f"{manual}{timing}{tail}"
+        else f"{origin}{timing}{tail}"
     )
     return replace(
         base,

@@ -39,6 +39,19 @@ def state_at(f: Facts, t: datetime) -> JobState:
     return JobState.ACTIVE if job.state != JobState.COMPLETED else job.state
 
 
+def pause_reason(job: JobRow) -> str | None:
+    """Why the job's current pause began, as a verdict adds it: its failure policy tripped
+    (with the failures' count and the last one), or the reason a user gave; None when it is
+    not paused, or no reason was given. (Only the current pause's is kept.)"""
+    if job.state != JobState.PAUSED:
+        return None
+    if job.paused_for_failures:
+        return f"by its failure policy: {job.paused_reason or 'paused after consecutive failures'}"
+    if job.paused_reason:
+        return f"by a user: {job.paused_reason!r}"
+    return None
+
+
 def fire_times_around(
     cron: str | None, time_zone: str, run_at: datetime | None, t: datetime
 ) -> tuple[bool, datetime | None, datetime | None]:

@@ -4,6 +4,7 @@ store keeps, one case per reason."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -286,10 +287,60 @@ def test_a_pending_occurrence_is_not_due_yet_or_overdue() -> None:
 
 
 def test_a_manual_run_at_the_instant_is_explained_as_one() -> None:
-    manual = row(manual=True)
+    manual = row(manual=True, created_at=DUE)
     found = explain(facts(manual))
-    assert found.verdict == "manual run ran on time"
-    assert found.steps[0].what == "triggered"
+    assert (found.outcome, found.reason) == ("ran_on_time", "manual")
+    assert found.verdict == "run by hand at 2026-12-02 10:00:05.000Z; ran on time"
+    assert (found.steps[0].what, found.steps[0].detail[:18]) == ("triggered", "run by hand, on sh")
+    slow = explain(facts(row(manual=True, created_at=DUE, started_at=DUE + 6 * S)))
+    assert slow.verdict.startswith("run by hand at 2026-12-02 10:00:05.000Z; started 6.0 s late:")
+
+
+BACKFILL = uuid.UUID(int=99)
+FED = DUE + 86400 * S
+"""When the backfill made its execution: a day after the occurrence."""
+
+
+def test_a_backfilled_occurrence_is_backfilled_not_late() -> None:
+    fed = row(
+        backfill=BACKFILL,
+        due_at=FED,
+        created_at=FED,
+        enqueued_at=FED + 0.01 * S,
+        started_at=FED + 0.05 * S,
+        finished_at=FED + 0.3 * S,
+    )
+    found = explain(facts(fed))
+    assert (found.outcome, found.reason) == ("ran_on_time", "backfill")
+    assert found.verdict == (
+        f"backfilled by backfill {BACKFILL} at 2026-12-03 10:00:05.000Z; ran on time"
+    )
+    assert found.due_at == FED and found.late_seconds is not None and found.late_seconds < 1
+    assert [s.what for s in found.steps] == ["backfilled", "dispatched", "claimed", "succeeded"]
+    assert found.steps[0].at == FED
+    assert found.steps[0].detail.startswith(
+        f"by backfill {BACKFILL}: a past occurrence run now, due at 2026-12-03 10:00:05.000Z"
+    )
+    failed = replace(fed, status=ExecutionStatus.FAILED, error_kind="E", error_message="boom")
+    assert explain(facts(failed)).verdict == (
+        f"backfilled by backfill {BACKFILL} at 2026-12-03 10:00:05.000Z; started on time;"
+        " failed after 1 attempt(s): E: boom"
+    )
+    cancelled = row(
+        backfill=BACKFILL,
+        due_at=FED,
+        created_at=FED,
+        status=ExecutionStatus.CANCELLED,
+        error_kind="cancelled",
+        error_message="backfill cancelled",
+        enqueued_at=None,
+        started_at=None,
+        finished_at=FED + 2 * S,
+    )
+    assert explain(facts(cancelled)).verdict == (
+        f"backfilled by backfill {BACKFILL} at 2026-12-03 10:00:05.000Z; cancelled before it"
+        " ran: cancelled: backfill cancelled"
+    )
 
 
 def test_an_instant_that_is_no_fire_time_names_the_nearest() -> None:
@@ -413,3 +464,162 @@ def test_the_default_occurrence_is_the_latest_at_or_before_now() -> None:
     assert default_occurrence(job(), [], manual, NOW + 2 * S) == NOW + 1.5 * S
     once = job(cron=None, run_at=NOW + 3600 * S)
     assert default_occurrence(once, [], None, NOW) == NOW + 3600 * S
+
+
+def late_by(seconds: float, **changes: Any) -> ExecutionRow:
+    """The occurrence at DUE, dispatched `seconds` after it was due."""
+    fields: dict[str, Any] = dict(
+        enqueued_at=DUE + seconds * S,
+        started_at=DUE + (seconds + 0.05) * S,
+        finished_at=DUE + (seconds + 0.3) * S,
+    )
+    return row(**{**fields, **changes})
+
+
+OUTSIDE = "outside the catch-up window of 1m (1m2s late)"
+
+
+def test_an_occurrence_replayed_by_catch_up_all_after_a_gap_says_so() -> None:
+    every = job(catch_up=CatchUpPolicy.ALL, catch_up_window_seconds=60)
+    skipped = row(
+        occurrence_at=DUE - 5 * S,
+        due_at=DUE - 5 * S,
+        status=ExecutionStatus.SKIPPED,
+        error_kind="catch_up",
+        error_message=OUTSIDE,
+    )
+    # The gap's first replayed occurrence: made when catch-up judged the gap, 57 s after it
+    # was due, with 10 later ones overdue then (to 50 s after it: the 5 s grace before).
+    first = late_by(57.02, created_at=DUE + 57 * S)
+    found = explain(facts(first, job=every, before=skipped))
+    assert (found.outcome, found.reason) == ("ran_late", "catch_up_replay")
+    assert found.verdict == (
+        "started 57.1 s late, replayed by catch-up after a gap: the occurrence before,"
+        f" 2026-12-02 10:00:00.000Z, was skipped ({OUTSIDE}); 10 later occurrence(s) were"
+        " overdue too when it was dispatched at 2026-12-02 10:01:02.020Z; its row was made at"
+        " 2026-12-02 10:01:02.000Z, 57.0 s after it was due, as catch-up went through the"
+        " gap; catch-up policy All runs the missed occurrences of a gap due within its window"
+        " of 1m"
+    )
+    # The gap's newest, replayed last: 8 s late, its row made as the one before ran.
+    newest = late_by(8, created_at=DUE + 7.9 * S)
+    before = late_by(12.9, occurrence_at=DUE - 5 * S, due_at=DUE - 5 * S)
+    found = explain(facts(newest, job=every, before=before))
+    assert found.reason == "catch_up_replay"
+    assert found.verdict.startswith(
+        "started 8.1 s late, replayed by catch-up after a gap: its row was made at"
+        " 2026-12-02 10:00:12.900Z, 7.9 s after it was due"
+    )
+    # Replayed after a takeover: the new owner is named too.
+    taken = late_by(57.02, created_at=DUE + 57 * S, dispatch_epoch=5)
+    found = explain(facts(taken, job=every, before=skipped, epochs=[A, B]))
+    assert found.reason == "catch_up_replay"
+    assert found.verdict.endswith(
+        "; shard 17 changed owner at 2026-12-02 10:00:09.000Z (replica scheduler-a → scheduler-b)"
+    )
+    assert found.owner_change is not None
+
+
+def test_an_occurrence_replayed_by_catch_up_latest_names_the_skipped_one_before() -> None:
+    latest = job(catch_up=CatchUpPolicy.LATEST)
+    message = "catch-up policy Latest: only the latest missed occurrence runs"
+    skipped = row(
+        occurrence_at=DUE - 5 * S,
+        due_at=DUE - 5 * S,
+        status=ExecutionStatus.SKIPPED,
+        error_kind="catch_up",
+        error_message=message,
+    )
+    found = explain(facts(late_by(6.3, created_at=DUE + 6.2 * S), job=latest, before=skipped))
+    assert found.reason == "catch_up_replay"
+    assert found.verdict == (
+        "started 6.3 s late, replayed by catch-up after a gap: the occurrence before,"
+        f" 2026-12-02 10:00:00.000Z, was skipped ({message}); its row was made at"
+        " 2026-12-02 10:00:11.200Z, 6.2 s after it was due, as catch-up went through the gap;"
+        " catch-up policy Latest runs the latest missed occurrence of a gap"
+    )
+
+
+def test_an_occurrence_replayed_after_a_pause_says_so() -> None:
+    every = job(catch_up=CatchUpPolicy.ALL)
+    events = [
+        JobEvent(DUE - 60 * S, "paused", JobState.PAUSED, JobState.ACTIVE, 1),
+        JobEvent(DUE + 60 * S, "resumed", JobState.ACTIVE, JobState.PAUSED, 1),
+    ]
+    # resume_job makes the first replayed occurrence due at the resume.
+    replay = late_by(60.01, due_at=DUE + 60 * S, created_at=DUE + 60 * S)
+    found = explain(facts(replay, job=every, events=events))
+    assert found.reason == "catch_up_replay"
+    assert found.verdict.startswith(
+        "started 60.1 s late, replayed by catch-up after a pause: the job was paused at its"
+        " instant (paused at 2026-12-02 09:59:05.000Z, resumed at 2026-12-02 10:01:05.000Z)"
+    )
+
+
+def test_lateness_within_the_catch_up_grace_or_of_a_lone_occurrence_is_no_replay() -> None:
+    every = job(catch_up=CatchUpPolicy.ALL)
+    # 4 s late: within the grace, whatever else.
+    found = explain(facts(late_by(4, created_at=DUE + 3 * S), job=every))
+    assert found.reason == "dispatched_late"
+    # 7 s late, its row made before it was due, the next not overdue: a lone late one.
+    assert explain(facts(late_by(7), job=every)).reason == "dispatched_late"
+    # Catch-up policy Skip replays nothing: the first after a gap runs as it is due.
+    skip = row(
+        occurrence_at=DUE - 5 * S,
+        due_at=DUE - 5 * S,
+        status=ExecutionStatus.SKIPPED,
+        error_kind="catch_up",
+        error_message="catch-up policy Skip: a missed occurrence does not run",
+    )
+    first_after = late_by(5.5, created_at=DUE + 5.4 * S)
+    assert explain(facts(first_after, before=skip)).reason == "dispatched_late"
+    # Run by hand or backfilled: never a replay.
+    manual = late_by(70, manual=True, created_at=DUE + 60 * S)
+    assert explain(facts(manual, job=every)).reason == "dispatched_late"
+
+
+def test_an_occurrence_of_the_current_pause_names_why_the_job_was_paused() -> None:
+    events = [JobEvent(DUE - 60 * S, "paused", JobState.PAUSED, JobState.ACTIVE, 1)]
+    tripped = "paused after 3 consecutive failures (last: execution 1f2e failed: boom)"
+    by_policy = job(
+        state=JobState.PAUSED,
+        paused_at=DUE - 60 * S,
+        paused_reason=tripped,
+        paused_for_failures=True,
+    )
+    found = explain(facts(job=by_policy, events=events))
+    assert (found.outcome, found.reason) == ("no_row", "paused")
+    assert found.verdict == (
+        "no row: the job was paused at this time (paused at 2026-12-02 09:59:05.000Z, not"
+        f" resumed since); paused by its failure policy: {tripped}"
+    )
+    by_hand = replace(by_policy, paused_reason="db migration", paused_for_failures=False)
+    assert explain(facts(job=by_hand, events=events)).verdict.endswith(
+        "not resumed since); paused by a user: 'db migration'"
+    )
+    # No reason given: none named.
+    silent = replace(by_hand, paused_reason=None)
+    assert explain(facts(job=silent, events=events)).verdict.endswith("not resumed since)")
+    # The pending row the pause cancelled names it too.
+    cancelled = row(
+        status=ExecutionStatus.CANCELLED,
+        error_kind="paused",
+        error_message="job paused after consecutive failures",
+        enqueued_at=None,
+        dispatch_epoch=None,
+        started_at=None,
+        lease_owner=None,
+        finished_at=DUE - 60 * S,
+    )
+    assert explain(facts(cancelled, job=by_policy, events=events)).verdict == (
+        "cancelled before it ran: paused: job paused after consecutive failures; paused by its"
+        f" failure policy: {tripped}"
+    )
+    # An earlier pause, since resumed: its reason is not kept, none is named.
+    over = [*events, JobEvent(DUE + 60 * S, "resumed", JobState.ACTIVE, JobState.PAUSED, 1)]
+    again = replace(by_policy, paused_at=DUE + 600 * S)
+    assert "failure policy" not in explain(facts(job=again, events=over)).verdict
+    assert "failure policy" not in explain(facts(cancelled, job=again, events=over)).verdict
+    # Not due yet while paused.
+    ahead = explain(facts(job=by_policy, events=events, at=NOW + 3600 * S))
+    assert ahead.verdict.endswith(f"unless resumed before; paused by its failure policy: {tripped}")

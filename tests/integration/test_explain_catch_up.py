@@ -1,0 +1,110 @@
+"""`horae explain`, through the real command, of the occurrences a real catch-up judged: a
+5-minute outage of an every-10-s job with catch-up `All` and a window of 1m, as
+tests/integration/test_catch_up.py simulates it (the jobs' first rows, due 5 minutes ago,
+never dispatched), then a dispatcher taking the shard. The one outside the window, one the
+catch-up replayed, and one Forbid skipped (a second job, Forbid: the replays are released
+at once, and none is claimed here, so the first still runs when the next is due)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from horae import broker
+from horae.models import JobSource, JobSpec
+from horae.scheduler.groups import take_shard
+from horae.scheduler.listener import ShardListener
+from horae.store import jobs
+from tests.integration.test_catch_up import SHARD, TEN, executions, floor10
+from tests.integration.test_cli import horae
+from tests.integration.test_dispatcher import dispatcher
+from tests.support.groups import job_in
+from tests.support.wait import until
+
+pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
+
+
+async def test_explain_names_the_catch_up_window_and_the_replay_after_an_outage(
+    pool: asyncpg.Pool, publisher: broker.Publisher, db_url: str
+) -> None:
+    now = datetime.now(UTC)
+    every = JobSpec(task="t", cron="*/10 * * * * *", catch_up="All", catch_up_window_seconds=60)
+    forbid = JobSpec(task="t", cron="*/10 * * * * *", catch_up="All", catch_up_window_seconds=60,
+                     concurrency_policy="Forbid")  # fmt: skip
+    ids = {"All": job_in(SHARD), "Forbid": job_in(SHARD)}
+    async with pool.acquire() as conn:
+        for name, spec in (("All", every), ("Forbid", forbid)):
+            await jobs.create_job(conn, spec, tenant="acme", source=JobSource.API, shards=64,
+                                  now=now - timedelta(minutes=5), job_id=ids[name])  # fmt: skip
+    first = floor10(now - timedelta(minutes=5)) + TEN  # each job's pending row, never run
+
+    d = dispatcher(pool, publisher, lambda s: True)
+    listening = asyncio.Event()
+
+    def reconnected() -> None:
+        d.reload()
+        listening.set()
+
+    listener = ShardListener(db_url, d.notified, reconnected)
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(listener.run(stop))]
+    await asyncio.wait_for(listening.wait(), timeout=10)
+    await take_shard(d, listener, SHARD)
+    loops += [asyncio.create_task(d.run_refresh(stop)), asyncio.create_task(d.run_dispatch(stop))]
+    try:
+
+        async def settled() -> bool:
+            late = await pool.fetchval(
+                "SELECT count(*) FROM executions WHERE job_id = ANY($1) AND status = 'scheduled'"
+                " AND due_at < now() - interval '5 seconds'",
+                list(ids.values()),
+            )
+            return late == 0
+
+        await until(settled, timeout=30, interval=0.2, what="the catch-up done")
+    finally:
+        stop.set()
+        await asyncio.gather(*loops, return_exceptions=True)
+
+    rows = await executions(pool, ids["All"])
+    outside = [r["occurrence_at"] for r in rows if r["status"] == "skipped"]
+    replays = [r["occurrence_at"] for r in rows if r["status"] == "queued"]
+    assert outside[0] == first and replays, rows
+    forbidden = [
+        r["occurrence_at"]
+        for r in await executions(pool, ids["Forbid"])
+        if r["error_kind"] == "forbid"
+    ]
+    assert forbidden
+
+    def explained(job_id: uuid.UUID, at: datetime) -> list[str]:
+        r = horae("explain", str(job_id), "--at", at.isoformat(), db_url=db_url)
+        assert r.returncode == 0, r.stderr
+        print(f"$ horae explain {job_id} --at {at.isoformat()}\n{r.stdout}")
+        return r.stdout.splitlines()
+
+    shown = explained(ids["All"], first)
+    assert shown[0].startswith("skipped: outside the catch-up window of 1m (4m"), shown
+    assert shown[1] == (
+        f"job {ids['All']}, occurrence {first:%Y-%m-%d %H:%M:%S}.000Z, shard {SHARD}"
+    )
+    assert [line.split()[2] for line in shown[2:]] == ["due", "shard", "skipped"]
+
+    shown = explained(ids["All"], replays[0])
+    assert shown[0].startswith("dispatched "), shown
+    assert " s late, replayed by catch-up after a gap: the occurrence before, " in shown[0]
+    window = "catch-up policy All runs the missed occurrences of a gap due within its window of 1m"
+    assert window in shown[0], shown
+    assert shown[0].endswith("; attempt 1 queued, not claimed yet"), shown
+    late = float(shown[0].split()[1])
+    # The oldest within the 1m window (at most 60 s old at the judging), dispatched at once.
+    assert 50 < late < 65, shown
+
+    shown = explained(ids["Forbid"], forbidden[0])
+    assert shown[0].startswith(
+        "skipped: concurrencyPolicy=Forbid: the previous occurrence is still running"
+    ), shown
