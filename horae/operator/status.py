@@ -164,24 +164,20 @@ class StatusMirror:
 
     async def _alert_paused(self, row: JobRow) -> None:
         """A Warning Event on the ScheduledJob: its failure policy paused it, and why."""
-        if self._events is None:
-            return
-        try:
-            await self._events.emit(
-                kind="ScheduledJob",
-                namespace=row.tenant,
-                name=row.name or "",
-                uid=str(row.id),
-                reason=TOO_MANY_FAILURES,
-                message=f"{row.paused_reason or 'paused after consecutive failures'};"
-                f" {RESUME_HINT}",
-            )
-        except Exception:
-            failed("status-mirror")
-            log.exception("could not post the TooManyFailures event")
+        reason = row.paused_reason or "paused after consecutive failures"
+        await self._warn(row, TOO_MANY_FAILURES, f"{reason}; {RESUME_HINT}")
 
     async def _alert_dead(self, row: JobRow) -> None:
         """A Warning Event on the ScheduledJob: its last attempt failed and was dead-lettered."""
+        await self._warn(
+            row,
+            "ExecutionDead",
+            f"task {row.task}: the last attempt failed; the execution was dead-lettered"
+            f" (see `horae executions {row.tenant}/{row.name}`)",
+        )
+
+    async def _warn(self, row: JobRow, reason: str, message: str) -> None:
+        """A Warning Event on the job's ScheduledJob (none without an Events client)."""
         if self._events is None:
             return
         try:
@@ -190,10 +186,9 @@ class StatusMirror:
                 namespace=row.tenant,
                 name=row.name or "",
                 uid=str(row.id),
-                reason="ExecutionDead",
-                message=f"task {row.task}: the last attempt failed; the execution was "
-                "dead-lettered (see `horae executions " + f"{row.tenant}/{row.name}`)",
+                reason=reason,
+                message=message,
             )
         except Exception:
             failed("status-mirror")
-            log.exception("could not post the ExecutionDead event")
+            log.exception("could not post the %s event", reason)
