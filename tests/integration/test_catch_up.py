@@ -71,36 +71,7 @@ async def test_a_five_minute_outage_of_an_every_10s_job_runs_what_each_catch_up_
         await jobs.resume_job(conn, paused, now=now)
     first = floor10(now - timedelta(minutes=5)) + TEN  # each job's pending row, never run
 
-    # The scheduler comes back: LISTEN on the shard (each replayed occurrence's successor is
-    # due already: its NOTIFY brings it in), then take the shard and dispatch.
-    d = dispatcher(pool, publisher, lambda s: True)
-    listening = asyncio.Event()
-
-    def reconnected() -> None:
-        d.reload()
-        listening.set()
-
-    listener = ShardListener(db_url, d.notified, reconnected)
-    stop = asyncio.Event()
-    loops = [asyncio.create_task(listener.run(stop))]
-    await asyncio.wait_for(listening.wait(), timeout=10)
-    await take_shard(d, listener, SHARD)
-    loops += [asyncio.create_task(d.run_refresh(stop)), asyncio.create_task(d.run_dispatch(stop))]
-    try:
-
-        async def settled() -> bool:
-            # Each job's one pending row is its next occurrence, due no more than 5 s ago.
-            late = await pool.fetchval(
-                "SELECT count(*) FROM executions WHERE job_id = ANY($1) AND status = 'scheduled'"
-                " AND due_at < now() - interval '5 seconds'",
-                list(ids.values()),
-            )
-            return late == 0
-
-        await until(settled, timeout=30, interval=0.2, what="the catch-up done")
-    finally:
-        stop.set()
-        await asyncio.gather(*loops, return_exceptions=True)
+    await scheduler_back(pool, publisher, db_url, list(ids.values()))
     done = datetime.now(UTC)
 
     rows = {name: await executions(pool, job_id) for name, job_id in ids.items()}
@@ -191,3 +162,38 @@ async def test_a_catch_up_skip_of_a_row_a_worker_claimed_first_keeps_the_chain_o
         (row.occurrence_at, "running"),
         (row.occurrence_at + TEN, "scheduled"),
     ]
+
+
+async def scheduler_back(
+    pool: asyncpg.Pool, publisher: broker.Publisher, db_url: str, job_ids: list[uuid.UUID]
+) -> None:
+    """The scheduler comes back: LISTEN on the shard (each replayed occurrence's successor is
+    due already: its NOTIFY brings it in), take the shard and dispatch until each job's one
+    pending row is its next occurrence, due no more than 5 s ago."""
+    d = dispatcher(pool, publisher, lambda s: True)
+    listening = asyncio.Event()
+
+    def reconnected() -> None:
+        d.reload()
+        listening.set()
+
+    listener = ShardListener(db_url, d.notified, reconnected)
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(listener.run(stop))]
+    await asyncio.wait_for(listening.wait(), timeout=10)
+    await take_shard(d, listener, SHARD)
+    loops += [asyncio.create_task(d.run_refresh(stop)), asyncio.create_task(d.run_dispatch(stop))]
+    try:
+
+        async def settled() -> bool:
+            late = await pool.fetchval(
+                "SELECT count(*) FROM executions WHERE job_id = ANY($1) AND status = 'scheduled'"
+                " AND due_at < now() - interval '5 seconds'",
+                job_ids,
+            )
+            return late == 0
+
+        await until(settled, timeout=30, interval=0.2, what="the catch-up done")
+    finally:
+        stop.set()
+        await asyncio.gather(*loops, return_exceptions=True)

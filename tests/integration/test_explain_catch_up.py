@@ -7,7 +7,6 @@ at once, and none is claimed here, so the first still runs when the next is due)
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -16,14 +15,10 @@ import pytest
 
 from horae import broker
 from horae.models import JobSource, JobSpec
-from horae.scheduler.groups import take_shard
-from horae.scheduler.listener import ShardListener
 from horae.store import jobs
-from tests.integration.test_catch_up import SHARD, TEN, executions, floor10
+from tests.integration.test_catch_up import SHARD, TEN, executions, floor10, scheduler_back
 from tests.integration.test_cli import horae
-from tests.integration.test_dispatcher import dispatcher
 from tests.support.groups import job_in
-from tests.support.wait import until
 
 pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
 
@@ -42,33 +37,7 @@ async def test_explain_names_the_catch_up_window_and_the_replay_after_an_outage(
                                   now=now - timedelta(minutes=5), job_id=ids[name])  # fmt: skip
     first = floor10(now - timedelta(minutes=5)) + TEN  # each job's pending row, never run
 
-    d = dispatcher(pool, publisher, lambda s: True)
-    listening = asyncio.Event()
-
-    def reconnected() -> None:
-        d.reload()
-        listening.set()
-
-    listener = ShardListener(db_url, d.notified, reconnected)
-    stop = asyncio.Event()
-    loops = [asyncio.create_task(listener.run(stop))]
-    await asyncio.wait_for(listening.wait(), timeout=10)
-    await take_shard(d, listener, SHARD)
-    loops += [asyncio.create_task(d.run_refresh(stop)), asyncio.create_task(d.run_dispatch(stop))]
-    try:
-
-        async def settled() -> bool:
-            late = await pool.fetchval(
-                "SELECT count(*) FROM executions WHERE job_id = ANY($1) AND status = 'scheduled'"
-                " AND due_at < now() - interval '5 seconds'",
-                list(ids.values()),
-            )
-            return late == 0
-
-        await until(settled, timeout=30, interval=0.2, what="the catch-up done")
-    finally:
-        stop.set()
-        await asyncio.gather(*loops, return_exceptions=True)
+    await scheduler_back(pool, publisher, db_url, list(ids.values()))
 
     rows = await executions(pool, ids["All"])
     outside = [r["occurrence_at"] for r in rows if r["status"] == "skipped"]
