@@ -60,10 +60,11 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 # The whole suite, the short chaos run (120 s of faults, seed 20261130) included; the
-# integration and e2e tests on a store split over the two clusters (tests/conftest.py).
+# integration and e2e tests on a store split over the two clusters (tests/conftest.py). The
+# 25 slowest tests are listed at the end: the suite is kept under 30 minutes.
 test: venv services k8s lint typecheck audit
 	@set -a; eval "$$(hack/services.sh env)"; set +a; \
-		HORAE_TEST_STORE=split $(BIN)/pytest -q -p no:cacheprovider
+		HORAE_TEST_STORE=split $(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 # A longer chaos run than the one `make test` includes (docs/reliability.md).
 SEED     ?= 20261130
