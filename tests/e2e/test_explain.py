@@ -159,14 +159,7 @@ async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
     shard = job_id.int % 64
     owner = next(n for n, shards in holders(control_plane, namespace).items() if shard in shards)
     [heir] = set(names) - {owner}
-
-    async def ran_twice() -> bool:  # a few occurrences on time, then kill the owner
-        ran = await stored.count(
-            "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'succeeded'", job_id
-        )
-        return ran >= 2
-
-    await until(ran_twice, timeout=15, what="two runs on the first owner")
+    await asyncio.sleep(2)  # fault schedule: a few occurrences on time, then kill the owner
     replicas[names.index(owner)].kill()
     await all_held_by(control_plane, namespace, {heir})
 
