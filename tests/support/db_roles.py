@@ -10,7 +10,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-COMPONENTS = ("api", "operator", "scheduler", "worker")
+COMPONENTS = ("api", "operator", "scheduler", "worker", "viewer")
 
 
 @dataclass(frozen=True)
