@@ -30,7 +30,8 @@ INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at, 
                         job_version, status, started_at, finished_at, lease_owner, lease_until)
 VALUES ($1, $2, $3, 'e2e.echo', $4, $5::timestamptz, $5::timestamptz, 1, 1, $6::execution_status,
         CASE WHEN $6::text IN ('running', 'succeeded', 'failed') THEN $5::timestamptz END,
-        CASE WHEN $6::text NOT IN ('scheduled', 'queued', 'running') THEN $5::timestamptz + interval '1 second' END,
+        CASE WHEN $6::text NOT IN ('scheduled', 'queued', 'running')
+             THEN $5::timestamptz + interval '1 second' END,
         CASE WHEN $6::text = 'running' THEN 'w' END,
         CASE WHEN $6::text = 'running' THEN now() + interval '1 minute' END)
 """
