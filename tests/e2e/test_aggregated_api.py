@@ -6,6 +6,7 @@ namespace, and the 405 on writes; the operator writes no Execution into etcd."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -104,6 +105,29 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     assert paged.stderr.count("continue=") >= len(in_store) // 3 - 1, paged.stderr[-2000:]
     whole = control_plane.kubectl("get", "executions", "-n", namespace, "-o", "name").stdout
     assert paged.stdout == whole and len(whole.splitlines()) >= len(in_store)
+
+    # Every namespace (the admin may list at the cluster scope): this one's among them.
+    everywhere = control_plane.kubectl("get", "executions", "-A").stdout.splitlines()
+    assert everywhere[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert sum(1 for line in everywhere if line.startswith(namespace + " ")) >= len(in_store)
+
+    # A continue token of a list begun too long ago (15 minutes; this one's start is moved
+    # back an hour) answers 410 Expired, as the API server's own do.
+    base = f"/apis/runs.horae.dev/v1alpha1/namespaces/{namespace}/executions"
+    page = json.loads(control_plane.kubectl("get", "--raw", f"{base}?limit=2").stdout)
+    token = json.loads(base64.urlsafe_b64decode(page["metadata"]["continue"] + "=="))
+    token["rv"] -= 3600 * 1_000_000
+    old = base64.urlsafe_b64encode(json.dumps(token).encode()).decode().rstrip("=")
+    expired = control_plane.kubectl("get", "--raw", f"{base}?limit=2&continue={old}",
+                                    check=False)  # fmt: skip
+    assert expired.returncode == 1 and "Expired" in expired.stderr, expired.stderr
+    fresh = page["metadata"]["continue"]
+    resumed = json.loads(
+        control_plane.kubectl("get", "--raw", f"{base}?limit=2&continue={fresh}").stdout
+    )
+    assert not {i["metadata"]["uid"] for i in resumed["items"]} & {
+        i["metadata"]["uid"] for i in page["items"]
+    }
 
     # One execution, as YAML, as the store has it (the error whole).
     one = failed[0]
