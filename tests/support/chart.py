@@ -13,11 +13,13 @@ INSTALL_NAMESPACE = "horae-system"
 
 
 def chart_rbac(control_plane: ControlPlane) -> str:
-    """The chart's ServiceAccounts and RBAC as YAML."""
+    """The chart's ServiceAccounts and RBAC as YAML, with `executions.mirror` on: the
+    operator's grants on Execution mirrors are the opt-in mirror's, which its tests run
+    under (without it the operator's role has none: tests/e2e/test_chart.py)."""
     return subprocess.run(
         [str(control_plane.bin / "helm"), "template", "horae", str(REPO / "charts" / "horae"),
-         "-n", INSTALL_NAMESPACE, "--show-only", "templates/serviceaccounts.yaml",
-         "--show-only", "templates/rbac.yaml"],
+         "-n", INSTALL_NAMESPACE, "--set", "executions.mirror=true",
+         "--show-only", "templates/serviceaccounts.yaml", "--show-only", "templates/rbac.yaml"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
 
