@@ -147,6 +147,22 @@ def api(
             shutil.rmtree(shared, ignore_errors=True)
 
 
+@app.command("aggregated-api")
+def aggregated_api() -> None:
+    """Serve `kubectl get executions` (group runs.horae.dev) from the store, behind the
+    cluster's aggregation layer (an APIService). HTTPS with a client certificate required:
+    HORAE_TLS_CERT_FILE, HORAE_TLS_KEY_FILE; HORAE_AGGREGATED_PORT (8443)."""
+    from horae.aggregated.server import ServerSettings, run
+    from horae.errors import ConfigError
+
+    settings = _settings()
+    try:
+        server = ServerSettings.from_env()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    _run(run(settings, server))
+
+
 @app.command()
 def dev(
     tasks: Annotated[str, typer.Option(help="Module (or .py file) with the @task handlers.")],

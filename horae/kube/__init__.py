@@ -16,6 +16,7 @@ from horae.kube.calling import load_api_client
 from horae.kube.custom_objects import CustomObjects
 from horae.kube.deployments import DeploymentReplicas, Deployments
 from horae.kube.events import Events
+from horae.kube.front_proxy import FrontProxy, front_proxy
 from horae.kube.leases import Lease, Leases
 from horae.kube.reviews import ReviewedUser, Reviews
 from horae.kube.service_accounts import ServiceAccounts
@@ -27,6 +28,7 @@ __all__ = [
     "DeploymentReplicas",
     "Deployments",
     "Events",
+    "FrontProxy",
     "Lease",
     "LeaseConflict",
     "Leases",
@@ -35,6 +37,7 @@ __all__ = [
     "Reviews",
     "ServiceAccounts",
     "SingletonLease",
+    "front_proxy",
     "load_api_client",
     "watch_leases",
 ]

@@ -61,9 +61,20 @@ class Reviews:
         )
 
     async def allowed(
-        self, user: ReviewedUser, *, verb: str, resource: str, namespace: str
+        self,
+        user: ReviewedUser,
+        *,
+        verb: str,
+        resource: str,
+        namespace: str,
+        group: str = GROUP,
+        version: str = "",
     ) -> bool:
-        attributes = {"group": GROUP, "resource": resource, "verb": verb, "namespace": namespace}
+        """Whether `user` may `verb` `resource` of API group `group` in `namespace` (empty:
+        across every namespace)."""
+        attributes = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+        if version:
+            attributes["version"] = version
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
