@@ -280,11 +280,11 @@ def test_each_component_reaches_postgres_through_its_own_secret(
         assert database_secret(spec) == prefix + component, component
     pool = by_name["WorkerPool/invoices" if values else "WorkerPool/default"]["spec"]
     assert database_secret({"containers": [pool]}) == prefix + "worker"
-    # The aggregated API reads as the API does, unless given a role of its own.
+    # The aggregated API's role is in horae_viewer (migration 014): it only reads.
     aggregated = by_name["Deployment/horae-aggregated-api"]["spec"]["template"]["spec"]
-    assert database_secret(aggregated) == prefix + ("aggregated-api" if values else "api")
+    assert database_secret(aggregated) == prefix + "viewer"
     secrets = {database_secret(spec) for _, spec in pods(objects)}
-    assert len(secrets) == (5 if values else 4)  # the pool's pods are the operator's
+    assert len(secrets) == 5  # the pool's pods are the operator's
 
 
 def group_urls(spec: dict[str, Any]) -> dict[str, str]:
@@ -311,7 +311,7 @@ def test_each_store_group_reaches_every_component_through_its_own_secret(
     its own login's URL in that group (HORAE_STORE_GROUP_<NAME>_URL, `-` as `_`, the
     variable `horae.store.groups.group_env` names); a group without a component's URL gives
     that component none (it uses the catalog's address with its own credentials)."""
-    components = ("api", "operator", "scheduler", "worker")
+    components = ("api", "operator", "scheduler", "worker", "viewer")
     values = {
         "keda": {"enabled": keda},
         "store": {"groups": [
@@ -329,7 +329,7 @@ def test_each_store_group_reaches_every_component_through_its_own_secret(
     # `helm test`'s Pod reads the store as the API does.
     who = {"Deployment/horae-api": "api", "Deployment/horae-operator": "operator",
            "Deployment/horae-scheduler": "scheduler", "WorkerPool/default": "worker",
-           "Pod/horae-test": "api", "Deployment/horae-aggregated-api": "api"}  # fmt: skip
+           "Pod/horae-test": "api", "Deployment/horae-aggregated-api": "viewer"}  # fmt: skip
     assert sorted(workloads) == sorted([*who, "Job/horae-migrate"])
     second, west, third = (
         "HORAE_STORE_GROUP_SECOND_URL", "HORAE_STORE_GROUP_EU_WEST_3_URL",
@@ -458,8 +458,9 @@ def test_the_apiservice_trusts_the_serving_certificate_the_chart_makes(
     [container] = pod["containers"]
     assert port["port"] == 443
     assert {"name": port["targetPort"], "containerPort": 8443} in container["ports"]
-    assert container["args"][:1] == ["aggregated-api"]
+    assert container["args"] == ["aggregated-api"]
     env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HORAE_AGGREGATED_PORT"] == "8443"
     assert "HORAE_BROKER_URL" not in env  # it never talks to RabbitMQ
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "tls"]
     assert env["HORAE_TLS_CERT_FILE"] == f"{mount['mountPath']}/tls.crt"

@@ -40,9 +40,9 @@ APISERVICE = f"{VERSION}.{GROUP}"
 SERVICE = "horae-aggregated-api"
 """The chart's Service and ServiceAccount names for release `horae` (also the name the
 serving certificate is for)."""
-DB_ROLE = "api"
-"""Whose PostgreSQL login role the server uses (tests/support/db_roles.py), as the chart's
-`database.roles.aggregatedApi` defaults to the API's Secret."""
+DB_ROLE = "viewer"
+"""The server's PostgreSQL login role (tests/support/db_roles.py): one in horae_viewer
+(migration 014), as the chart's `database.roles.viewer`."""
 START_TIMEOUT = 30.0
 
 
@@ -128,8 +128,10 @@ async def start_executions_api(
     once kube-apiserver finds it Available and `kubectl get executions` is answered by it."""
     port, metrics_port = free_port(), free_port()
     server = processes.start(
-        "aggregated-api", "aggregated-api", "--host", "127.0.0.1", "--port", str(port),
+        "aggregated-api", "aggregated-api",
         env={
+            "HORAE_AGGREGATED_HOST": "127.0.0.1",
+            "HORAE_AGGREGATED_PORT": str(port),
             "KUBECONFIG": str(kubeconfig),
             "HORAE_DATABASE_URL": database_url,
             "HORAE_TLS_CERT_FILE": str(cert.cert_file),

@@ -10,7 +10,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-COMPONENTS = ("api", "operator", "scheduler", "worker")
+COMPONENTS = ("api", "operator", "scheduler", "worker", "viewer")
+"""Each the group role `horae_<name>` a migration made: `viewer` is the aggregated API's."""
 
 
 @dataclass(frozen=True)
