@@ -75,6 +75,13 @@ def _tenants(env: Mapping[str, str], default: str) -> tuple[str, ...]:
     return tenants
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw not in ("", "0", "1", "true", "false"):
+        raise ConfigError(f"{name}: expected 1 or 0 (true or false), got {env[name]!r}")
+    return raw in ("1", "true")
+
+
 def _optional_int(env: Mapping[str, str], name: str, *, most: int | None = None) -> int | None:
     if not env.get(name):
         return None
@@ -204,6 +211,10 @@ class OperatorSettings:
     its Deployment scaled (a scale-up waits at most this long)."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name as holder of the leader Lease."""
+    execution_mirror: bool = False
+    """HORAE_EXECUTION_MIRROR: `1` mirrors each ScheduledJob's newest executions into etcd as
+    Execution resources of horae.dev (the CRD), for clusters that cannot run the aggregated
+    API; off by default: `kubectl get executions` reads the store through runs.horae.dev."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +286,7 @@ class Settings:
                 ),
                 autoscale_period=env_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
                 identity=identity or OperatorSettings().identity,
+                execution_mirror=_flag(env, "HORAE_EXECUTION_MIRROR"),
             ),
             worker=WorkerSettings(
                 pool=env.get("HORAE_POOL", worker_defaults.pool),

@@ -1,7 +1,12 @@
-"""Execution mirrors: a ScheduledJob's recent executions as `Execution` resources.
+"""Execution mirrors, opt-in (HORAE_EXECUTION_MIRROR=1): a ScheduledJob's recent executions
+as `Execution` resources of horae.dev, written into etcd, for clusters that cannot run
+Horae's aggregated API (horae/aggregated, group runs.horae.dev, which serves every
+execution from the store and is how `kubectl get executions` works by default).
 
-`kubectl get executions -n NS` (or `-l horae.dev/job=NAME`) shows what ran, when and
-how it ended, without access to Postgres, which keeps the full history. Each mirror is
+With the mirror, `kubectl get executions.horae.dev -n NS` shows what ran, when and how it
+ended, without access to Postgres, which keeps the full history. Its limit: one writer of
+20 writes a second for the whole cluster, two or three writes per execution, so it falls
+behind past a few executions a second (docs/operations.md). Each mirror is
 owned by its ScheduledJob (ownerReference: garbage-collected with it) and labelled
 with the job's name; a job keeps its `historyLimit` newest mirrors, or, with a CronJob's
 limits, its `successfulJobsHistoryLimit` newest Succeeded ones and `failedJobsHistoryLimit`
@@ -110,7 +115,11 @@ class ExecutionMirrors:
         objects: CustomObjects,
         *,
         writes_per_second: float = 20.0,
+        enabled: bool = True,
     ) -> None:
+        """`enabled` False (the default of the operator, HORAE_EXECUTION_MIRROR unset): no
+        mirror is written or deleted; `kubectl get executions` reads the store instead."""
+        self.enabled = enabled
         self._store = store
         self._objects = objects
         self._limiter = RateLimiter(writes_per_second)
@@ -126,6 +135,8 @@ class ExecutionMirrors:
 
     async def sync(self, job: JobRow) -> None:
         """Make the job's Execution resources show its newest dispatched executions."""
+        if not self.enabled:
+            return
         job_id, namespace, job_name = job.id, job.tenant, job.name
         assert job_name is not None, "a ScheduledJob's job is named (jobs_crd_named)"
         rows = await self._wanted(job_id, self.history.get(job_id, History()))
@@ -178,6 +189,8 @@ class ExecutionMirrors:
 
     async def forget(self, job_id: uuid.UUID, namespace: str, job_name: str) -> None:
         """The ScheduledJob is going: delete its mirrors (what garbage collection would do)."""
+        if not self.enabled:
+            return
         self._known.pop(job_id, None)
         self.history.pop(job_id, None)
         await self._objects.delete_all(

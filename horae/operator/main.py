@@ -159,7 +159,7 @@ async def _start_leading(
     metrics.shards.set(store.catalog.shards)
     measuring.start()
     objects = CustomObjects(api)
-    mirrors = ExecutionMirrors(store, objects)
+    mirrors = ExecutionMirrors(store, objects, enabled=cfg.execution_mirror)
     events = Events(api)
     mirror = StatusMirror(settings.database.url, store, objects, events, mirrors)
     mirror.listen()

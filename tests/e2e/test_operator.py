@@ -37,14 +37,15 @@ spec:
 
 def mirrors(control_plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
     return control_plane.get_json(
-        "executions", "-n", namespace, "-l", "horae.dev/job=ticker"
+        "executions.horae.dev", "-n", namespace, "-l", "horae.dev/job=ticker"
     )["items"]  # fmt: skip
 
 
 async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
-    processes.start("operator", "operator")
+    # With the opt-in mirror (the default is the aggregated API, test_aggregated_api.py).
+    processes.start("operator", "operator", env={"HORAE_EXECUTION_MIRROR": "1"})
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
     control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "*/2 * * * * *"))
@@ -68,7 +69,9 @@ async def test_a_scheduledjob_through_apply_suspend_edit_and_delete(
     for item in items:
         assert item["metadata"]["ownerReferences"][0]["uid"] == uid
         assert item["status"]["jobId"] == uid and item["status"]["attempt"] == 1
-    table = control_plane.kubectl("get", "executions", "-n", namespace).stdout.splitlines()
+    table = control_plane.kubectl(
+        "get", "executions.horae.dev", "-n", namespace
+    ).stdout.splitlines()
     assert table[0].split() == ["NAME", "JOB", "ATTEMPT", "STATUS", "DUE", "STARTED", "DURATION"]
     assert any(row.split()[1:4] == ["ticker", "1", "Succeeded"] for row in table[1:])
 

@@ -29,8 +29,15 @@ async def test_reconciles_refusals_mirror_lag_and_scaling_show_in_the_operators_
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    processes.start("operator", "operator", env={
-        "HORAE_METRICS_PORT": str(port), "HORAE_AUTOSCALE_PERIOD_SECONDS": "0.5"})  # fmt: skip
+    processes.start(
+        "operator",
+        "operator",
+        env={
+            "HORAE_METRICS_PORT": str(port),
+            "HORAE_AUTOSCALE_PERIOD_SECONDS": "0.5",
+            "HORAE_EXECUTION_MIRROR": "1",
+        },
+    )  # fmt: skip  (the opt-in mirror reports its lag)
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
     assert await until_ready(port) == "leading"

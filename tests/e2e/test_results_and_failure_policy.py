@@ -49,7 +49,7 @@ def events(plane: ControlPlane, namespace: str, name: str, reason: str) -> list[
 async def test_results_show_in_executions_and_a_failing_job_pauses_itself_saying_why(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
-    processes.start("operator", "operator")
+    processes.start("operator", "operator", env={"HORAE_EXECUTION_MIRROR": "1"})  # opt-in
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
     soon = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -74,7 +74,7 @@ async def test_results_show_in_executions_and_a_failing_job_pauses_itself_saying
 
     async def mirrored(name: str) -> dict[str, Any] | None:
         items = control_plane.get_json(
-            "executions", "-n", namespace, "-l", f"horae.dev/job={name}"
+            "executions.horae.dev", "-n", namespace, "-l", f"horae.dev/job={name}"
         )["items"]
         done = [i for i in items if i.get("status", {}).get("status") == "Succeeded"]
         return done[0]["status"] if done else None

@@ -41,7 +41,7 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 async def test_kubectl_get_shows_the_next_run_as_a_time_and_ready_stays_dated_by_its_transition(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
-    processes.start("operator", "operator")
+    processes.start("operator", "operator", env={"HORAE_EXECUTION_MIRROR": "1"})  # opt-in
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
     limits = "  successfulJobsHistoryLimit: 2\n  failedJobsHistoryLimit: 1\n"
@@ -100,7 +100,7 @@ async def test_kubectl_get_shows_the_next_run_as_a_time_and_ready_stays_dated_by
     # CronJob-style limits: at most the 2 newest Succeeded mirrors, besides live ones
     async def pruned() -> list[dict[str, Any]] | None:
         items = control_plane.get_json(
-            "executions", "-n", namespace, "-l", "horae.dev/job=nightly"
+            "executions.horae.dev", "-n", namespace, "-l", "horae.dev/job=nightly"
         )["items"]
         ended = [i for i in items if i["status"]["status"] not in ("Queued", "Running")]
         return items if ended and len(ended) <= 2 else None
@@ -152,7 +152,7 @@ def events(plane: ControlPlane, namespace: str) -> list[tuple[str, str, str]]:
 async def test_each_new_trigger_value_runs_the_job_once_now_and_only_once(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
 ) -> None:
-    operator = processes.start("operator", "operator")
+    operator = processes.start("operator", "operator", env={"HORAE_EXECUTION_MIRROR": "1"})
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
     # created with a value: that value is the starting point, nothing runs
@@ -181,7 +181,7 @@ async def test_each_new_trigger_value_runs_the_job_once_now_and_only_once(
     assert v1["executionId"] == str(run["id"])
 
     async def mirrored() -> dict[str, Any] | None:
-        items = control_plane.get_json("executions", "-n", namespace)["items"]
+        items = control_plane.get_json("executions.horae.dev", "-n", namespace)["items"]
         found = [i for i in items if i["status"]["executionId"] == str(run["id"])]
         return found[0] if found and found[0]["status"]["status"] == "Succeeded" else None
 
