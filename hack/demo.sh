@@ -3,12 +3,16 @@
 # kwok's simulated nodes) and every Horae component on this machine; applies a WorkerPool
 # (a Deployment, ReplicaSet and pods the cluster makes) and the example ScheduledJobs, and
 # shows their executions live until interrupted (or for HORAE_DEMO_DURATION seconds).
+# `kubectl get executions` meanwhile reads the store through the aggregation layer: the
+# demo runs `horae aggregated-api` on HORAE_DEMO_AGGREGATED_PORT (8443) behind the
+# APIService v1alpha1.runs.horae.dev, which it deletes again when it stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$PWD
 
 RUN=${HORAE_DEMO_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/horae/run}
 NS=${HORAE_DEMO_NAMESPACE:-horae-demo}
+AGGREGATED_PORT=${HORAE_DEMO_AGGREGATED_PORT:-8443}
 mkdir -p "$RUN/demo"
 log() { echo "demo: $*" >&2; }
 
@@ -27,6 +31,8 @@ kubectl get namespace "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/
 pids=()
 cleanup() {
   log "stopping Horae components (services and control plane keep running; hack/k8s-down.sh $RUN/k8s stops the latter)"
+  # An APIService whose server is gone would fail every client's discovery.
+  kubectl delete apiservice v1alpha1.runs.horae.dev --ignore-not-found >/dev/null 2>&1 || true
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
@@ -39,6 +45,48 @@ start() {
 start operator operator
 start scheduler scheduler
 start worker worker --tasks worker/examples/demo.py
+
+# The aggregated API, with a serving certificate for the name kube-apiserver checks
+# (horae-aggregated-api.horae-system.svc), signed by a CA of the demo's own; with no
+# kube-proxy here, an ExternalName Service `localhost` leads kube-apiserver to it.
+(exec 3<>"/dev/tcp/127.0.0.1/$AGGREGATED_PORT") 2>/dev/null &&
+  { log "port $AGGREGATED_PORT is taken: set HORAE_DEMO_AGGREGATED_PORT"; exit 1; }
+certs=$RUN/demo/certs
+mkdir -p "$certs"
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=horae-demo-ca \
+  -keyout "$certs/ca.key" -out "$certs/ca.crt" 2>/dev/null
+openssl req -new -newkey rsa:2048 -nodes -subj /CN=horae-aggregated-api.horae-system.svc \
+  -keyout "$certs/tls.key" -out "$certs/tls.csr" 2>/dev/null
+openssl x509 -req -in "$certs/tls.csr" -days 30 -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
+  -CAcreateserial -out "$certs/tls.crt" 2>/dev/null \
+  -extfile <(echo "subjectAltName=DNS:horae-aggregated-api.horae-system.svc,DNS:localhost,IP:127.0.0.1")
+HORAE_AGGREGATED_HOST=127.0.0.1 HORAE_AGGREGATED_PORT=$AGGREGATED_PORT \
+  HORAE_TLS_CERT_FILE=$certs/tls.crt HORAE_TLS_KEY_FILE=$certs/tls.key \
+  start aggregated-api aggregated-api
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: horae-system}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: horae-aggregated-api, namespace: horae-system}
+spec: {type: ExternalName, externalName: localhost, ports: [{name: https, port: $AGGREGATED_PORT}]}
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1alpha1.runs.horae.dev}
+spec:
+  group: runs.horae.dev
+  version: v1alpha1
+  service: {namespace: horae-system, name: horae-aggregated-api, port: $AGGREGATED_PORT}
+  caBundle: $(base64 -w0 "$certs/ca.crt")
+  groupPriorityMinimum: 1100
+  versionPriority: 100
+YAML
+kubectl wait --for=condition=Available apiservice/v1alpha1.runs.horae.dev --timeout=60s >/dev/null \
+  || { log "APIService v1alpha1.runs.horae.dev is not Available (see $RUN/demo/aggregated-api.log)"; exit 1; }
+kubectl api-resources --api-group runs.horae.dev >/dev/null  # kubectl's discovery, refreshed
 log "components started; logs in $RUN/demo/"
 # The pool's Deployment, ReplicaSet and pods (kwok's: no container runs in them; the worker
 # above serves the pool's queue).

@@ -15,6 +15,15 @@
 # ServiceAccounts it looks for): a bare API server for tests that need no controller.
 # A plane already up in DIR is reused when it runs in the mode asked for.
 #
+# The API server runs the aggregation layer (as kubeadm sets it up): a front-proxy CA of
+# its own in DIR/certs signs the client certificate (CN front-proxy-client) it presents to
+# extension API servers such as `horae aggregated-api`, which trust the X-Remote-User,
+# X-Remote-Group and X-Remote-Extra-* headers only from it; the API server publishes that
+# CA, the allowed name and the header names in the ConfigMap
+# kube-system/extension-apiserver-authentication. With no kube-proxy or pod network here,
+# an APIService reaches its server through an ExternalName Service (`localhost`) at the
+# APIService's service.port.
+#
 # Identities: the admin (DIR/kubeconfig) and kwok use a token of group system:masters;
 # kube-controller-manager and kube-scheduler log in as system:kube-controller-manager and
 # system:kube-scheduler, which Kubernetes's bootstrap RBAC roles bind, and the controller
@@ -42,7 +51,8 @@ case $CONTROLLERS in
   1) components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok) ;;
   *) die "HORAE_K8S_CONTROLLERS must be 1 (controllers, scheduler and kwok nodes) or 0 (etcd and kube-apiserver only), not '$CONTROLLERS'" ;;
 esac
-mode="controllers=$CONTROLLERS"
+# `aggregation`: a plane of an older script (without the front-proxy flags) is restarted.
+mode="controllers=$CONTROLLERS aggregation=1"
 
 BIN=$("$here/build-k8s.sh") || die "could not get the Kubernetes binaries (hack/build-k8s.sh failed)"
 mkdir -p "$DIR"
@@ -74,6 +84,18 @@ if ! grep -q ',system:kube-scheduler,' "$DIR/tokens.csv" 2>/dev/null; then
   } >"$DIR/tokens.csv"
   chmod 600 "$DIR/tokens.csv"
 fi
+# The aggregation layer's front-proxy CA and the client certificate it signs.
+certs=$DIR/certs
+openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=horae-front-proxy-ca \
+  -keyout "$certs/front-proxy-ca.key" -out "$certs/front-proxy-ca.crt" 2>/dev/null ||
+  die "openssl could not make the front-proxy CA"
+openssl req -new -newkey rsa:2048 -nodes -subj /CN=front-proxy-client \
+  -keyout "$certs/front-proxy-client.key" -out "$certs/front-proxy-client.csr" 2>/dev/null &&
+  openssl x509 -req -in "$certs/front-proxy-client.csr" -days 3650 -CA "$certs/front-proxy-ca.crt" \
+    -CAkey "$certs/front-proxy-ca.key" -CAcreateserial -out "$certs/front-proxy-client.crt" \
+    -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n') 2>/dev/null ||
+  die "openssl could not make the front-proxy client certificate"
+
 token_of() { awk -F, -v user="$1" '$2 == user { print $1 }' "$DIR/tokens.csv"; }
 
 start() {  # name, then its command line
@@ -112,6 +134,13 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --api-audiences https://kubernetes.default.svc.cluster.local \
   --token-auth-file "$DIR/tokens.csv" \
   --authorization-mode RBAC \
+  --requestheader-client-ca-file "$certs/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User \
+  --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$certs/front-proxy-client.crt" \
+  --proxy-client-key-file "$certs/front-proxy-client.key" \
   --service-cluster-ip-range 10.96.0.0/16 \
   "${admission[@]}" \
   --enable-priority-and-fairness=false \
@@ -141,6 +170,13 @@ KUBE
 write_kubeconfig "$DIR/kubeconfig" horae-admin "$(token_of horae-admin)"
 wait_for kube-apiserver "kube-apiserver not ready on $API_PORT" kubectl get --raw /readyz
 wait_for kube-apiserver "namespace default never appeared" kubectl get namespace default
+# What every extension API server reads to trust the front proxy.
+requestheader_published() {
+  [ -n "$(kubectl get configmap extension-apiserver-authentication -n kube-system \
+    -o 'jsonpath={.data.requestheader-client-ca-file}')" ]
+}
+wait_for kube-apiserver "no request-header CA in ConfigMap kube-system/extension-apiserver-authentication" \
+  requestheader_published
 
 if [ "$CONTROLLERS" = 1 ]; then
   write_kubeconfig "$DIR/kube-controller-manager.kubeconfig" system:kube-controller-manager \

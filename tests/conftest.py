@@ -294,8 +294,7 @@ def component_kubeconfigs(
     """Operator, scheduler and API run as the chart's ServiceAccounts under the chart's
     RBAC, never as admin."""
     control_plane.kubectl("create", "namespace", INSTALL_NAMESPACE)
-    control_plane.kubectl("apply", "-n", INSTALL_NAMESPACE, "-f", "-",
-                          input=chart_rbac(control_plane))  # fmt: skip
+    control_plane.kubectl("apply", "-f", "-", input=chart_rbac(control_plane))
     base = tmp_path_factory.mktemp("accounts")
     return {
         c: service_account_kubeconfig(

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest_asyncio
 
 from horae import broker
+from tests.support.aggregated import (  # fixtures, used by name
+    aggregated_api_kubeconfig,
+    aggregated_serving_cert,
+    executions_api,
+)
 from tests.support.processes import Processes
+
+__all__ = ["aggregated_api_kubeconfig", "aggregated_serving_cert", "executions_api",
+           "shared_default_pool"]  # fmt: skip
 
 TENANTS = ("t", "limited", "free")
 """The tenants the worker tests create jobs for (rather than the test's namespace)."""

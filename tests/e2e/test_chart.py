@@ -5,6 +5,7 @@ at install naming the value, and the security defaults hold."""
 from __future__ import annotations
 
 import subprocess
+from base64 import b64decode
 from pathlib import Path
 from typing import Any
 
@@ -12,20 +13,23 @@ import pytest
 import yaml
 
 from horae.operator.workerpool import POOL_LABEL, Pool, WorkerPoolSpec, deployment_body
+from tests.support.certs import verify
 from tests.support.kube import REPO, ControlPlane
 
 CHART = REPO / "charts" / "horae"
 ALL_OPTIONS = CHART / "ci" / "all-options-values.yaml"
 
 # The optional integrations' kinds, so the API server can dry-run them: the Prometheus
-# Operator's ServiceMonitor, PodMonitor and PrometheusRule, and KEDA's ScaledObject and
-# TriggerAuthentication.
+# Operator's ServiceMonitor, PodMonitor and PrometheusRule, KEDA's ScaledObject and
+# TriggerAuthentication, and cert-manager's Issuer and Certificate.
 THIRD_PARTY_CRDS = [
     ("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"),
     ("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors"),
     ("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules"),
     ("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects"),
     ("keda.sh", "v1alpha1", "TriggerAuthentication", "triggerauthentications"),
+    ("cert-manager.io", "v1", "Issuer", "issuers"),
+    ("cert-manager.io", "v1", "Certificate", "certificates"),
 ]
 
 
@@ -73,17 +77,27 @@ def test_chart_lints_and_every_rendered_manifest_is_accepted_by_the_api_server(
         control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(priority))
     text = render(control_plane, namespace, values)
     objects = [o for o in yaml.safe_load_all(text) if o]
-    applied = control_plane.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
-                                    input=text, check=False)  # fmt: skip
-    assert applied.returncode == 0, applied.stderr
-    accepted = [line for line in applied.stdout.splitlines() if line.endswith("(server dry run)")]
-    assert len(accepted) == len(objects), applied.stdout
+    # Objects the chart puts in a namespace of its own choosing (the aggregated API's
+    # RoleBinding in kube-system), then the rest, in the release's.
+    placed = [o for o in objects if o["metadata"].get("namespace")]
+    accepted = []
+    rest = [o for o in objects if o not in placed]
+    for batch, where in ((placed, []), (rest, ["-n", namespace])):
+        applied = control_plane.kubectl("apply", "--dry-run=server", *where, "-f", "-",
+                                        input=yaml.safe_dump_all(batch), check=False)  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        accepted += [line for line in applied.stdout.splitlines()
+                     if line.endswith("(server dry run)")]  # fmt: skip
+    assert len(accepted) == len(objects), accepted
     kinds = {o["kind"] for o in objects}
     expected = {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                "RoleBinding", "PodDisruptionBudget", "Job", "Pod", "WorkerPool"}  # fmt: skip
+                "RoleBinding", "PodDisruptionBudget", "Job", "Pod", "WorkerPool",
+                "APIService"}  # fmt: skip
     if values:
         expected |= {"NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule",
-                     "ScaledObject", "TriggerAuthentication"}  # fmt: skip
+                     "ScaledObject", "TriggerAuthentication", "Certificate"}  # fmt: skip
+    else:
+        expected |= {"Secret"}  # the aggregated API's serving certificate
     assert expected <= kinds, expected - kinds
 
 
@@ -134,8 +148,9 @@ def test_every_pod_is_non_root_read_only_and_sized(
             assert container["resources"]["limits"]["memory"], name
     by_name = {o["metadata"]["name"]: o for o in objects}
     assert by_name["horae-scheduler"]["spec"]["replicas"] == (5 if values else 3)
-    for component in ("operator", "api", "scheduler"):
-        container = by_name[f"horae-{component}"]["spec"]["template"]["spec"]["containers"][0]
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    for component in ("operator", "api", "scheduler", "aggregated-api"):
+        container = deployments[f"horae-{component}"]["spec"]["template"]["spec"]["containers"][0]
         assert container["livenessProbe"] and container["readinessProbe"], component
         assert f"horae-{component}" in {o["metadata"]["name"] for o in objects
                                         if o["kind"] == "PodDisruptionBudget"}  # fmt: skip
@@ -173,7 +188,8 @@ def test_every_pod_gets_the_scheduling_values_and_every_account_its_annotations(
     common = values["serviceAccounts"]["annotations"]
     for component, own in values["serviceAccounts"].items():
         if component != "annotations":
-            assert accounts[f"horae-{component}"].items() >= (common | own["annotations"]).items()
+            name = "aggregated-api" if component == "aggregatedApi" else component
+            assert accounts[f"horae-{name}"].items() >= (common | own["annotations"]).items()
     hook = accounts["horae-migrations"]
     assert hook["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert int(hook["helm.sh/hook-weight"]) < 0  # before the Job (weight 0), which runs as it
@@ -264,8 +280,11 @@ def test_each_component_reaches_postgres_through_its_own_secret(
         assert database_secret(spec) == prefix + component, component
     pool = by_name["WorkerPool/invoices" if values else "WorkerPool/default"]["spec"]
     assert database_secret({"containers": [pool]}) == prefix + "worker"
+    # The aggregated API's role is in horae_viewer (migration 014): it only reads.
+    aggregated = by_name["Deployment/horae-aggregated-api"]["spec"]["template"]["spec"]
+    assert database_secret(aggregated) == prefix + "viewer"
     secrets = {database_secret(spec) for _, spec in pods(objects)}
-    assert len(secrets) == 4  # the pool's pods are the operator's
+    assert len(secrets) == 5  # the pool's pods are the operator's
 
 
 def group_urls(spec: dict[str, Any]) -> dict[str, str]:
@@ -292,7 +311,7 @@ def test_each_store_group_reaches_every_component_through_its_own_secret(
     its own login's URL in that group (HORAE_STORE_GROUP_<NAME>_URL, `-` as `_`, the
     variable `horae.store.groups.group_env` names); a group without a component's URL gives
     that component none (it uses the catalog's address with its own credentials)."""
-    components = ("api", "operator", "scheduler", "worker")
+    components = ("api", "operator", "scheduler", "worker", "viewer")
     values = {
         "keda": {"enabled": keda},
         "store": {"groups": [
@@ -310,7 +329,7 @@ def test_each_store_group_reaches_every_component_through_its_own_secret(
     # `helm test`'s Pod reads the store as the API does.
     who = {"Deployment/horae-api": "api", "Deployment/horae-operator": "operator",
            "Deployment/horae-scheduler": "scheduler", "WorkerPool/default": "worker",
-           "Pod/horae-test": "api"}  # fmt: skip
+           "Pod/horae-test": "api", "Deployment/horae-aggregated-api": "viewer"}  # fmt: skip
     assert sorted(workloads) == sorted([*who, "Job/horae-migrate"])
     second, west, third = (
         "HORAE_STORE_GROUP_SECOND_URL", "HORAE_STORE_GROUP_EU_WEST_3_URL",
@@ -403,3 +422,103 @@ def test_the_monitors_scrape_what_the_components_serve_and_the_rule_is_the_teste
         render(control_plane, "horae", None, "metrics.podMonitor.enabled=true")) if o]  # fmt: skip
     [default_monitor] = [o for o in defaults if o["kind"] == "PodMonitor"]
     assert default_monitor["spec"]["namespaceSelector"] == {"any": True}
+
+
+def rendered(plane: ControlPlane, namespace: str, *sets: str) -> dict[str, dict[str, Any]]:
+    """The chart's objects with the default values and `sets`, by kind/name."""
+    objects = [o for o in yaml.safe_load_all(render(plane, namespace, None, *sets)) if o]
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+
+
+def test_the_apiservice_trusts_the_serving_certificate_the_chart_makes(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """kube-apiserver proxies `kubectl get executions` to the aggregated API's Service and
+    checks its certificate for `<service>.<namespace>.svc` against the APIService's
+    caBundle: by default the chart makes both, and the pods serve that very certificate;
+    with cert-manager, its cainjector fills the caBundle from the Certificate the pods
+    serve."""
+    objects = rendered(control_plane, "team-a")
+    api_service = objects["APIService/v1alpha1.runs.horae.dev"]["spec"]
+    assert api_service["service"] == {"namespace": "team-a", "name": "horae-aggregated-api",
+                                      "port": 443}  # fmt: skip
+    assert api_service["insecureSkipTLSVerify"] is False
+    assert (api_service["group"], api_service["version"]) == ("runs.horae.dev", "v1alpha1")
+    assert api_service["groupPriorityMinimum"] > 1000  # before the CRD's horae.dev
+    secret = objects["Secret/horae-aggregated-api-tls"]["data"]
+    ca, cert = b64decode(api_service["caBundle"]).decode(), b64decode(secret["tls.crt"]).decode()
+    assert b64decode(secret["ca.crt"]).decode() == ca
+    assert verify(ca, cert, hostname="horae-aggregated-api.team-a.svc",
+                  directory=tmp_path).endswith("OK")  # fmt: skip
+    with pytest.raises(AssertionError):  # another release namespace's name is not covered
+        verify(ca, cert, hostname="horae-aggregated-api.team-b.svc", directory=tmp_path)
+
+    [port] = objects["Service/horae-aggregated-api"]["spec"]["ports"]
+    pod = objects["Deployment/horae-aggregated-api"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert port["port"] == 443
+    assert {"name": port["targetPort"], "containerPort": 8443} in container["ports"]
+    assert container["args"] == ["aggregated-api"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HORAE_AGGREGATED_PORT"] == "8443"
+    assert "HORAE_BROKER_URL" not in env  # it never talks to RabbitMQ
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+    assert env["HORAE_TLS_CERT_FILE"] == f"{mount['mountPath']}/tls.crt"
+    assert env["HORAE_TLS_KEY_FILE"] == f"{mount['mountPath']}/tls.key"
+    [volume] = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == "horae-aggregated-api-tls"
+
+    managed = rendered(control_plane, "team-a", "aggregatedApi.certManager.enabled=true")
+    assert "Secret/horae-aggregated-api-tls" not in managed
+    injected = managed["APIService/v1alpha1.runs.horae.dev"]
+    assert "caBundle" not in injected["spec"]
+    source = injected["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    certificate = managed[f"Certificate/{source.removeprefix('team-a/')}"]["spec"]
+    assert source.startswith("team-a/")
+    assert certificate["secretName"] == "horae-aggregated-api-tls"
+    assert "horae-aggregated-api.team-a.svc" in certificate["dnsNames"]
+    issuer = managed[f"Issuer/{certificate['issuerRef']['name']}"]["spec"]
+    root = managed[f"Certificate/{issuer['ca']['secretName']}"]["spec"]  # the chart's own CA
+    assert root["isCA"] is True
+    assert "selfSigned" in managed[f"Issuer/{root['issuerRef']['name']}"]["spec"]
+
+    off = rendered(control_plane, "team-a", "aggregatedApi.enabled=false")
+    assert not [name for name in off if "aggregated-api" in name or "APIService" in name]
+
+
+def rules_on(role: dict[str, Any], group: str, resource: str) -> list[str]:
+    return [verb for rule in role["rules"] if group in rule["apiGroups"]
+            and resource in rule["resources"] for verb in rule["verbs"]]  # fmt: skip
+
+
+def test_only_the_opt_in_mirror_lets_the_operator_write_executions_to_etcd(
+    control_plane: ControlPlane,
+) -> None:
+    """By default executions are served from the store (the aggregated API) and the
+    operator may not touch Execution resources; `executions.mirror` turns the CRD mirror
+    on (HORAE_EXECUTION_MIRROR) with the grants it needs. The aggregated API gets what
+    every extension API server needs, and readers of a namespace its executions."""
+    for mirror in (False, True):
+        objects = rendered(control_plane, "horae", f"executions.mirror={str(mirror).lower()}")
+        operator = objects["ClusterRole/horae-operator"]
+        granted = rules_on(operator, "horae.dev", "executions")
+        assert granted == (["list", "create", "patch", "delete", "deletecollection"]
+                           if mirror else [])  # fmt: skip
+        container = objects["Deployment/horae-operator"]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in container["containers"][0]["env"]}
+        assert env.get("HORAE_EXECUTION_MIRROR") == ("1" if mirror else None)
+
+    account = {"kind": "ServiceAccount", "name": "horae-aggregated-api", "namespace": "horae"}
+    delegator = objects["ClusterRoleBinding/horae-aggregated-api-auth-delegator"]
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert delegator["subjects"] == [account]
+    reader = objects["RoleBinding/horae-aggregated-api-auth-reader"]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert (reader["roleRef"]["kind"], reader["roleRef"]["name"]) == (
+        "Role", "extension-apiserver-authentication-reader")  # fmt: skip
+    assert reader["subjects"] == [account]
+    viewer = objects["ClusterRole/horae-executions-viewer"]
+    assert rules_on(viewer, "runs.horae.dev", "executions") == ["get", "list", "watch"]
+    labels = viewer["metadata"]["labels"]
+    for role in ("view", "edit", "admin"):
+        assert labels[f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+from base64 import b64decode
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import yaml
 
 from horae.broker import Names
 from horae.operator.workerpool import Pool, WorkerPoolSpec, termination_grace
+from tests.support.certs import verify
 from tests.support.kube import (
     REPO,
     ControlPlane,
@@ -47,7 +49,7 @@ from tests.support.wait import until, until_serving
 
 CHART = REPO / "charts" / "horae"
 RELEASE, NS = "horae", "horae-system"
-REPLICAS = {"operator": 2, "api": 2, "scheduler": 3}
+REPLICAS = {"operator": 2, "api": 2, "scheduler": 3, "aggregated-api": 2}
 """The chart's default replicas of each component."""
 POOL = "default"
 DOCUMENTED_LEASES = ("horae.dev/operator-leader", "horae.dev/maintenance",
@@ -149,6 +151,29 @@ def test_install_runs_the_migration_hook_first_then_waits_for_every_component(
             assert owner(pod) == ("ReplicaSet", replica_set["metadata"]["uid"])
             assert pod["spec"]["nodeName"].startswith("kwok-node-")
             assert pod["spec"]["serviceAccountName"] == f"horae-{component}"
+
+
+def serving_certificate(plane: ControlPlane) -> dict[str, str]:
+    """The aggregated API's certificate as the chart made it at install (Secret
+    horae-aggregated-api-tls), decoded."""
+    data = plane.get_json("secret", "horae-aggregated-api-tls", "-n", NS)["data"]
+    return {key: b64decode(value).decode() for key, value in data.items()}
+
+
+def test_install_registers_the_aggregated_api_with_the_ca_of_its_certificate(
+    cluster: ControlPlane, release: str, tmp_path: Path
+) -> None:
+    """The APIService trusts the CA that signed the certificate its Service's pods serve,
+    for the name kube-apiserver checks (kwok's pods run nothing, so kube-apiserver never
+    reaches them here: tests/e2e/test_aggregated_plane.py takes that path with a real
+    server)."""
+    api_service = cluster.get_json("apiservice", "v1alpha1.runs.horae.dev")["spec"]
+    assert api_service["service"] == {"namespace": NS, "name": "horae-aggregated-api",
+                                      "port": 443}  # fmt: skip
+    certificate = serving_certificate(cluster)
+    assert b64decode(api_service["caBundle"]).decode() == certificate["ca.crt"]
+    verify(certificate["ca.crt"], certificate["tls.crt"],
+           hostname=f"horae-aggregated-api.{NS}.svc", directory=tmp_path)  # fmt: skip
 
 
 async def test_each_disruption_budget_counts_its_components_pods(
@@ -262,6 +287,7 @@ async def test_an_upgrade_after_the_documented_crd_step_and_a_rollback(
     assert all(crd_tenants(cluster))
 
     before = hooks(cluster)["horae-migrate"]["last_run"]["started_at"]
+    certificate = serving_certificate(cluster)
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"api": {"replicas": 3},
                                       "podAnnotations": {"example.com/rollout": "2"}}))  # fmt: skip
@@ -271,6 +297,8 @@ async def test_an_upgrade_after_the_documented_crd_step_and_a_rollback(
     ran = hooks(cluster)
     assert ran["horae-migrate"]["last_run"]["started_at"] > before  # migrated again, first
     assert ran["horae-migrate"]["last_run"]["phase"] == "Succeeded"
+    # The chart found the certificate it made at install and kept it (no needless rotation).
+    assert serving_certificate(cluster) == certificate
 
     async def api_pods(count: int, annotated: bool) -> bool:
         pods = component_pods(cluster, "api")

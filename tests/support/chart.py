@@ -12,14 +12,26 @@ from tests.support.kube import REPO, ControlPlane
 INSTALL_NAMESPACE = "horae-system"
 
 
+NAMESPACED = ("ServiceAccount", "Role", "RoleBinding")
+
+
 def chart_rbac(control_plane: ControlPlane) -> str:
-    """The chart's ServiceAccounts and RBAC as YAML."""
-    return subprocess.run(
+    """The chart's ServiceAccounts and RBAC as YAML, each namespaced object in the install
+    namespace unless the chart puts it elsewhere (the aggregated API's RoleBinding in
+    kube-system), with `executions.mirror` on: the operator's grants on Execution mirrors
+    are the opt-in mirror's, which its tests run under (without it the operator's role has
+    none: tests/e2e/test_chart.py)."""
+    rendered = subprocess.run(
         [str(control_plane.bin / "helm"), "template", "horae", str(REPO / "charts" / "horae"),
-         "-n", INSTALL_NAMESPACE, "--show-only", "templates/serviceaccounts.yaml",
-         "--show-only", "templates/rbac.yaml"],
+         "-n", INSTALL_NAMESPACE, "--set", "executions.mirror=true",
+         "--show-only", "templates/serviceaccounts.yaml", "--show-only", "templates/rbac.yaml"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    for doc in docs:
+        if doc["kind"] in NAMESPACED:
+            doc["metadata"].setdefault("namespace", INSTALL_NAMESPACE)
+    return yaml.safe_dump_all(docs)
 
 
 def chart_cluster_roles(control_plane: ControlPlane) -> dict[str, dict[str, Any]]:

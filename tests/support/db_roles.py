@@ -11,6 +11,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import asyncpg
 
 COMPONENTS = ("api", "operator", "scheduler", "worker", "viewer")
+"""Each the group role `horae_<name>` a migration made: `viewer` is the aggregated API's."""
 
 
 @dataclass(frozen=True)

@@ -38,16 +38,20 @@ capabilities: {drop: [ALL]}
 {{- end -}}
 
 {{/* Environment every component shares: where the store and broker are, who it is. Called
-     with (list $ "component"): each component reaches PostgreSQL as its own role. */}}
+     with (list $ "component"): each component reaches PostgreSQL as its own role; with
+     (list $ "component" "no-broker"), for one that never talks to RabbitMQ (the aggregated
+     API), without the broker's URL. */}}
 {{- define "horae.env" -}}
 {{- $root := index . 0 -}}
 {{- $role := index $root.Values.database.roles (index . 1) -}}
 - name: HORAE_DATABASE_URL
   valueFrom: {secretKeyRef: {name: {{ $role.existingSecret }}, key: {{ $root.Values.database.urlKey }}}}
+{{- if ne (len .) 3 }}
 - name: HORAE_BROKER_URL
   valueFrom: {secretKeyRef: {name: {{ $root.Values.broker.existingSecret }}, key: {{ $root.Values.broker.urlKey }}}}
 - name: HORAE_BROKER_PREFIX
   value: {{ $root.Values.broker.prefix | quote }}
+{{- end }}
 - name: HORAE_DATABASE_POOL_SIZE
   value: {{ $root.Values.database.poolSize | quote }}
 - name: HORAE_NAMESPACE
