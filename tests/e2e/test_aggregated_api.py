@@ -51,11 +51,11 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
 
     async def enough() -> bool:
         done = await stored.count(
-            "SELECT count(*) FROM executions WHERE tenant = $1 AND status = 'dead'", namespace
+            "SELECT count(*) FROM executions WHERE tenant = $1 AND status = 'failed'", namespace
         )
         return done >= 3
 
-    await until(enough, timeout=40, what="three dead runs of doomed")
+    await until(enough, timeout=40, what="three failed runs of doomed")
     control_plane.kubectl("patch", "sj", "ticker", "doomed", "-n", namespace, "--type=merge",
                           "-p", '{"spec":{"suspend":true}}')  # fmt: skip
 
@@ -69,14 +69,14 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     await until(settled, timeout=20, what="nothing queued or running")
     rows = await stored.fetch(
         "SELECT e.id, j.name, e.status FROM executions e JOIN jobs j ON j.id = e.job_id"
-        " WHERE e.tenant = $1 AND e.status NOT IN ('scheduled', 'cancelled')", namespace,
+        " WHERE e.tenant = $1 AND e.status <> 'scheduled'", namespace,
     )  # fmt: skip
     in_store = {r["id"]: (r["name"], r["status"]) for r in rows}
 
     # Every execution the store holds for the namespace, with the columns the CRD had.
     table = control_plane.kubectl("get", "executions", "-n", namespace).stdout.splitlines()
     assert table[0].split() == COLUMNS
-    items = [i for i in listed(control_plane, namespace) if i["status"]["phase"] != "Cancelled"]
+    items = listed(control_plane, namespace)
     assert {uuid.UUID(i["metadata"]["uid"]) for i in items} == set(in_store)
     assert all(i["metadata"]["labels"]["horae.dev/job"] in ("ticker", "doomed") for i in items)
     wide = control_plane.kubectl("get", "ex", "-n", namespace, "-o", "wide").stdout.splitlines()
@@ -88,13 +88,13 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     assert {i["metadata"]["uid"] for i in ticker} == {
         str(i) for i, (job, _) in in_store.items() if job == "ticker"
     }
-    failed = listed(control_plane, namespace, "--field-selector", "status.phase=Dead")
+    failed = listed(control_plane, namespace, "--field-selector", "status.phase=Failed")
     assert {i["metadata"]["uid"] for i in failed} == {
-        str(i) for i, (_, status) in in_store.items() if status == "dead"
+        str(i) for i, (_, status) in in_store.items() if status == "failed"
     }
     assert {i["metadata"]["labels"]["horae.dev/job"] for i in failed} == {"doomed"}
     assert listed(control_plane, namespace, "-l", "horae.dev/job=ticker",
-                  "--field-selector", "status.phase=Dead") == []  # fmt: skip
+                  "--field-selector", "status.phase=Failed") == []  # fmt: skip
     bad = control_plane.kubectl("get", "executions", "-n", namespace, "--field-selector",
                                 "spec.task=x", check=False)  # fmt: skip
     assert bad.returncode == 1 and "field label not supported: spec.task" in bad.stderr
@@ -140,7 +140,7 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     )
     assert name.startswith("doomed-") and name.endswith(row["id"].hex[:16])
     assert shown["apiVersion"] == "runs.horae.dev/v1alpha1" and shown["kind"] == "Execution"
-    assert shown["status"]["phase"] == "Dead" and shown["status"]["attempt"] == 1
+    assert shown["status"]["phase"] == "Failed" and shown["status"]["attempt"] == 1
     assert shown["status"]["error"] == f"{row['error_kind']}: {row['error_message']}"
     assert shown["status"]["jobId"] == str(row["job_id"])
     missing = control_plane.kubectl("get", "execution", "doomed-0000000000000000", "-n",
@@ -224,7 +224,7 @@ async def test_a_user_sees_executions_only_where_they_may_list_them(
 
         mine = control_plane.kubectl("get", "executions", "-n", namespace, "-o", "json",
                                      token=token)  # fmt: skip
-        assert json.loads(mine.stdout)["kind"] == "ExecutionList"
+        assert json.loads(mine.stdout)["items"] == []  # allowed: none ran there yet
         for args, who in (
             (("-n", other), token),
             (("-A",), token),
