@@ -66,9 +66,9 @@ class System:
     def processes(self) -> list[subprocess.Popen[bytes]]:
         return list(self.named.values())
 
-    def start(self, identity: str, *args: str) -> None:
+    def start(self, identity: str, *args: str, env: dict[str, str] | None = None) -> None:
         self.named[identity] = subprocess.Popen(
-            [HORAE, *args], cwd=REPO, env={**self.env, "HORAE_IDENTITY": identity}
+            [HORAE, *args], cwd=REPO, env={**self.env, **(env or {}), "HORAE_IDENTITY": identity}
         )
 
     def signal(self, identity: str, sig: int) -> None:

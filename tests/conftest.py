@@ -314,6 +314,7 @@ def processes(
     command_env: dict[str, dict[str, str]] = {
         c: {"HORAE_DATABASE_URL": url} for c, url in role_urls.items()
     }
+    command_env["aggregated-api"] = {"HORAE_DATABASE_URL": role_urls["viewer"]}
     for c, path in component_kubeconfigs.items():
         command_env[c]["KUBECONFIG"] = str(path)
     procs = Processes(horae_env, tmp_path, command_env=command_env)
