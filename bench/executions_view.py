@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from tests.support.aggregated import APISERVICE, SERVICE, availability, registration
-from tests.support.certs import serving_cert
 
 from bench.harness import REPO, System, horae_system, pct
+from tests.support.aggregated import APISERVICE, SERVICE, availability, registration
+from tests.support.certs import serving_cert
 from tests.support.chart import INSTALL_NAMESPACE
 
 TICKS = os.sysconf("SC_CLK_TCK")
