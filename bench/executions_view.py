@@ -31,6 +31,7 @@ from bench.harness import REPO, System, horae_system, pct
 from tests.support.aggregated import APISERVICE, SERVICE, availability, registration
 from tests.support.certs import serving_cert
 from tests.support.chart import INSTALL_NAMESPACE
+from tests.support.kube import free_port
 
 TICKS = os.sysconf("SC_CLK_TCK")
 WARM_UP = 15.0
@@ -117,7 +118,7 @@ async def run_mode(system: System, mode: str, jobs: int, seconds: float) -> dict
         certs = serving_cert(Path(tempfile.mkdtemp(prefix="horae-bench-certs-")),
                              service=SERVICE, namespace=INSTALL_NAMESPACE)  # fmt: skip
         kubectl(env, "create", "namespace", INSTALL_NAMESPACE, check=False)
-        port = 18443
+        port = free_port()
         system.start(f"{mode}-aggregated-api", "aggregated-api", env={
             "HORAE_AGGREGATED_HOST": "127.0.0.1", "HORAE_AGGREGATED_PORT": str(port),
             "HORAE_TLS_CERT_FILE": str(certs.cert_file), "HORAE_TLS_KEY_FILE": str(certs.key_file),
@@ -192,8 +193,10 @@ async def main() -> None:
     async with horae_system("exview") as system:
         kubectl(system.env, "apply", "-f", str(REPO / "crds"))
         kubectl(system.env, "wait", "--for=condition=Established", "crd", "--all")
-        results = [await run_mode(system, mode, args.jobs, args.seconds)
-                   for mode in ("mirror", "aggregated")]  # fmt: skip
+        results = []
+        for mode in ("mirror", "aggregated"):
+            results.append(await run_mode(system, mode, args.jobs, args.seconds))
+            print(results[-1], flush=True)
     print(f"executions_view: {args.jobs} ScheduledJobs every 2 s, {args.seconds:.0f} s window,"
           f" {os.cpu_count()} cores")  # fmt: skip
     print(f"{'path':<11} {'ended/s':>8} {'seen':>12} {'lag p50':>8} {'p95':>7} {'max':>7}"
