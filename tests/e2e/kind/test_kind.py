@@ -78,7 +78,7 @@ def test_readme_walkthrough_on_kind_runs_scheduled_jobs(cluster_deleted_afterwar
     statuses: list[str] = []
     while time.monotonic() < deadline:
         items = json.loads(kubectl("get", "executions", "-n", "horae-demo", "-o", "json"))
-        statuses = [i["status"]["status"] for i in items["items"]]
+        statuses = [i["status"]["phase"] for i in items["items"]]
         if "Succeeded" in statuses:
             break
         time.sleep(3)
