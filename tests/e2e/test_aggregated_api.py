@@ -32,6 +32,12 @@ spec: {spec}
 """
 
 
+def run_components(processes: Processes) -> None:
+    """Operator (no mirror: the default), scheduler and a worker of the e2e tasks."""
+    for name, *args in (("operator",), ("scheduler",), ("worker", "--tasks", "tests/e2e/tasks.py")):
+        processes.start(name, name, *args)
+
+
 def listed(plane: ControlPlane, namespace: str, *args: str) -> list[dict[str, Any]]:
     return list(plane.get_json("executions", "-n", namespace, *args)["items"])
 
@@ -40,9 +46,7 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     executions_api: object,
 ) -> None:  # fmt: skip
-    processes.start("operator", "operator")
-    processes.start("scheduler", "scheduler")
-    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
+    run_components(processes)
     for name, spec in (
         ("ticker", '{task: e2e.echo, schedule: "* * * * * *"}'),
         ("doomed", '{task: e2e.broken, schedule: "*/2 * * * * *", retryPolicy: {maxAttempts: 1}}'),
@@ -169,9 +173,7 @@ async def test_a_watch_sees_a_run_start_and_end_within_a_second_of_the_store(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     executions_api: object,
 ) -> None:  # fmt: skip
-    processes.start("operator", "operator")
-    processes.start("scheduler", "scheduler")
-    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
+    run_components(processes)
     watch = await asyncio.create_subprocess_exec(
         str(control_plane.bin / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig),
         "get", "executions", "-n", namespace, "--watch-only", "--no-headers",
