@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -63,15 +64,17 @@ def plane_pids(env: dict[str, str]) -> dict[str, int]:
     return {name: int((plane / f"{name}.pid").read_text()) for name in ("kube-apiserver", "etcd")}
 
 
-def executions_writes(env: dict[str, str]) -> float:
-    """Mutating requests on `executions` (any group) the API server has counted."""
-    total = 0.0
+def requests_by_kind(env: dict[str, str]) -> dict[str, float]:
+    """Requests the API server has counted, by `VERB resource[/subresource]`."""
+    found: dict[str, float] = {}
     for line in kubectl(env, "get", "--raw", "/metrics").splitlines():
-        if not line.startswith("apiserver_request_total{") or 'resource="executions"' not in line:
+        if not line.startswith("apiserver_request_total{"):
             continue
-        if any(f'verb="{verb}"' in line for verb in MUTATING):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        key = f"{labels.get('verb', '')} {labels.get('resource', '')}{sub}"
+        found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
 
 
 @contextmanager
@@ -138,13 +141,22 @@ async def run_mode(system: System, mode: str, jobs: int, seconds: float) -> dict
     with watching(env, namespace, resource) as seen:
         await asyncio.sleep(WARM_UP)
         pids = plane_pids(env)
+        pids["operator"] = system.named[f"{mode}-operator"].pid
+        if mode == "aggregated":
+            pids["aggregated-api"] = system.named[f"{mode}-aggregated-api"].pid
         cpu_before = {n: cpu_seconds(p) for n, p in pids.items()}
-        writes_before = executions_writes(env)
+        requests_before = requests_by_kind(env)
         start, started = datetime.now(UTC), time.monotonic()
         await asyncio.sleep(seconds)
         end, took = datetime.now(UTC), time.monotonic() - started
         cpu = {n: (cpu_seconds(p) - cpu_before[n]) / took for n, p in pids.items()}
-        writes = (executions_writes(env) - writes_before) / took
+        after = requests_by_kind(env)
+        rates = {k: round((v - requests_before.get(k, 0.0)) / took, 1) for k, v in after.items()}
+        writes = sum(
+            v for k, v in rates.items()
+            if k.split()[0] in MUTATING and k.split()[-1].startswith("executions")
+        )  # fmt: skip
+        busiest = dict(sorted(((k, v) for k, v in rates.items() if v), key=lambda kv: -kv[1])[:8])
         await asyncio.sleep(5)  # what ended at the window's end has time to show
     kubectl(env, "delete", "scheduledjobs", "--all", "-n", namespace, "--wait=false")
     conn = await asyncpg.connect(system.db_url)
@@ -167,6 +179,8 @@ async def run_mode(system: System, mode: str, jobs: int, seconds: float) -> dict
         "lag_p50": pct(lags, 50) if lags else None, "lag_p95": pct(lags, 95) if lags else None,
         "lag_max": lags[-1] if lags else None, "rate": len(rows) / took,
         "apiserver_cpu": cpu["kube-apiserver"], "etcd_cpu": cpu["etcd"], "writes": writes,
+        "cpu": {n: round(c, 3) for n, c in cpu.items()},
+        "requests_per_second": busiest,
     }  # fmt: skip
 
 
