@@ -211,6 +211,9 @@ class OperatorSettings:
     its Deployment scaled (a scale-up waits at most this long)."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name as holder of the leader Lease."""
+    status_interval: timedelta = timedelta(seconds=10)
+    """HORAE_STATUS_INTERVAL_SECONDS: the most often a ScheduledJob's status is written when
+    only its times changed (last and next run); a change of what it says is written at once."""
     execution_mirror: bool = False
     """HORAE_EXECUTION_MIRROR: `1` mirrors each ScheduledJob's newest executions into etcd as
     Execution resources of horae.dev (the CRD), for clusters that cannot run the aggregated
@@ -287,6 +290,7 @@ class Settings:
                 autoscale_period=env_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
                 identity=identity or OperatorSettings().identity,
                 execution_mirror=_flag(env, "HORAE_EXECUTION_MIRROR"),
+                status_interval=env_seconds(env, "HORAE_STATUS_INTERVAL_SECONDS", 10, zero=True),
             ),
             worker=WorkerSettings(
                 pool=env.get("HORAE_POOL", worker_defaults.pool),

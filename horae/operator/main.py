@@ -161,7 +161,14 @@ async def _start_leading(
     objects = CustomObjects(api)
     mirrors = ExecutionMirrors(store, objects, enabled=cfg.execution_mirror)
     events = Events(api)
-    mirror = StatusMirror(settings.database.url, store, objects, events, mirrors)
+    mirror = StatusMirror(
+        settings.database.url,
+        store,
+        objects,
+        events,
+        mirrors,
+        status_every=cfg.status_interval.total_seconds(),
+    )
     mirror.listen()
     resync = Resync(
         store, objects, mirrors, period=cfg.resync_period.total_seconds(), writer=mirror.writer

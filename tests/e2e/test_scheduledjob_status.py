@@ -4,6 +4,7 @@ history limits, and a run-now they can put in a manifest (`horae.dev/trigger`)."
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -227,3 +228,47 @@ async def test_each_new_trigger_value_runs_the_job_once_now_and_only_once(
                           "horae.dev/trigger=v4", "--overwrite")  # fmt: skip
     await until(lambda: handled("v4"), timeout=30, what="v4 handled")
     assert len(await manual_executions(stored, job_id)) == 3, "v3 ran after all"
+
+
+async def test_a_busy_jobs_times_are_written_once_per_interval_and_a_new_outcome_at_once(
+    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
+) -> None:
+    processes.start("operator", "operator", env={"HORAE_STATUS_INTERVAL_SECONDS": "4"})
+    processes.start("scheduler", "scheduler")
+    processes.start("worker", "worker", "--tasks", "tests/e2e/tasks.py")
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "* * * * * *"))
+    job_id = uuid.UUID(scheduledjob(control_plane, namespace)["metadata"]["uid"])
+
+    async def ran() -> dict[str, Any] | None:
+        status = scheduledjob(control_plane, namespace).get("status", {})
+        return status if status.get("lastStatus") == "Succeeded" else None
+
+    await until(ran, timeout=20, what="status.lastStatus Succeeded")
+    # Every second a run, but its status written once per 4 s: the resourceVersions seen
+    # over 10 s of polling change 2 or 3 times, not 10.
+    versions = []
+    for _ in range(20):
+        versions.append(scheduledjob(control_plane, namespace)["metadata"]["resourceVersion"])
+        await asyncio.sleep(0.5)
+    runs = await stored.count(
+        "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'succeeded'", job_id
+    )
+    assert runs >= 10
+    assert 2 <= len(set(versions)) <= 4, versions
+    # What the status says changes (it fails now): written at once, not held for 4 s.
+    control_plane.kubectl("patch", "sj", "nightly", "-n", namespace, "--type=merge",
+                          "-p", '{"spec":{"task":"e2e.broken"}}')  # fmt: skip
+
+    async def failing() -> dict[str, Any] | None:
+        status = scheduledjob(control_plane, namespace).get("status", {})
+        return status if status.get("lastStatus") == "Failed" else None
+
+    failed_at = await stored.fetchval(
+        "SELECT min(finished_at) FROM executions WHERE job_id = $1 AND status = 'failed'", job_id
+    )
+    status = await until(failing, timeout=10, what="status.lastStatus Failed")
+    first_failure = await stored.fetchval(
+        "SELECT min(finished_at) FROM executions WHERE job_id = $1 AND status = 'failed'", job_id
+    )
+    assert failed_at is None and first_failure is not None
+    assert datetime.now(UTC) - first_failure < timedelta(seconds=3), status
