@@ -40,7 +40,15 @@ from horae.operator.workerpool.deployment import (
     termination_grace,
 )
 from horae.operator.workerpool.handlers import register
-from horae.operator.workerpool.scaling import Decision, ScaleDown, decide, desired_replicas
+from horae.operator.workerpool.scaling import (
+    Decision,
+    ScaleDown,
+    Spike,
+    Wanted,
+    decide,
+    desired_replicas,
+    wanted,
+)
 from horae.operator.workerpool.spec import POOL_LABEL, Pool, WorkerPoolSpec
 
 __all__ = [
@@ -51,6 +59,8 @@ __all__ = [
     "Pool",
     "PoolRefused",
     "ScaleDown",
+    "Spike",
+    "Wanted",
     "WorkerPoolSpec",
     "check_privileges",
     "decide",
@@ -59,4 +69,5 @@ __all__ = [
     "ensure_deployment",
     "register",
     "termination_grace",
+    "wanted",
 ]
