@@ -26,8 +26,8 @@ FROM generate_series(1, $1) AS i,
 """
 
 
-def _one_offs(tenant: str, at: datetime, count: int) -> list[NewJob]:
-    spec = JobSpec(task="report", run_at=at)
+def _one_offs(tenant: str, at: datetime, count: int, task: str = "report") -> list[NewJob]:
+    spec = JobSpec(task=task, run_at=at)
     return [NewJob(spec=spec, tenant=tenant, source=JobSource.API) for _ in range(count)]
 
 
@@ -42,7 +42,8 @@ async def test_executions_due_are_counted_per_tenant_and_bin_from_every_group(
             *_one_offs("shop", top, 120),
             *_one_offs("shop", top + timedelta(seconds=7), 30),  # the same bin
             *_one_offs("shop", top + timedelta(seconds=10), 5),  # the next one
-            *_one_offs("billing", top, 40),
+            *_one_offs("billing", top, 30),
+            *_one_offs("billing", top, 10, task="published"),
             *_one_offs("shop", top + timedelta(minutes=5), 50),  # beyond the slice
             *_one_offs("shop", now - timedelta(seconds=1), 9),  # before it
         ],
@@ -50,9 +51,7 @@ async def test_executions_due_are_counted_per_tenant_and_bin_from_every_group(
     )
     # queued (published) rows are the queue's, not due ahead
     await stored.execute(
-        "UPDATE executions SET status = 'queued', enqueued_at = $1"
-        " WHERE tenant = 'billing' AND id IN (SELECT id FROM executions"
-        " WHERE tenant = 'billing' ORDER BY id LIMIT 10)",
+        "UPDATE executions SET status = 'queued', enqueued_at = $1 WHERE task = 'published'",
         created,
     )
     store = await Store.open(db_url, size=2)
