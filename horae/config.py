@@ -213,7 +213,8 @@ class OperatorSettings:
     """HORAE_SCALE_AHEAD_SECONDS: a worker pod's start-up time (scheduling, image pull,
     start, readiness probe). A Builtin WorkerPool is scaled for the executions falling due
     within this (plus one autoscale period) before they are due, so that its pods are Ready
-    when they are; 0 scales on the queue alone."""
+    when they are; 0 scales on the queue alone; at most 600 (a pool held scaled out for
+    longer before a spike only costs)."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name as holder of the leader Lease."""
     execution_mirror: bool = False
@@ -290,7 +291,7 @@ class Settings:
                     env, "HORAE_SCALE_DOWN_STABILIZATION_SECONDS", 300
                 ),
                 autoscale_period=env_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
-                scale_ahead=env_seconds(env, "HORAE_SCALE_AHEAD_SECONDS", 60, zero=True),
+                scale_ahead=env_seconds(env, "HORAE_SCALE_AHEAD_SECONDS", 60, zero=True, most=600),
                 identity=identity or OperatorSettings().identity,
                 execution_mirror=_flag(env, "HORAE_EXECUTION_MIRROR"),
             ),
