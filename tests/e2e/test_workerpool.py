@@ -8,18 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aio_pika
 
 from horae.broker import Names
-from horae.models import JobSource, JobSpec
-from horae.store.new_jobs import NewJob
 from tests.support.kube import ControlPlane
 from tests.support.processes import Processes
 from tests.support.queues import backlog
-from tests.support.store_rows import StoreRows
 from tests.support.wait import until
 
 WINDOW = 3.0
@@ -219,71 +215,6 @@ async def test_a_pool_scales_out_on_its_backlog_and_back_after_the_window(
     await backlog(broker_url, queue, 1000)
     await asyncio.sleep(2)  # four autoscaler periods: nothing may happen, so nothing to await
     assert await replicas() == 1
-
-
-LEAD = 8.0
-"""HORAE_SCALE_AHEAD_SECONDS in the scale-ahead test: a pod's start-up time."""
-
-
-async def test_a_pool_scales_out_before_a_spike_falls_due_and_back_after_it(
-    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
-) -> None:
-    processes.start("operator", "operator",
-                    env=OPERATOR_ENV | {"HORAE_SCALE_AHEAD_SECONDS": str(LEAD)})  # fmt: skip
-    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "hourly", """
-  image: registry.example/shop-workers:1.0
-  tasks: shop.tasks
-  minReplicas: 1
-  maxReplicas: 8
-  targetBacklogPerReplica: 100
-"""))  # fmt: skip
-
-    async def replicas() -> int | None:
-        dep = deployment(control_plane, namespace, "hourly")
-        return None if dep is None else int(dep["spec"].get("replicas", 0))
-
-    async def at(n: int) -> bool:
-        return await replicas() == n
-
-    await until(lambda: at(1), timeout=30, what="the Deployment at minReplicas")
-
-    # 500 one-offs of the pool's namespace, all due 14 s from now (as a top of the hour
-    # brings them); no scheduler runs, so they stay pending and the queue stays empty
-    now = datetime.now(UTC)
-    due = (now + timedelta(seconds=14)).replace(microsecond=0)
-    spec = JobSpec(task="report", run_at=due)
-    await stored.create(
-        [NewJob(spec=spec, tenant=namespace, source=JobSource.API) for _ in range(500)], now=now
-    )
-    seen: list[dict[str, Any]] = []
-
-    async def scaled_out() -> float | None:
-        if await replicas() != 5:
-            return None
-        seen.append(pool_status(control_plane, namespace, "hourly"))
-        return time.time()
-
-    up = await until(scaled_out, timeout=20, interval=0.2, what="5 replicas ahead of the spike")
-    ahead = due.timestamp() - up
-    # asked for no sooner than the lead (and a period) needs, and before the due time
-    assert 0 < ahead <= LEAD + 0.5 + 1.0, f"scaled {ahead:.1f}s before the due time"
-
-    async def said() -> dict[str, Any] | None:
-        status = pool_status(control_plane, namespace, "hourly")
-        (scaling,) = [c for c in status.get("conditions", []) if c["type"] == "Scaling"]
-        return scaling if scaling["reason"] == "ScaleAhead" else None
-
-    scaling = await until(said, timeout=5, what="the Scaling condition ScaleAhead")
-    assert scaling["status"] == "True"
-    assert scaling["message"].startswith(
-        f"500 executions due at {due:%H:%M:%S} UTC ask for 5 replicas: 5 asked 8s ahead"
-    ), scaling["message"]
-    assert pool_status(control_plane, namespace, "hourly")["queueDepth"] == 0
-
-    # the spike passed: its replicas are kept for the stabilization window, then released
-    down = await until(lambda: at(1), timeout=WINDOW + 15, interval=0.2, what="back to 1")
-    assert down is True
-    assert time.time() >= due.timestamp() + WINDOW, "released before the window passed"
 
 
 def events(plane: ControlPlane, namespace: str, name: str) -> list[tuple[str, str]]:
