@@ -209,6 +209,12 @@ class OperatorSettings:
     autoscale_period: timedelta = timedelta(seconds=5)
     """HORAE_AUTOSCALE_PERIOD_SECONDS: how often each WorkerPool's queue depth is read and
     its Deployment scaled (a scale-up waits at most this long)."""
+    scale_ahead: timedelta = timedelta(seconds=60)
+    """HORAE_SCALE_AHEAD_SECONDS: a worker pod's start-up time (scheduling, image pull,
+    start, readiness probe). A Builtin WorkerPool is scaled for the executions falling due
+    within this (plus one autoscale period) before they are due, so that its pods are Ready
+    when they are; 0 scales on the queue alone; at most 600 (a pool held scaled out for
+    longer before a spike only costs)."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """HORAE_IDENTITY: this replica's name as holder of the leader Lease."""
     status_interval: timedelta = timedelta(seconds=10)
@@ -288,6 +294,7 @@ class Settings:
                     env, "HORAE_SCALE_DOWN_STABILIZATION_SECONDS", 300
                 ),
                 autoscale_period=env_seconds(env, "HORAE_AUTOSCALE_PERIOD_SECONDS", 5),
+                scale_ahead=env_seconds(env, "HORAE_SCALE_AHEAD_SECONDS", 60, zero=True, most=600),
                 identity=identity or OperatorSettings().identity,
                 execution_mirror=_flag(env, "HORAE_EXECUTION_MIRROR"),
                 status_interval=env_seconds(env, "HORAE_STATUS_INTERVAL_SECONDS", 10, zero=True),

@@ -185,6 +185,8 @@ async def _start_leading(
         names=Names(settings.broker.prefix),
         period=cfg.autoscale_period,
         stabilization=cfg.scale_down_stabilization,
+        store=store,
+        lead=cfg.scale_ahead,
     )
     memo = kopf.Memo(
         namespace=settings.kube.namespace,  # Horae's own: where shared WorkerPools may be

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from horae.errors import NotFound, ShardMoved
 from horae.models import ExecutionStatus, JobSource, JobState
-from horae.store import backfills, jobs, quotas, reads
+from horae.store import backfills, due, jobs, quotas, reads
 from horae.store.backfills import BackfillRow, NewBackfill
+from horae.store.due import DueCount
 from horae.store.new_jobs import NewJob
 from horae.store.rows import CrdJob, ExecutionRow, JobRow
 
@@ -309,3 +310,19 @@ async def backfill_of_resource(store: Store, uid: str) -> BackfillRow | None:
         if row is not None:
             return row
     return None
+
+
+async def due_ahead(store: Store, *, since: datetime, until: datetime) -> list[DueCount]:
+    """`due.due_ahead` in every group, each for the shards the catalog places there (a
+    shard's pending rows are in its group; one a move in flight holds in two groups for a
+    moment is counted twice for that moment, which only scales a pool up a little early)."""
+
+    async def read(group: str) -> list[DueCount]:
+        shards = store.catalog.shards_of(group)
+        if not shards:
+            return []
+        async with store.database(group).acquire() as conn:
+            return await due.due_ahead(conn, since=since, until=until, shards=shards)
+
+    answers = await asyncio.gather(*(read(group) for group in store.groups()))
+    return [row for rows in answers for row in rows]

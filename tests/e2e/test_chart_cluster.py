@@ -23,8 +23,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from base64 import b64decode
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,9 @@ import pytest
 import yaml
 
 from horae.broker import Names
+from horae.models import JobSource, JobSpec
 from horae.operator.workerpool import Pool, WorkerPoolSpec, termination_grace
+from horae.store.new_jobs import NewJob
 from tests.support.certs import verify
 from tests.support.kube import (
     REPO,
@@ -45,6 +49,7 @@ from tests.support.kube import (
 )
 from tests.support.processes import HORAE, Processes
 from tests.support.queues import backlog
+from tests.support.store_rows import StoreRows
 from tests.support.wait import until, until_serving
 
 CHART = REPO / "charts" / "horae"
@@ -264,6 +269,57 @@ async def test_a_workerpool_scaled_on_its_backlog_runs_pods_with_its_grace_under
 
     counted = await until(budget, timeout=30, what="the workers' budget to count 3")
     assert (counted["currentHealthy"], counted["disruptionsAllowed"]) == (3, 1)
+
+
+async def test_a_workerpools_pods_are_ready_before_a_spike_falls_due_and_go_after_it(
+    cluster: ControlPlane, release: str, processes: Processes, stored: StoreRows
+) -> None:
+    lead, window = 6, 3
+    processes.start("operator", "operator", env={
+        "HORAE_AUTOSCALE_PERIOD_SECONDS": "0.5", "HORAE_SCALE_AHEAD_SECONDS": str(lead),
+        "HORAE_SCALE_DOWN_STABILIZATION_SECONDS": str(window),
+    })  # fmt: skip
+    cluster.kubectl("create", "namespace", "reports")
+    cluster.kubectl("apply", "-f", "-", input="""
+apiVersion: horae.dev/v1alpha1
+kind: WorkerPool
+metadata: {name: hourly, namespace: reports}
+spec: {image: registry.example/reports:1, tasks: reports.tasks, minReplicas: 1, maxReplicas: 6}
+""")  # fmt: skip
+
+    async def ready_pods() -> int:
+        pods = cluster.get_json("pods", "-n", "reports", "-l", "horae.dev/workerpool=hourly")
+        return sum(1 for p in pods["items"] if running_and_ready(p))
+
+    async def ready(count: int) -> float | None:
+        return time.time() if await ready_pods() == count else None
+
+    await until(lambda: ready(1), timeout=60, what="the pool's first worker pod")
+
+    # 400 one-offs of the pool's namespace, all due 12 s from now, as a top of the hour
+    # brings them (the pool's target: 100 per replica). No scheduler runs here: they stay
+    # pending, and the pool's queue empty.
+    now = datetime.now(UTC)
+    due = (now + timedelta(seconds=12)).replace(microsecond=0)
+    spec = JobSpec(task="report", run_at=due)
+    await stored.create(
+        [NewJob(spec=spec, tenant="reports", source=JobSource.API) for _ in range(400)], now=now
+    )
+    up = await until(lambda: ready(4), timeout=30, interval=0.2, what="4 ready worker pods")
+    # Ready before the due time, and not asked for sooner than the lead (and a period) needs
+    assert 0 < due.timestamp() - up <= lead + 0.5 + 1, f"{due.timestamp() - up:.1f}s ahead"
+    status = cluster.get_json("workerpool", "hourly", "-n", "reports")["status"]
+    (scaling,) = [c for c in status["conditions"] if c["type"] == "Scaling"]
+    assert (scaling["status"], scaling["reason"]) == ("True", "ScaleAhead")
+    assert scaling["message"].startswith(
+        f"400 executions due at {due:%H:%M:%S} UTC ask for 4 replicas: 4 asked {lead}s ahead"
+    ), scaling["message"]
+    assert status["queueDepth"] == 0
+
+    # the spike passed: its pods are kept for the stabilization window, then let go
+    gone = await until(lambda: ready(1), timeout=window + 30, interval=0.2, what="back to 1 pod")
+    assert gone >= due.timestamp() + window, "scaled in before the stabilization window"
+    cluster.kubectl("delete", "namespace", "reports", "--wait=false")
 
 
 def crd_tenants(plane: ControlPlane) -> list[bool]:

@@ -32,6 +32,17 @@ def test_a_bad_dispatch_lead_is_refused_by_name(raw: str, error: str) -> None:
     assert str(refused.value) == error
 
 
+def test_workerpools_scale_a_minute_ahead_by_default_and_at_most_ten() -> None:
+    assert Settings.from_env({}).operator.scale_ahead == timedelta(seconds=60)
+    assert Settings.from_env({"HORAE_SCALE_AHEAD_SECONDS": "0"}).operator.scale_ahead == timedelta(
+        0
+    )
+    for raw, error in (("601", "must be at most 600, got '601'"), ("-1", "must be >= 0, got '-1'")):
+        with pytest.raises(ConfigError) as refused:
+            Settings.from_env({"HORAE_SCALE_AHEAD_SECONDS": raw})
+        assert str(refused.value) == f"HORAE_SCALE_AHEAD_SECONDS: {error}"
+
+
 def test_other_durations_must_still_be_above_zero() -> None:
     with pytest.raises(ConfigError) as refused:
         Settings.from_env({"HORAE_REDELIVERY_TIMEOUT_SECONDS": "0"})

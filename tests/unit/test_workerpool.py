@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from horae.operator.tenancy import TenantsNotAllowed, served_tenants
@@ -7,13 +10,18 @@ from horae.operator.workerpool import (
     Decision,
     Pool,
     ScaleDown,
+    Spike,
+    Wanted,
     WorkerPoolSpec,
     decide,
     deployment_body,
     desired_replicas,
+    wanted,
 )
+from horae.operator.workerpool.ahead import DueSoon
 from horae.operator.workerpool.autoscaler import scaling_condition
 from horae.operator.workerpool.deployment import initial_replicas
+from horae.store.due import DueCount
 
 
 @pytest.mark.parametrize(
@@ -221,8 +229,15 @@ def test_a_pool_without_replicas_takes_what_its_deployment_runs_or_its_minimum()
     assert _pool().selector == "horae.dev/workerpool=crunchers"
 
 
-def _scaling(pool: Pool, ready: int, desired: int, decision: Decision) -> tuple[bool, str, str]:
-    condition = scaling_condition(pool, ready=ready, desired=desired, decision=decision, window=300)
+def _scaling(
+    pool: Pool, ready: int, desired: int, decision: Decision, spike: Spike | None = None
+) -> tuple[bool, str, str]:
+    target = pool.spec.target_backlog_per_replica
+    ahead = math.ceil(spike.count / target) if spike is not None else 0
+    want = Wanted(desired, math.ceil(ready / target), ahead, spike)
+    condition = scaling_condition(
+        pool, wanted=want, decision=decision, window=300, lead=60, ready_pods=2
+    )
     assert condition.type == "Scaling"
     return condition.status, condition.reason, condition.message
 
@@ -250,3 +265,125 @@ def test_scaling_says_what_holds_the_replicas() -> None:
         "External",
         "4 replicas, as spec.replicas says",
     )
+    at = datetime(2026, 12, 2, 13, 0, tzinfo=UTC)
+    assert _scaling(pool, 50, 5, Decision(5, None), Spike(at, at, 500)) == (
+        True,
+        "ScaleAhead",
+        "500 executions due at 13:00:00 UTC ask for 5 replicas: 5 asked 60s ahead, 2 ready",
+    )
+    assert _scaling(pool, 0, 8, Decision(8, None), Spike(at, at, 5000)) == (
+        True,
+        "ScaleAhead",
+        "5000 executions due at 13:00:00 UTC ask for 50 replicas; held at maxReplicas 8:"
+        " 8 asked 60s ahead, 2 ready",
+    )
+
+
+NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+LEAD = timedelta(seconds=60)
+PERIOD = timedelta(seconds=5)
+
+
+def _spike(seconds: float, count: int, spread: float = 0) -> Spike:
+    first = NOON + timedelta(seconds=seconds)
+    return Spike(first, first + timedelta(seconds=spread), count)
+
+
+def _wanted(ready: int, due: list[Spike], *, minimum: int = 1, maximum: int = 20) -> Wanted:
+    return wanted(
+        ready=ready,
+        due=due,
+        now=NOON,
+        lead=LEAD,
+        period=PERIOD,
+        minimum=minimum,
+        maximum=maximum,
+        target=100,
+    )
+
+
+def test_a_spike_within_the_lead_asks_for_its_replicas_before_it_falls_due() -> None:
+    # 1,500 due in 50 s: a pod asked for now is Ready (60 s) in time for it.
+    want = _wanted(0, [_spike(50, 1500)])
+    assert (want.replicas, want.queue, want.ahead) == (15, 0, 15)
+    assert want.spike == _spike(50, 1500)
+    # due just beyond the lead but before the next round's: asked for now as well
+    assert _wanted(0, [_spike(64, 1500)]).replicas == 15
+
+
+def test_a_spike_further_than_the_lead_and_a_period_is_left_to_a_later_round() -> None:
+    want = _wanted(0, [_spike(66, 1500)])
+    assert (want.replicas, want.ahead, want.spike) == (1, 0, None)
+
+
+def test_the_largest_spike_ahead_decides_and_the_queue_is_never_shorted() -> None:
+    assert _wanted(0, [_spike(10, 300), _spike(40, 900), _spike(55, 200)]).replicas == 9
+    # the queue already asks for more than the spike: the queue's figure
+    want = _wanted(1200, [_spike(30, 500)])
+    assert (want.replicas, want.queue, want.ahead) == (12, 12, 5)
+
+
+def test_what_the_spike_asks_for_stays_within_min_and_max() -> None:
+    assert _wanted(0, [_spike(30, 5000)], maximum=8).replicas == 8
+    assert _wanted(0, [_spike(30, 50)], minimum=3).replicas == 3
+    assert _wanted(0, [], minimum=0).replicas == 0
+
+
+def test_a_spike_counts_until_its_last_execution_is_due_then_the_queue_takes_over() -> None:
+    # the bin began 5 s ago and runs 3 s more: its rest is still to come
+    assert _wanted(0, [_spike(-5, 800, spread=8)]).replicas == 8
+    # its last execution was due a second ago: what is left of it is in the queue
+    assert _wanted(0, [_spike(-10, 800, spread=9)]).replicas == 1
+
+
+def test_after_the_spike_its_replicas_are_released_only_once_stabilization_passed() -> None:
+    # ahead of the spike: up at once
+    up = decide(current=1, desired=_wanted(0, [_spike(50, 1500)]).replicas, maximum=20,
+                waiting=None, now=0, window=300)  # fmt: skip
+    assert up == Decision(15, None)
+    # the spike passed and the queue is empty: 15 kept for the window, then released
+    after = wanted(ready=0, due=[_spike(50, 1500)], now=NOON + timedelta(seconds=51),
+                   lead=LEAD, period=PERIOD, minimum=1, maximum=20, target=100)  # fmt: skip
+    held = decide(current=15, desired=after.replicas, maximum=20, waiting=None, now=60,
+                  window=300)  # fmt: skip
+    assert held.replicas == 15 and held.waiting is not None
+    assert decide(current=15, desired=1, maximum=20, waiting=held.waiting, now=359,
+                  window=300).replicas == 15  # fmt: skip
+    assert decide(current=15, desired=1, maximum=20, waiting=held.waiting, now=360,
+                  window=300).replicas == 1  # fmt: skip
+
+
+def _due(tenant: str, seconds: float, count: int, spread: float = 0) -> DueCount:
+    first = NOON + timedelta(seconds=seconds)
+    return DueCount(tenant, first, first + timedelta(seconds=spread), count)
+
+
+def test_each_slice_of_due_time_is_read_once_and_a_bin_it_cut_is_put_back_together() -> None:
+    due = DueSoon()
+    horizon = LEAD + PERIOD
+    assert due.next_slice(NOON, horizon) == (NOON, NOON + horizon)
+    due.add(NOON + horizon, [_due("shop", 61, 100, spread=3)])  # the bin 60-70 s, cut at 65
+    later = NOON + timedelta(seconds=5)
+    assert due.next_slice(later, horizon) == (NOON + horizon, later + horizon)
+    assert due.next_slice(NOON + timedelta(seconds=2), timedelta(seconds=10)) is None
+    due.add(later + horizon, [_due("shop", 66, 50, spread=1), _due("shop", 70, 7)])
+    assert due.spikes(["shop"]) == [_spike(61, 150, spread=6), _spike(70, 7)]
+    # a pause longer than the horizon: the next read starts from now
+    late = NOON + timedelta(minutes=10)
+    assert due.next_slice(late, horizon) == (late, late + horizon)
+
+
+def test_a_pool_takes_the_spikes_of_every_tenant_it_serves_and_no_others() -> None:
+    due = DueSoon()
+    due.add(NOON + LEAD, [_due("a", 30, 100), _due("b", 32, 40), _due("c", 31, 1000)])
+    assert due.spikes(["a", "b"]) == [_spike(30, 140, spread=2)]
+    assert due.spikes(["d"]) == []
+
+
+def test_passed_spikes_are_forgotten() -> None:
+    due = DueSoon()
+    due.add(NOON + LEAD, [_due("a", 10, 100, spread=2), _due("a", 40, 5)])
+    due.forget_passed(NOON + timedelta(seconds=12))
+    assert due.spikes(["a"]) == [_spike(10, 100, spread=2), _spike(40, 5)]
+    due.forget_passed(NOON + timedelta(seconds=13))
+    assert due.spikes(["a"]) == [_spike(40, 5)]

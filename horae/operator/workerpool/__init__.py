@@ -17,6 +17,9 @@ Who sets it is `spec.autoscaling`:
   writes that to spec.replicas at once when it is more than spec.replicas says, and only
   once a lower figure has held for the stabilization window otherwise (so a figure set by
   hand lasts that long when it is higher, and not at all when lower).
+  It also asks, ahead of time, for the replicas the executions about to fall due will
+  need (`ahead`, `scaling.wanted`): for the largest 10 s bin of the pool's tenants due
+  within the lead (a pod's start-up time, HORAE_SCALE_AHEAD_SECONDS) and one period.
 - `External`: someone else; the operator only follows.
 
 A pool without spec.replicas gets it from the operator (what its Deployment runs, or
@@ -40,7 +43,15 @@ from horae.operator.workerpool.deployment import (
     termination_grace,
 )
 from horae.operator.workerpool.handlers import register
-from horae.operator.workerpool.scaling import Decision, ScaleDown, decide, desired_replicas
+from horae.operator.workerpool.scaling import (
+    Decision,
+    ScaleDown,
+    Spike,
+    Wanted,
+    decide,
+    desired_replicas,
+    wanted,
+)
 from horae.operator.workerpool.spec import POOL_LABEL, Pool, WorkerPoolSpec
 
 __all__ = [
@@ -51,6 +62,8 @@ __all__ = [
     "Pool",
     "PoolRefused",
     "ScaleDown",
+    "Spike",
+    "Wanted",
     "WorkerPoolSpec",
     "check_privileges",
     "decide",
@@ -59,4 +72,5 @@ __all__ = [
     "ensure_deployment",
     "register",
     "termination_grace",
+    "wanted",
 ]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import UTC, timedelta
+from typing import TYPE_CHECKING, Any
 
 from horae import metrics
 from horae.broker import Names, QueueDepths
@@ -21,19 +20,25 @@ from horae.kube import CustomObjects, Deployments, ServiceAccounts
 from horae.operator.conditions import Condition
 from horae.operator.measuring import failed
 from horae.operator.reporting import StatusWriter
+from horae.operator.workerpool.ahead import DueSoon
 from horae.operator.workerpool.deployment import PoolRefused, check_owned, ensure_deployment
-from horae.operator.workerpool.scaling import Decision, ScaleDown, decide, desired_replicas
+from horae.operator.workerpool.scaling import Decision, ScaleDown, Wanted, decide, wanted
 from horae.operator.workerpool.spec import Pool
+from horae.store import routing
+
+if TYPE_CHECKING:
+    from horae.store.groups import Store
 
 log = logging.getLogger(__name__)
 
 
 def scaling_condition(
-    pool: Pool, *, ready: int, desired: int, decision: Decision, window: float
+    pool: Pool, *, wanted: Wanted, decision: Decision, window: float, lead: float, ready_pods: int
 ) -> Condition:
     """The pool's `Scaling` condition once the autoscaler has decided `decision` (its
-    figure for spec.replicas) from `ready` messages asking for `desired` replicas: True
-    while a scale-down waits out the stabilization window of `window` seconds."""
+    figure for spec.replicas) from `wanted`: True while a scale-down waits out the
+    stabilization window of `window` seconds, and while replicas are held for executions
+    about to fall due (`lead` seconds ahead) beyond what the queue asks for."""
     spec = pool.spec
     if not pool.builtin:
         return Condition(
@@ -44,19 +49,42 @@ def scaling_condition(
             "Scaling",
             True,
             "ScaleDownStabilizing",
-            f"the queue asks for {desired} replicas; {decision.replicas} kept until it has"
-            f" asked for fewer for {window:g}s",
+            f"the queue asks for {wanted.replicas} replicas; {decision.replicas} kept until it"
+            f" has asked for fewer for {window:g}s",
         )
-    wanted = math.ceil(ready / spec.target_backlog_per_replica)
-    if wanted > spec.max_replicas:
+    spike = wanted.spike
+    if spike is not None and wanted.ahead > wanted.queue and wanted.ahead > spec.min_replicas:
+        held = (
+            f"; held at maxReplicas {spec.max_replicas}" if wanted.ahead > spec.max_replicas else ""
+        )
+        return Condition(
+            "Scaling",
+            True,
+            "ScaleAhead",
+            f"{spike.count} executions due at {spike.first.astimezone(UTC):%H:%M:%S} UTC ask for"
+            f" {wanted.ahead} replicas{held}: {decision.replicas} asked {lead:g}s ahead,"
+            f" {ready_pods} ready",
+        )
+    if wanted.queue > spec.max_replicas:
         return Condition(
             "Scaling",
             False,
             "MaxReplicas",
-            f"the queue asks for {wanted} replicas; held at maxReplicas {spec.max_replicas}",
+            f"the queue asks for {wanted.queue} replicas; held at maxReplicas {spec.max_replicas}",
         )
     return Condition(
         "Scaling", False, "DesiredReplicas", f"{decision.replicas} replicas, as the queue asks"
+    )
+
+
+def _why(ready: int, want: Wanted) -> str:
+    """What a scale was decided from, for the log."""
+    spike = want.spike
+    if spike is None or want.ahead <= want.queue:
+        return f"{ready} ready messages"
+    return (
+        f"{ready} ready messages; {spike.count} executions due at"
+        f" {spike.first.astimezone(UTC):%H:%M:%S} UTC"
     )
 
 
@@ -72,7 +100,10 @@ class _Tracked:
 
 class Autoscaler:
     """Every `period`, decides each known WorkerPool's spec.replicas from its queue depth
-    (autoscaling Builtin) and scales its Deployment to spec.replicas (either way)."""
+    and the executions due within `lead` (autoscaling Builtin) and scales its Deployment to
+    spec.replicas (either way). `lead` is a worker pod's start-up time: a pool is scaled for
+    a spike that long (and one period) before it falls due; zero (or no `store`) scales on
+    the queue alone."""
 
     def __init__(
         self,
@@ -85,6 +116,8 @@ class Autoscaler:
         names: Names,
         period: timedelta = timedelta(seconds=5),
         stabilization: timedelta = timedelta(seconds=300),
+        store: Store | None = None,
+        lead: timedelta = timedelta(0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._deployments = deployments
@@ -94,7 +127,11 @@ class Autoscaler:
         self._depths = QueueDepths(broker_url)
         self._names = names
         self._period = period.total_seconds()
+        self._period_delta = period
         self._window = stabilization.total_seconds()
+        self._store = store
+        self._lead = lead
+        self._due = DueSoon()
         self._clock = clock
         self._pools: dict[tuple[str, str], _Tracked] = {}
         self._wake = asyncio.Event()
@@ -150,6 +187,7 @@ class Autoscaler:
         except Exception:
             failed("autoscaler")
             log.exception("could not read the depth of %s", self._names.held)
+        await self._read_due()
         for key, tracked in list(self._pools.items()):
             if self._pools.get(key) is not tracked:
                 continue  # forgotten (or replaced) while an earlier pool was looked at
@@ -168,6 +206,31 @@ class Autoscaler:
                 failed("autoscaler")
                 log.exception("could not autoscale WorkerPool %s/%s", *key)
 
+    async def _read_due(self) -> None:
+        """Read the next slice of due time from the store (when any pool scales on it); a
+        failed read is tried again, from the same point, next round."""
+        if (
+            self._store is None
+            or not self._lead
+            or not any(t.pool.builtin for t in self._pools.values())
+        ):
+            return
+        now = utc_now()
+        self._due.forget_passed(now)
+        due_slice = self._due.next_slice(now, self._lead + self._period_delta)
+        if due_slice is None:
+            return
+        since, until = due_slice
+        try:
+            rows = await routing.due_ahead(self._store, since=since, until=until)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            failed("autoscaler")
+            log.exception("could not read the executions due from %s", rfc3339(since))
+            return
+        self._due.add(until, rows)
+
     async def _scale(self, tracked: _Tracked) -> None:
         pool, spec = tracked.pool, tracked.pool.spec
         ready = await self._depths.ready(self._names.pool_queue(pool.namespace, pool.name))
@@ -183,30 +246,41 @@ class Autoscaler:
         check_owned(deployment, pool)
         current = deployment.replicas if spec.replicas is None else spec.replicas
         if pool.builtin:
-            desired = desired_replicas(
-                ready,
+            want = wanted(
+                ready=ready,
+                due=self._due.spikes(pool.tenants or (pool.namespace,)) if self._lead else (),
+                now=utc_now(),
+                lead=self._lead,
+                period=self._period_delta,
                 minimum=spec.min_replicas,
                 maximum=spec.max_replicas,
                 target=spec.target_backlog_per_replica,
             )
             decision = decide(
                 current=current,
-                desired=desired,
+                desired=want.replicas,
                 maximum=spec.max_replicas,
                 waiting=tracked.waiting,
                 now=self._clock(),
                 window=self._window,
             )
         else:
-            desired, decision = current, Decision(current, None)
+            want = Wanted(current, current, 0, None)
+            decision = Decision(current, None)
+        desired = want.replicas
         tracked.waiting = decision.waiting
         moved = decision.replicas != deployment.replicas
         if (moved or (pool.builtin and decision.replicas != spec.replicas)) and not (
-            await self._follow(tracked, decision.replicas, deployment.replicas, ready)
+            await self._follow(tracked, decision.replicas, deployment.replicas, _why(ready, want))
         ):
             return
         condition = scaling_condition(
-            pool, ready=ready, desired=desired, decision=decision, window=self._window
+            pool,
+            wanted=want,
+            decision=decision,
+            window=self._window,
+            lead=self._lead.total_seconds(),
+            ready_pods=deployment.ready_replicas,
         )
         status = {
             "queueDepth": ready,
@@ -229,7 +303,7 @@ class Autoscaler:
                 return
             tracked.shown = shown
 
-    async def _follow(self, tracked: _Tracked, replicas: int, running: int, ready: int) -> bool:
+    async def _follow(self, tracked: _Tracked, replicas: int, running: int, why: str) -> bool:
         """Make the pool's spec.replicas (autoscaling Builtin) and its Deployment's
         `replicas` (it runs `running`); False when the pool is gone, or when its
         spec.replicas changed since it was tracked (someone scaled it: the next round
@@ -262,11 +336,11 @@ class Autoscaler:
             if pool.builtin:  # the autoscaler's own decision (External: someone else's)
                 metrics.scale_decisions.labels("up" if replicas > running else "down").inc()
             log.info(
-                "scaled WorkerPool %s/%s from %d to %d replicas (%d ready messages)",
+                "scaled WorkerPool %s/%s from %d to %d replicas (%s)",
                 pool.namespace,
                 pool.name,
                 running,
                 replicas,
-                ready,
+                why,
             )
         return True

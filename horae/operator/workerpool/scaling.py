@@ -1,9 +1,12 @@
-"""The scaling rule (pure): how many replicas a queue depth asks for, and when to follow."""
+"""The scaling rule (pure): how many replicas a queue depth and the executions about to
+fall due ask for (`desired_replicas`, `wanted`), and when to follow (`decide`)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 
 def desired_replicas(ready: int, *, minimum: int, maximum: int, target: int) -> int:
@@ -50,3 +53,60 @@ def decide(
     if now - waiting.since >= window:
         return Decision(waiting.peak, None)
     return Decision(current, waiting)
+
+
+@dataclass(frozen=True)
+class Spike:
+    """`count` executions of a pool due from `first` to `last` (one bin of due time)."""
+
+    first: datetime
+    last: datetime
+    count: int
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The replicas a pool asks for (`replicas`, within [minReplicas, maxReplicas]) and why:
+    what its queue asks for, and what the executions about to fall due ask for."""
+
+    replicas: int
+    queue: int
+    """ceil(ready messages / target), unclamped."""
+    ahead: int
+    """ceil(spike.count / target) for the spike that asks for most, unclamped; 0: none."""
+    spike: Spike | None
+    """The spike within the lead (and one period) that asks for most, if any."""
+
+
+def wanted(
+    *,
+    ready: int,
+    due: Sequence[Spike],
+    now: datetime,
+    lead: timedelta,
+    period: timedelta,
+    minimum: int,
+    maximum: int,
+    target: int,
+) -> Wanted:
+    """The replicas to ask for now: as many as the queue's `ready` messages ask for (one per
+    `target`), and as many as the largest spike of `due` that falls due before a pod asked
+    for at the next round would be Ready (`lead`, a pod's start-up time, plus one `period`)
+    asks for, one per `target` of its executions; within [minimum, maximum].
+
+    A spike counts from then until its last execution is due (by then its executions are
+    in the queue, which asks for them); one further ahead is left to a later round, so
+    replicas are not held longer than the start-up time needs."""
+    queue = math.ceil(ready / target)
+    horizon = now + lead + period
+    spike = max(
+        (s for s in due if s.last >= now and s.first < horizon),
+        key=lambda s: (s.count, -s.first.timestamp()),
+        default=None,
+    )
+    ahead = math.ceil(spike.count / target) if spike is not None else 0
+    replicas = max(
+        desired_replicas(ready, minimum=minimum, maximum=maximum, target=target),
+        min(maximum, ahead),
+    )
+    return Wanted(replicas, queue, ahead, spike)
