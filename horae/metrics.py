@@ -130,6 +130,25 @@ api_latency = Histogram(
     buckets=API_LATENCY_BUCKETS,
 )
 
+# The aggregated API's (horae aggregated-api: `kubectl get executions`).
+aggregated_requests = Counter(
+    "horae_aggregated_requests_total",
+    "Requests for executions the aggregated API answered, by verb (get, list, watch, or "
+    "write: refused) and status code.",
+    ["verb", "code"],
+)
+aggregated_latency = Histogram(
+    "horae_aggregated_request_seconds",
+    "How long the aggregated API took to answer a get or list (a watch: until its stream "
+    "began), by verb.",
+    ["verb"],
+    buckets=API_LATENCY_BUCKETS,
+)
+aggregated_watches = Gauge("horae_aggregated_watches", "Watches of executions streaming now.")
+aggregated_watch_events = Counter(
+    "horae_aggregated_watch_events_total", "Changes of executions sent to watches."
+)
+
 summed_store_connections = Gauge(
     "horae_store_connections",
     "Connections of the API's server processes to each store group, by state (in_use, idle, "

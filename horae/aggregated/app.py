@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from horae import metrics
 from horae.aggregated import openapi
 from horae.aggregated.auth import Authorizer, Unauthenticated, identity
 from horae.aggregated.resource import (
@@ -188,12 +190,20 @@ class ExecutionsView:
     # Handlers ------------------------------------------------------------------------
 
     async def collection(self, request: Request) -> Response:
+        started = time.monotonic()
+        watch = request.query_params.get("watch", "").lower() in ("1", "true")
+        verb = "write" if request.method != "GET" else "watch" if watch else "list"
+        response = await self._collection(request, verb)
+        _observe(verb, response, started)
+        return response
+
+    async def _collection(self, request: Request, verb: str) -> Response:
         namespace = request.path_params.get("namespace")
-        if request.method != "GET":
+        if verb == "write":
             return status(405, "MethodNotAllowed", READ_ONLY)
         params = request.query_params
-        watch = params.get("watch", "").lower() in ("1", "true")
-        allowed = await self._authorised(request, "watch" if watch else "list", namespace)
+        watch = verb == "watch"
+        allowed = await self._authorised(request, verb, namespace)
         if isinstance(allowed, Response):
             return allowed
         try:
@@ -306,6 +316,13 @@ class ExecutionsView:
         return [(r, n) for r, n in await self._named(rows) if name_of(r, n) == name]
 
     async def item(self, request: Request) -> Response:
+        started = time.monotonic()
+        verb = "get" if request.method == "GET" else "write"
+        response = await self._item(request)
+        _observe(verb, response, started)
+        return response
+
+    async def _item(self, request: Request) -> Response:
         namespace = request.path_params["namespace"]
         name = request.path_params["name"]
         if request.method != "GET":
@@ -388,15 +405,20 @@ class ExecutionsView:
         events = self._events(namespace, selection, jobs, since, timeout)
 
         async def body() -> AsyncIterator[bytes]:
-            async for kind, row, job_name in events:
-                if as_table:
-                    obj = table([(row, job_name)], now=datetime.now(UTC), include=include)
-                else:
-                    obj = execution(row, job_name)
-                yield (
-                    json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode()
-                    + b"\n"
-                )
+            metrics.aggregated_watches.inc()
+            try:
+                async for kind, row, job_name in events:
+                    if as_table:
+                        obj = table([(row, job_name)], now=datetime.now(UTC), include=include)
+                    else:
+                        obj = execution(row, job_name)
+                    metrics.aggregated_watch_events.inc()
+                    yield (
+                        json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode()
+                        + b"\n"
+                    )
+            finally:
+                metrics.aggregated_watches.dec()
 
         return StreamingResponse(body(), media_type="application/json")
 
@@ -448,6 +470,12 @@ class ExecutionsView:
             floor = cursor - int((WATCH_OVERLAP + WATCH_LOOKBACK).total_seconds() * 1e6)
             shown = {i: v for i, v in shown.items() if v >= floor or i in live}
             await asyncio.sleep(min(WATCH_POLL, max(0.0, deadline - loop.time())))
+
+
+def _observe(verb: str, response: Response, started: float) -> None:
+    metrics.aggregated_requests.labels(verb, str(response.status_code)).inc()
+    if verb != "write":
+        metrics.aggregated_latency.labels(verb).observe(time.monotonic() - started)
 
 
 # Discovery ----------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.test_first_job import scrape
+from tests.support.aggregated import ExecutionsApi
 from tests.support.kube import ControlPlane
 from tests.support.processes import Processes
 from tests.support.store_rows import StoreRows
@@ -44,7 +46,7 @@ def listed(plane: ControlPlane, namespace: str, *args: str) -> list[dict[str, An
 
 async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
-    executions_api: object,
+    executions_api: ExecutionsApi,
 ) -> None:  # fmt: skip
     run_components(processes)
     for name, spec in (
@@ -167,6 +169,14 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
 
     # Nothing of it in etcd: the operator mirrors nothing by default.
     assert control_plane.get_json("executions.horae.dev", "-n", namespace)["items"] == []
+
+    # The server counts what it answered, by verb and code.
+    scraped = scrape(executions_api.metrics_port)
+    assert scraped['horae_aggregated_requests_total{code="200",verb="list"}'] >= 5
+    assert scraped['horae_aggregated_requests_total{code="200",verb="get"}'] >= 1
+    assert scraped['horae_aggregated_requests_total{code="404",verb="get"}'] >= 1
+    assert scraped['horae_aggregated_requests_total{code="405",verb="write"}'] >= 1
+    assert scraped['horae_aggregated_requests_total{code="410",verb="list"}'] >= 1
 
 
 async def test_a_watch_sees_a_run_start_and_end_within_a_second_of_the_store(
