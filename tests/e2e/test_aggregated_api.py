@@ -66,13 +66,18 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
                           "-p", '{"spec":{"suspend":true}}')  # fmt: skip
 
     async def settled() -> int | None:
+        # Both jobs paused in the store (the operator has acted on the suspension), and
+        # nothing of theirs queued or running: the history stands still from here.
+        active = await stored.count(
+            "SELECT count(*) FROM jobs WHERE tenant = $1 AND state <> 'paused'", namespace
+        )
         live = await stored.count(
             "SELECT count(*) FROM executions WHERE tenant = $1 AND status IN ('queued',"
-            " 'running')", namespace,
+            " 'running', 'scheduled') AND due_at <= now()", namespace,
         )  # fmt: skip
-        return None if live else 1
+        return None if active or live else 1
 
-    await until(settled, timeout=20, what="nothing queued or running")
+    await until(settled, timeout=30, what="both jobs paused, nothing due, queued or running")
     rows = await stored.fetch(
         "SELECT e.id, j.name, e.status FROM executions e JOIN jobs j ON j.id = e.job_id"
         " WHERE e.tenant = $1 AND e.status <> 'scheduled'", namespace,
@@ -164,8 +169,13 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
     }
 
     # kubectl explain reads the OpenAPI the server publishes.
-    explained = control_plane.kubectl("explain", "executions.status.phase").stdout
-    assert "runs.horae.dev" in explained and "TimedOut" in explained
+    async def explained() -> str | None:
+        # (kube-apiserver fetches an APIService's OpenAPI on its own schedule)
+        result = control_plane.kubectl("explain", "executions.status.phase", check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    explanation = await until(explained, timeout=30, what="kubectl explain executions")
+    assert "runs.horae.dev" in explanation and "TimedOut" in explanation
 
     # Nothing of it in etcd: the operator mirrors nothing by default.
     assert control_plane.get_json("executions.horae.dev", "-n", namespace)["items"] == []
