@@ -97,8 +97,8 @@ async def test_allow_runs_overlapping_occurrences_side_by_side_and_forbid_skips_
     processes.start("scheduler", "scheduler")
     processes.start("worker", "worker", "--tasks", TASKS,
                     env={"HORAE_TEST_LOG": str(log), **SHORT_GRACE})  # fmt: skip
-    allow = await slow_job(stored, ConcurrencyPolicy.ALLOW, 1.5)
-    forbid = await slow_job(stored, ConcurrencyPolicy.FORBID, 1.5)
+    allow = await slow_job(stored, ConcurrencyPolicy.ALLOW, 3)
+    forbid = await slow_job(stored, ConcurrencyPolicy.FORBID, 3)
     a1, f1 = await trigger(stored, allow), await trigger(stored, forbid)
     await started(log, a1, f1)
     a2, f2 = await trigger(stored, allow), await trigger(stored, forbid)
