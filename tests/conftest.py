@@ -29,7 +29,7 @@ import pytest_asyncio
 from horae.store.db import connect, connect_pool
 from horae.store.groups import MAIN
 from horae.store.migrate import migrate, migrate_group
-from tests.support.chart import INSTALL_NAMESPACE, bind_lease_roles, chart_rbac
+from tests.support.chart import bind_lease_roles, install_chart_accounts
 from tests.support.db_roles import (
     LoginRoles,
     add_login_roles,
@@ -39,7 +39,8 @@ from tests.support.db_roles import (
 from tests.support.groups import SECOND, SECOND_DB, create_database, drop_database, split_store
 from tests.support.kube import (
     ControlPlane,
-    service_account_kubeconfig,
+    apply_crds,
+    leave_no_scheduledjobs,
     start_control_plane,
     stop_control_plane,
 )
@@ -243,11 +244,7 @@ def broker_prefix() -> str:
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     plane = start_control_plane(tmp_path_factory.mktemp("k8s"))
     try:
-        plane.kubectl("apply", "-f", str(REPO / "crds"))
-        for crd in ("scheduledjobs", "executions", "workerpools"):
-            plane.kubectl(
-                "wait", "--for=condition=Established", f"crd/{crd}.horae.dev", "--timeout=60s"
-            )
+        apply_crds(plane)
         yield plane
     finally:
         stop_control_plane(plane)
@@ -258,14 +255,7 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     control_plane.kubectl("create", "namespace", name)
     yield name
-    # Operators of later tests watch the whole cluster: leave them no ScheduledJob to run.
-    left = control_plane.kubectl("get", "scheduledjobs", "-n", name, "-o", "name").stdout.split()
-    for resource in left:
-        control_plane.kubectl("patch", resource, "-n", name, "--type=merge",
-                              "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
-    if left:
-        control_plane.kubectl("delete", "scheduledjobs", "--all", "-n", name, "--wait=false",
-                              check=False)  # fmt: skip
+    leave_no_scheduledjobs(control_plane, name)
 
 
 @pytest.fixture
@@ -284,24 +274,13 @@ def horae_env(
     }
 
 
-COMPONENTS = ("operator", "scheduler", "api")
-
-
 @pytest.fixture(scope="session")
 def component_kubeconfigs(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
     """Operator, scheduler and API run as the chart's ServiceAccounts under the chart's
     RBAC, never as admin."""
-    control_plane.kubectl("create", "namespace", INSTALL_NAMESPACE)
-    control_plane.kubectl("apply", "-f", "-", input=chart_rbac(control_plane))
-    base = tmp_path_factory.mktemp("accounts")
-    return {
-        c: service_account_kubeconfig(
-            control_plane, INSTALL_NAMESPACE, f"horae-{c}", base / f"{c}.kubeconfig"
-        )
-        for c in COMPONENTS
-    }
+    return install_chart_accounts(control_plane, tmp_path_factory.mktemp("accounts"))
 
 
 @pytest.fixture
