@@ -36,7 +36,16 @@ from tests.support.db_roles import (
     create_login_roles,
     drop_login_roles,
 )
-from tests.support.groups import SECOND, SECOND_DB, create_database, drop_database, split_store
+from tests.support.groups import (
+    SECOND,
+    SECOND_DB,
+    SplitTemplate,
+    copy_split_store,
+    create_database,
+    drop_database,
+    split_store,
+    split_template,
+)
 from tests.support.kube import (
     ControlPlane,
     apply_crds,
@@ -86,11 +95,11 @@ async def template_db() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def split(request: pytest.FixtureRequest) -> str | None:
+def split(request: pytest.FixtureRequest) -> SplitTemplate | None:
     """Whether this test's store is split over two clusters: in the split run, for every
     integration and e2e test but the API tests and those marked `one_group` (which are
-    about one database as such). If so, the template of the second group's database (and
-    the components' login roles are on the second cluster too)."""
+    about one database as such). If so, the split store the test's is a copy of (and the
+    components' login roles are on the second cluster too)."""
     path = str(request.node.fspath)
     if not (
         SPLIT
@@ -100,25 +109,22 @@ def split(request: pytest.FixtureRequest) -> str | None:
     ):
         return None
     request.getfixturevalue("second_cluster_roles")
-    template: str = request.getfixturevalue("second_template")
+    template: SplitTemplate = request.getfixturevalue("split_template_db")
     return template
 
 
 @pytest_asyncio.fixture
-async def db_url(template_db: str, split: str | None) -> AsyncIterator[str]:
+async def db_url(template_db: str, split: SplitTemplate | None) -> AsyncIterator[str]:
     """A fresh migrated database for this test: the store's group `main`, which holds its
     catalog. In the split run (see `split`) the odd shards are in group `second`, on the
     second cluster (`second_url`)."""
     name = f"horae_t_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(BASE_DB, timeout=10)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    finally:
-        await admin.close()
     url = _with_path(BASE_DB, name)
     twin = f"horae_g_{uuid.uuid4().hex[:10]}"
     if split is not None:
-        _SPLITS[url] = await split_store(url, twin, template=split)
+        _SPLITS[url] = await copy_split_store(BASE_DB, name, twin, split)
+    else:
+        await create_database(BASE_DB, name, template_db)
     yield url
     if _SPLITS.pop(url, None) is not None:
         await drop_database(SECOND_DB, twin)
@@ -155,6 +161,17 @@ async def second_template() -> AsyncIterator[str]:
                         today=datetime.now(UTC).date(), catalog=False)  # fmt: skip
     yield name
     await drop_database(SECOND_DB, name)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def split_template_db(template_db: str, second_template: str) -> AsyncIterator[SplitTemplate]:
+    """A split store (`split_store`) that each split test's store is a copy of."""
+    key = uuid.uuid4().hex[:8]
+    made = await split_template(BASE_DB, f"horae_tmpls_{key}", f"horae_tmpls2_{key}",
+                                template_db, second_template)  # fmt: skip
+    yield made
+    await drop_database(SECOND_DB, made.second)
+    await drop_database(BASE_DB, made.main)
 
 
 @pytest_asyncio.fixture(scope="session")
