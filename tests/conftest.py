@@ -315,7 +315,7 @@ def processes(
         command_env[c]["KUBECONFIG"] = str(path)
     procs = Processes(horae_env, tmp_path, command_env=command_env)
     yield procs
-    procs.stop_all()
+    procs.kill_all()
     print(procs.dump())  # shown by pytest only when the test failed
 
 
