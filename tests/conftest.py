@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -126,13 +127,11 @@ async def db_url(template_db: str, split: SplitTemplate | None) -> AsyncIterator
     else:
         await create_database(BASE_DB, name, template_db)
     yield url
+    # Fresh connections (the test may restart a server); one on each cluster: both at once.
+    drops = [drop_database(BASE_DB, name)]
     if _SPLITS.pop(url, None) is not None:
-        await drop_database(SECOND_DB, twin)
-    admin = await asyncpg.connect(BASE_DB, timeout=10)  # fresh: the test may restart the server
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+        drops.append(drop_database(SECOND_DB, twin))
+    await asyncio.gather(*drops)
 
 
 _SPLITS: dict[str, str] = {}

@@ -4,6 +4,7 @@ on port 5434): a test database on each, the second added to the first's catalog 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from dataclasses import dataclass
@@ -83,8 +84,10 @@ async def copy_split_store(admin_url: str, name: str, twin: str, template: Split
     """Database `name` a copy of `template.main`, and `twin` of `template.second`, as
     `split_store` would leave them: the catalog names `twin` as group `second`. The URL of
     `twin`."""
-    url = await create_database(admin_url, name, template.main)
-    twin_url = await create_database(SECOND_DB, twin, template.second)
+    url, twin_url = await asyncio.gather(  # one on each cluster: both at once
+        create_database(admin_url, name, template.main),
+        create_database(SECOND_DB, twin, template.second),
+    )
     conn = await asyncpg.connect(url)
     try:
         await conn.execute("UPDATE store_groups SET address = $1 WHERE name = $2",
