@@ -220,7 +220,8 @@ async def warns_on_invalid_specs(ctx: Ctx, reduced: bool) -> bool:
 def _runs(ctx: Ctx, reduced: bool, **spec: Any) -> None:
     ctx.start("scheduler", reduced=False)
     ctx.start("worker", "--tasks", "tests/e2e/tasks.py", reduced=False)
-    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    # The mirror is opt-in; the chart's grants on Execution mirrors are its (chart_rbac).
+    ctx.start("operator", reduced=reduced, HORAE_EXECUTION_MIRROR="1", **OPERATOR_ENV)
     ctx.apply(scheduledjob("ticker", **spec))
 
 
