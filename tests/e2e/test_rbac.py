@@ -105,8 +105,10 @@ async def happens(probe: Callable[[], Awaitable[Any]], within: float) -> bool:
     return True
 
 
-OPERATOR_ENV = {"HORAE_OPERATOR_LEASE_SECONDS": "3", "HORAE_RESYNC_SECONDS": "1",
+OPERATOR_ENV = {"HORAE_OPERATOR_LEASE_SECONDS": "10", "HORAE_RESYNC_SECONDS": "1",
                 "HORAE_AUTOSCALE_PERIOD_SECONDS": "1"}  # fmt: skip
+"""A 10 s leader Lease (renewed within 6.7 s) for what is not about the Lease: with 3 s,
+an operator starved of CPU for 2 s (cases run at once) gave its Lease up and exited."""
 
 
 # -- exercises: each returns whether the effect it needs happened ----------------------------
@@ -178,7 +180,8 @@ async def resync_cancels_orphans(ctx: Ctx, reduced: bool) -> bool:
 
 async def keeps_leading(ctx: Ctx, reduced: bool) -> bool:
     """The operator keeps renewing its leader Lease (a leader that cannot exits)."""
-    operator = ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    operator = ctx.start("operator", reduced=reduced,
+                         **{**OPERATOR_ENV, "HORAE_OPERATOR_LEASE_SECONDS": "3"})  # fmt: skip
 
     async def exited() -> bool:
         return not operator.alive()
