@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -29,17 +30,27 @@ import pytest_asyncio
 from horae.store.db import connect, connect_pool
 from horae.store.groups import MAIN
 from horae.store.migrate import migrate, migrate_group
-from tests.support.chart import INSTALL_NAMESPACE, bind_lease_roles, chart_rbac
+from tests.support.chart import bind_lease_roles, install_chart_accounts
 from tests.support.db_roles import (
     LoginRoles,
     add_login_roles,
     create_login_roles,
     drop_login_roles,
 )
-from tests.support.groups import SECOND, SECOND_DB, create_database, drop_database, split_store
+from tests.support.groups import (
+    SECOND,
+    SECOND_DB,
+    SplitTemplate,
+    copy_split_store,
+    create_database,
+    drop_database,
+    split_store,
+    split_template,
+)
 from tests.support.kube import (
     ControlPlane,
-    service_account_kubeconfig,
+    apply_crds,
+    leave_no_scheduledjobs,
     start_control_plane,
     stop_control_plane,
 )
@@ -85,11 +96,11 @@ async def template_db() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def split(request: pytest.FixtureRequest) -> str | None:
+def split(request: pytest.FixtureRequest) -> SplitTemplate | None:
     """Whether this test's store is split over two clusters: in the split run, for every
     integration and e2e test but the API tests and those marked `one_group` (which are
-    about one database as such). If so, the template of the second group's database (and
-    the components' login roles are on the second cluster too)."""
+    about one database as such). If so, the split store the test's is a copy of (and the
+    components' login roles are on the second cluster too)."""
     path = str(request.node.fspath)
     if not (
         SPLIT
@@ -99,33 +110,28 @@ def split(request: pytest.FixtureRequest) -> str | None:
     ):
         return None
     request.getfixturevalue("second_cluster_roles")
-    template: str = request.getfixturevalue("second_template")
+    template: SplitTemplate = request.getfixturevalue("split_template_db")
     return template
 
 
 @pytest_asyncio.fixture
-async def db_url(template_db: str, split: str | None) -> AsyncIterator[str]:
+async def db_url(template_db: str, split: SplitTemplate | None) -> AsyncIterator[str]:
     """A fresh migrated database for this test: the store's group `main`, which holds its
     catalog. In the split run (see `split`) the odd shards are in group `second`, on the
     second cluster (`second_url`)."""
     name = f"horae_t_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(BASE_DB, timeout=10)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    finally:
-        await admin.close()
     url = _with_path(BASE_DB, name)
     twin = f"horae_g_{uuid.uuid4().hex[:10]}"
     if split is not None:
-        _SPLITS[url] = await split_store(url, twin, template=split)
+        _SPLITS[url] = await copy_split_store(BASE_DB, name, twin, split)
+    else:
+        await create_database(BASE_DB, name, template_db)
     yield url
+    # Fresh connections (the test may restart a server); one on each cluster: both at once.
+    drops = [drop_database(BASE_DB, name)]
     if _SPLITS.pop(url, None) is not None:
-        await drop_database(SECOND_DB, twin)
-    admin = await asyncpg.connect(BASE_DB, timeout=10)  # fresh: the test may restart the server
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+        drops.append(drop_database(SECOND_DB, twin))
+    await asyncio.gather(*drops)
 
 
 _SPLITS: dict[str, str] = {}
@@ -154,6 +160,17 @@ async def second_template() -> AsyncIterator[str]:
                         today=datetime.now(UTC).date(), catalog=False)  # fmt: skip
     yield name
     await drop_database(SECOND_DB, name)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def split_template_db(template_db: str, second_template: str) -> AsyncIterator[SplitTemplate]:
+    """A split store (`split_store`) that each split test's store is a copy of."""
+    key = uuid.uuid4().hex[:8]
+    made = await split_template(BASE_DB, f"horae_tmpls_{key}", f"horae_tmpls2_{key}",
+                                template_db, second_template)  # fmt: skip
+    yield made
+    await drop_database(SECOND_DB, made.second)
+    await drop_database(BASE_DB, made.main)
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -243,11 +260,7 @@ def broker_prefix() -> str:
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     plane = start_control_plane(tmp_path_factory.mktemp("k8s"))
     try:
-        plane.kubectl("apply", "-f", str(REPO / "crds"))
-        for crd in ("scheduledjobs", "executions", "workerpools"):
-            plane.kubectl(
-                "wait", "--for=condition=Established", f"crd/{crd}.horae.dev", "--timeout=60s"
-            )
+        apply_crds(plane)
         yield plane
     finally:
         stop_control_plane(plane)
@@ -258,14 +271,7 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     control_plane.kubectl("create", "namespace", name)
     yield name
-    # Operators of later tests watch the whole cluster: leave them no ScheduledJob to run.
-    left = control_plane.kubectl("get", "scheduledjobs", "-n", name, "-o", "name").stdout.split()
-    for resource in left:
-        control_plane.kubectl("patch", resource, "-n", name, "--type=merge",
-                              "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
-    if left:
-        control_plane.kubectl("delete", "scheduledjobs", "--all", "-n", name, "--wait=false",
-                              check=False)  # fmt: skip
+    leave_no_scheduledjobs(control_plane, name)
 
 
 @pytest.fixture
@@ -284,24 +290,13 @@ def horae_env(
     }
 
 
-COMPONENTS = ("operator", "scheduler", "api")
-
-
 @pytest.fixture(scope="session")
 def component_kubeconfigs(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
     """Operator, scheduler and API run as the chart's ServiceAccounts under the chart's
     RBAC, never as admin."""
-    control_plane.kubectl("create", "namespace", INSTALL_NAMESPACE)
-    control_plane.kubectl("apply", "-f", "-", input=chart_rbac(control_plane))
-    base = tmp_path_factory.mktemp("accounts")
-    return {
-        c: service_account_kubeconfig(
-            control_plane, INSTALL_NAMESPACE, f"horae-{c}", base / f"{c}.kubeconfig"
-        )
-        for c in COMPONENTS
-    }
+    return install_chart_accounts(control_plane, tmp_path_factory.mktemp("accounts"))
 
 
 @pytest.fixture
@@ -319,7 +314,7 @@ def processes(
         command_env[c]["KUBECONFIG"] = str(path)
     procs = Processes(horae_env, tmp_path, command_env=command_env)
     yield procs
-    procs.stop_all()
+    procs.kill_all()
     print(procs.dump())  # shown by pytest only when the test failed
 
 

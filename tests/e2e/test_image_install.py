@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -56,15 +57,26 @@ def test_the_runtime_lock_installs_with_hashes_and_runs_horae(tmp_path: Path) ->
         shutil.copy(REPO / name, source)
     shutil.copytree(REPO / "horae", source / "horae",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-    build = venv(tmp_path / "build")
-    run(build / "pip", "install", "--require-hashes", "--no-deps", "-r", "requirements-build.lock")
-    run(build / "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
-        tmp_path / "wheels", source)  # fmt: skip
-    [wheel] = (tmp_path / "wheels").glob("horae-*.whl")
 
-    image = venv(tmp_path / "runtime")
-    run(image / "pip", "install", "--require-hashes", "--no-deps", "-r",
-        "requirements-runtime.lock")  # fmt: skip
+    def build_wheel() -> Path:
+        build = venv(tmp_path / "build")
+        run(build / "pip", "install", "--require-hashes", "--no-deps", "-r",
+            "requirements-build.lock")  # fmt: skip
+        run(build / "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+            tmp_path / "wheels", source)  # fmt: skip
+        [wheel] = (tmp_path / "wheels").glob("horae-*.whl")
+        return wheel
+
+    def install_runtime_lock() -> Path:
+        image = venv(tmp_path / "runtime")
+        run(image / "pip", "install", "--require-hashes", "--no-deps", "-r",
+            "requirements-runtime.lock")  # fmt: skip
+        return image
+
+    # The two stages share nothing until the wheel goes in: both at once.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        building, installing = pool.submit(build_wheel), pool.submit(install_runtime_lock)
+        wheel, image = building.result(), installing.result()
     run(image / "pip", "install", "--no-deps", wheel)
     assert "No broken requirements found." in run(image / "pip", "check")
 

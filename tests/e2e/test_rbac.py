@@ -4,29 +4,55 @@ ServiceAccount whose role lacks just that verb fails at something it must do.
 (The other e2e tests run every component under the full roles and show they are enough.)
 Each case names the effect that goes missing; `test_each_exercise_succeeds_with_the_full_roles`
 shows the same effects do happen with the chart's roles, so no case passes vacuously.
+The cases run on several control planes at once (`outcomes`); the tests report them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import queue
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 import yaml
 
 from horae.models import JobSource, JobSpec
-from tests.support.chart import INSTALL_NAMESPACE, chart_cluster_roles
+from horae.store.groups import MAIN
+from tests.conftest import BASE_DB, SPLIT
+from tests.support.chart import (
+    INSTALL_NAMESPACE,
+    bind_lease_roles,
+    chart_cluster_roles,
+    install_chart_accounts,
+)
+from tests.support.db_roles import LoginRoles
+from tests.support.groups import (
+    SECOND,
+    SECOND_DB,
+    SplitTemplate,
+    copy_split_store,
+    create_database,
+    drop_database,
+    with_path,
+)
 from tests.support.kube import (
     ControlPlane,
+    apply_crds,
     free_port,
     jobs_editor_token,
+    leave_no_scheduledjobs,
     service_account_kubeconfig,
+    start_control_plane,
+    stop_control_plane,
 )
 from tests.support.processes import Component, Processes
 from tests.support.store_rows import StoreRows
@@ -79,8 +105,10 @@ async def happens(probe: Callable[[], Awaitable[Any]], within: float) -> bool:
     return True
 
 
-OPERATOR_ENV = {"HORAE_OPERATOR_LEASE_SECONDS": "3", "HORAE_RESYNC_SECONDS": "1",
+OPERATOR_ENV = {"HORAE_OPERATOR_LEASE_SECONDS": "10", "HORAE_RESYNC_SECONDS": "1",
                 "HORAE_AUTOSCALE_PERIOD_SECONDS": "1"}  # fmt: skip
+"""A 10 s leader Lease (renewed within 6.7 s) for what is not about the Lease: with 3 s,
+an operator starved of CPU for 2 s (cases run at once) gave its Lease up and exited."""
 
 
 # -- exercises: each returns whether the effect it needs happened ----------------------------
@@ -99,13 +127,29 @@ async def reconciles(ctx: Ctx, reduced: bool) -> bool:
     return await happens(ready, 8)
 
 
+def leader(ctx: Ctx) -> str | None:
+    """Who holds the operator's leader Lease."""
+    leases = ctx.get("leases")["items"]
+    found = [x["spec"] for x in leases if x["metadata"]["name"] == "horae-operator"]
+    return found[0].get("holderIdentity") if found else None
+
+
 async def watches_resources(ctx: Ctx, reduced: bool) -> bool:
-    """kopf lists and watches its resources and the CRDs without a permission error. (It
-    copes without them by listing again and again, so only its log shows the damage.)"""
+    """kopf lists and watches its resources and the CRDs without a permission error from
+    when the operator leads to 6 s later. (It copes without them by listing again and
+    again, so only its log shows the damage.)"""
     operator = ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
     ctx.apply(scheduledjob("watched", schedule="0 0 1 1 *"))
-    await asyncio.sleep(8)
-    return "forbidden" not in operator.log().lower()
+
+    async def leads() -> bool:
+        return leader(ctx) == operator.identity
+
+    await until(leads, timeout=20, what="the operator leading")
+
+    async def refused() -> bool:
+        return "forbidden" in operator.log().lower()
+
+    return not await happens(refused, 6)
 
 
 async def guards_deletion(ctx: Ctx, reduced: bool) -> bool:
@@ -136,9 +180,13 @@ async def resync_cancels_orphans(ctx: Ctx, reduced: bool) -> bool:
 
 async def keeps_leading(ctx: Ctx, reduced: bool) -> bool:
     """The operator keeps renewing its leader Lease (a leader that cannot exits)."""
-    operator = ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
-    await asyncio.sleep(10)  # over three Lease durations
-    return operator.alive()
+    operator = ctx.start("operator", reduced=reduced,
+                         **{**OPERATOR_ENV, "HORAE_OPERATOR_LEASE_SECONDS": "3"})  # fmt: skip
+
+    async def exited() -> bool:
+        return not operator.alive()
+
+    return not await happens(exited, 10)  # over three Lease durations
 
 
 async def hands_over_at_once(ctx: Ctx, reduced: bool) -> bool:
@@ -147,13 +195,8 @@ async def hands_over_at_once(ctx: Ctx, reduced: bool) -> bool:
     env = {**OPERATOR_ENV, "HORAE_OPERATOR_LEASE_SECONDS": "30"}
     first = ctx.start("operator", reduced=False, **env)
 
-    def holder() -> str | None:
-        leases = ctx.get("leases")["items"]
-        found = [x["spec"] for x in leases if x["metadata"]["name"] == "horae-operator"]
-        return found[0].get("holderIdentity") if found else None
-
     async def leads(identity: str) -> bool:
-        return holder() == identity
+        return leader(ctx) == identity
 
     await until(lambda: leads(first.identity), timeout=20, what="the first operator leading")
     port = free_port()
@@ -180,7 +223,8 @@ async def warns_on_invalid_specs(ctx: Ctx, reduced: bool) -> bool:
 def _runs(ctx: Ctx, reduced: bool, **spec: Any) -> None:
     ctx.start("scheduler", reduced=False)
     ctx.start("worker", "--tasks", "tests/e2e/tasks.py", reduced=False)
-    ctx.start("operator", reduced=reduced, **OPERATOR_ENV)
+    # The mirror is opt-in; the chart's grants on Execution mirrors are its (chart_rbac).
+    ctx.start("operator", reduced=reduced, HORAE_EXECUTION_MIRROR="1", **OPERATOR_ENV)
     ctx.apply(scheduledjob("ticker", **spec))
 
 
@@ -313,10 +357,19 @@ async def holds_shards(ctx: Ctx, reduced: bool) -> bool:
 
 
 async def watches_leases(ctx: Ctx, reduced: bool) -> bool:
-    """The scheduler's Lease watch stays open (it wakes the lease loop at once on changes)."""
+    """The scheduler's Lease watch stays open (it wakes the lease loop at once on changes):
+    it opened before the scheduler took its member Lease, and has not failed 3 s later."""
     scheduler = ctx.start("scheduler", reduced=reduced)
-    await asyncio.sleep(5)
-    return "lease watch" not in scheduler.log()
+
+    async def member() -> bool:
+        return bool(ctx.get("leases", "-l", "horae.dev/scheduler-member")["items"])
+
+    await until(member, timeout=20, what="the member Lease")
+
+    async def failed() -> bool:
+        return "lease watch" in scheduler.log()
+
+    return not await happens(failed, 3)
 
 
 async def leaves_on_sigterm(ctx: Ctx, reduced: bool) -> bool:
@@ -389,14 +442,13 @@ def test_every_verb_the_chart_grants_has_a_case(control_plane: ControlPlane) -> 
 
 def account_without(
     plane: ControlPlane, namespace: str, role: str, resources: tuple[str, ...], verb: str,
-    path: Path,
+    path: Path, roles: dict[str, dict[str, Any]],
 ) -> Path:  # fmt: skip
-    """A fresh ServiceAccount with the component's chart roles, `verb` removed from the rule
-    on `resources` of `role`; bound the way the chart binds them."""
+    """A fresh ServiceAccount with the component's chart roles (`roles`), `verb` removed from
+    the rule on `resources` of `role`; bound the way the chart binds them."""
     component = ROLES[role][0]
     account = f"rbac-{uuid.uuid4().hex[:8]}"
     plane.kubectl("create", "serviceaccount", account, "-n", INSTALL_NAMESPACE)
-    roles = chart_cluster_roles(plane)
     for name, (owner, scope) in ROLES.items():
         if owner != component:
             continue
@@ -419,29 +471,220 @@ def account_without(
     return service_account_kubeconfig(plane, INSTALL_NAMESPACE, account, path)
 
 
+# -- running the cases: on several control planes at once ----------------------------------
+#
+# A case spends most of its time waiting out an effect that must not happen, so cases run
+# at once, in lanes: each lane runs its cases one after another as the tests did, each with
+# its own namespace, store, broker prefix and processes. The operator's cases need a control
+# plane per lane (operators watch the whole cluster, and would act on each other's objects
+# in one); the scheduler's and the API's act in their own namespace only, and share the
+# session's plane in a lane of their own. The tests below only report each case's outcome.
+
+LANES = 3
+"""Control planes the operator's cases run on at once: the session's and two of this
+module's own."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """An exercise run under the chart's roles with `verb` removed from the rule on
+    `resources` of `role` or, with no `role`, under the chart's roles."""
+
+    exercise: Callable[[Ctx, bool], Awaitable[bool]]
+    role: str = ""
+    resources: tuple[str, ...] = ()
+    verb: str = ""
+
+    @property
+    def component(self) -> str:
+        roles = [self.role] if self.role else [r for (r, _, _), e in CASES.items()
+                                               if e is self.exercise]  # fmt: skip
+        return ROLES[roles[0]][0]
+
+
+@dataclass
+class Outcome:
+    happened: bool
+    error: str = field(repr=False)  # the traceback of an exercise that raised
+    dump: str = field(repr=False)  # the processes' logs
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every case's set-up needs from the session."""
+
+    template_db: str
+    split: SplitTemplate | None  # the split run's (tests/conftest.py `split`)
+    login_roles: LoginRoles
+    broker_url: str
+    roles: dict[str, dict[str, Any]]  # the chart's ClusterRoles
+
+
+@dataclass
+class Lane:
+    plane: ControlPlane
+    kubeconfigs: dict[str, Path]  # the chart's accounts (tests/conftest.py)
+    base: Path
+
+
+async def run_case(case: Case, lane: Lane, shared: Shared) -> Outcome:
+    """`case` as the tests/conftest.py fixtures set a test up: a fresh store (split, in the
+    split run), namespace and broker prefix, its components as their database roles and
+    the chart's accounts."""
+    plane, key = lane.plane, uuid.uuid4().hex[:10]
+    db_url = with_path(BASE_DB, f"horae_t_{key}")
+    urls = {MAIN: db_url}
+    if shared.split is not None:
+        urls[SECOND] = await copy_split_store(BASE_DB, f"horae_t_{key}", f"horae_g_{key}",
+                                              shared.split)  # fmt: skip
+    else:
+        await create_database(BASE_DB, f"horae_t_{key}", shared.template_db)
+    namespace = f"t-{key}"
+    plane.kubectl("create", "namespace", namespace)
+    bind_lease_roles(plane, namespace)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HORAE_")},
+        **plane.env,
+        "HORAE_DATABASE_URL": db_url, "HORAE_BROKER_URL": shared.broker_url,
+        "HORAE_BROKER_PREFIX": f"t{key}", "HORAE_NAMESPACE": namespace,
+        "HORAE_LOG_LEVEL": "INFO",
+    }  # fmt: skip
+    command_env = {c: {"HORAE_DATABASE_URL": u}
+                   for c, u in shared.login_roles.urls(db_url).items()}  # fmt: skip
+    for component, path in lane.kubeconfigs.items():
+        command_env[component]["KUBECONFIG"] = str(path)
+    logs = lane.base / namespace
+    logs.mkdir()
+    processes = Processes(env, logs, command_env=command_env)
+    stored = await StoreRows.open(urls)
+    happened, error = False, ""
+    try:
+        kubeconfig = Path("/nonexistent")
+        if case.role:
+            kubeconfig = account_without(plane, namespace, case.role, case.resources, case.verb,
+                                         logs / "reduced.kubeconfig", shared.roles)  # fmt: skip
+        ctx = Ctx(plane, namespace, processes, stored, kubeconfig)
+        happened = await case.exercise(ctx, bool(case.role))
+    except Exception:
+        error = traceback.format_exc()
+    finally:
+        processes.kill_all()
+        await stored.close()
+        leave_no_scheduledjobs(plane, namespace)
+        for group, url in urls.items():
+            await drop_database(BASE_DB if group == MAIN else SECOND_DB, url.rsplit("/", 1)[1])
+    return Outcome(happened, error, processes.dump())
+
+
+def run_lane(lane: Lane | None, base: Path, queues: list[queue.Queue[Case]], shared: Shared,
+             outcomes: dict[Case, Outcome]) -> None:  # fmt: skip
+    """Run cases from `queues` (the first that has any) until none is left, on `lane` or
+    (None) on a control plane of its own, started in `base`. In a thread, with its own
+    event loop: one lane's blocking kubectl calls hold up no other."""
+
+    def next_case() -> Case | None:
+        for cases in queues:
+            try:
+                return cases.get_nowait()
+            except queue.Empty:
+                continue
+        return None
+
+    async def go(lane: Lane) -> None:
+        while (case := next_case()) is not None:
+            outcomes[case] = await run_case(case, lane, shared)
+
+    if lane is not None:
+        asyncio.run(go(lane))
+        return
+    plane = start_control_plane(base / "k8s")
+    try:
+        apply_crds(plane)
+        accounts = base / "accounts"
+        accounts.mkdir()
+        asyncio.run(go(Lane(plane, install_chart_accounts(plane, accounts), base)))
+    finally:
+        stop_control_plane(plane)
+
+
+NEEDED = "test_each_verb_the_chart_grants_is_needed"
+SUFFICE = "test_each_exercise_succeeds_with_the_full_roles"
+
+
+@pytest.fixture(scope="module")
+def split_stores(request: pytest.FixtureRequest) -> SplitTemplate | None:
+    """What the cases' stores are copies of in the split run, as tests/conftest.py `split`
+    gives it to every e2e test."""
+    if not SPLIT:
+        return None
+    request.getfixturevalue("second_cluster_roles")
+    template: SplitTemplate = request.getfixturevalue("split_template_db")
+    return template
+
+
+@pytest_asyncio.fixture(scope="module")
+async def outcomes(
+    request: pytest.FixtureRequest, control_plane: ControlPlane,
+    component_kubeconfigs: dict[str, Path], template_db: str, login_roles: LoginRoles,
+    broker_url: str, split_stores: SplitTemplate | None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[Case, Outcome]:  # fmt: skip
+    """The outcome of every case the session selected from this module, run in lanes."""
+    selected: list[Case] = []
+    for item in request.session.items:
+        params = getattr(item, "callspec", None)
+        if item.module is not request.module or params is None:
+            continue
+        if item.originalname == NEEDED:
+            role, resources, verb = (params.params[k] for k in ("role", "resources", "verb"))
+            selected.append(Case(CASES[(role, resources, verb)], role, resources, verb))
+        elif item.originalname == SUFFICE:
+            selected.append(Case(params.params["exercise"]))
+    shared = Shared(template_db, split_stores, login_roles, broker_url,
+                    chart_cluster_roles(control_plane))  # fmt: skip
+    operators: queue.Queue[Case] = queue.Queue()
+    others: queue.Queue[Case] = queue.Queue()
+    for case in selected:
+        (operators if case.component == "operator" else others).put(case)
+    results: dict[Case, Outcome] = {}
+    own = [tmp_path_factory.mktemp("lane") for _ in range(min(LANES, operators.qsize()) - 1)]
+    session = Lane(control_plane, component_kubeconfigs, tmp_path_factory.mktemp("lane"))
+    side = Lane(control_plane, component_kubeconfigs, tmp_path_factory.mktemp("lane"))
+    both = [operators, others]
+    await asyncio.gather(
+        asyncio.to_thread(run_lane, session, session.base, both, shared, results),
+        asyncio.to_thread(run_lane, side, side.base, [others], shared, results),
+        *(asyncio.to_thread(run_lane, None, base, both, shared, results) for base in own),
+    )
+    return results
+
+
+def outcome_of(outcomes: dict[Case, Outcome], case: Case) -> Outcome:
+    found = outcomes[case]
+    print(found.dump)  # shown by pytest only when the test failed
+    assert not found.error, found.error
+    return found
+
+
+@pytest.mark.timeout(900)  # the first test runs every case (`outcomes`)
 @pytest.mark.parametrize(
     ("role", "resources", "verb"), list(CASES),
     ids=[f"{r.removeprefix('horae-')}:{','.join(res)}:{v}" for r, res, v in CASES],
 )  # fmt: skip
-async def test_each_verb_the_chart_grants_is_needed(
-    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
-    tmp_path: Path, role: str, resources: tuple[str, ...], verb: str,
-) -> None:  # fmt: skip
-    kubeconfig = account_without(control_plane, namespace, role, resources, verb,
-                                 tmp_path / "reduced.kubeconfig")  # fmt: skip
+def test_each_verb_the_chart_grants_is_needed(
+    outcomes: dict[Case, Outcome], role: str, resources: tuple[str, ...], verb: str
+) -> None:
     exercise = CASES[(role, resources, verb)]
-    ctx = Ctx(control_plane, namespace, processes, stored, kubeconfig)
-    assert not await exercise(ctx, True), f"{exercise.__doc__} without {verb} on {resources}"
+    found = outcome_of(outcomes, Case(exercise, role, resources, verb))
+    assert not found.happened, f"{exercise.__doc__} without {verb} on {resources}"
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     "exercise", sorted(set(CASES.values()), key=lambda e: e.__name__),
     ids=lambda e: e.__name__,
 )  # fmt: skip
-async def test_each_exercise_succeeds_with_the_full_roles(
-    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
-    component_kubeconfigs: dict[str, Path],
-    exercise: Callable[[Ctx, bool], Awaitable[bool]],
-) -> None:  # fmt: skip
-    ctx = Ctx(control_plane, namespace, processes, stored, Path("/nonexistent"))
-    assert await exercise(ctx, False), exercise.__doc__
+def test_each_exercise_succeeds_with_the_full_roles(
+    outcomes: dict[Case, Outcome], exercise: Callable[[Ctx, bool], Awaitable[bool]]
+) -> None:
+    assert outcome_of(outcomes, Case(exercise)).happened, exercise.__doc__

@@ -7,6 +7,8 @@ import os
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,14 @@ def horae(
     env = {**os.environ, **({"HORAE_DATABASE_URL": db_url} if db_url else {}), **(env or {})}
     return subprocess.run([HORAE, *args], capture_output=True, text=True, env=env, cwd=REPO,
                           timeout=60, check=False)  # fmt: skip
+
+
+def horae_each(
+    commands: Iterable[tuple[str, ...]], db_url: str | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """`horae` run with each of `commands`, a few at once: each is a Python start-up."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: horae(*args, db_url=db_url), commands))
 
 
 def test_schedule_preview_prints_utc_and_local_fire_times() -> None:
@@ -52,8 +62,7 @@ def test_bad_cli_input_is_one_line_and_exit_code_2() -> None:
         ("explain", "not-a-ref"): "horae: JOB must be a job id or NAMESPACE/NAME",
         ("explain", "ns/name", "--at", "yesterday"): "horae: --at: not an RFC 3339 instant",
     }
-    for args, start in cases.items():
-        r = horae(*args)
+    for (args, start), r in zip(cases.items(), horae_each(cases), strict=True):
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(start), (args, r.stderr)
@@ -202,7 +211,7 @@ async def test_a_one_off_job_shows_its_single_fire_time(db_url: str, stored: Sto
 
 def test_unknown_jobs_are_reported_with_exit_code_1(db_url: str) -> None:
     missing = str(uuid.uuid4())
-    for args, message in {
+    cases = {
         ("jobs", "get", missing): f"horae: job {missing} not found",
         ("jobs", "get", "ns/nothing"): "horae: job ns/nothing not found",
         ("jobs", "pause", missing): f"horae: job {missing} not found",
@@ -210,8 +219,8 @@ def test_unknown_jobs_are_reported_with_exit_code_1(db_url: str) -> None:
         ("jobs", "cancel", missing): f"horae: job {missing} not found",
         ("executions", "ns/typo"): "horae: job ns/typo not found",
         ("executions", missing, "-o", "json"): f"horae: job {missing} not found",
-    }.items():
-        r = horae(*args, db_url=db_url)
+    }
+    for (args, message), r in zip(cases.items(), horae_each(cases, db_url), strict=True):
         assert r.returncode == 1, (args, r.stderr)
         assert r.stderr.strip() == message, args
 
@@ -274,8 +283,7 @@ async def test_bad_job_input_is_one_line_exit_code_2_and_writes_nothing(
         ("executions", "ns/name", "-w", "-o", "json"): "horae: --watch: shows a table",
         ("tenants", "ls", "-o", "csv"): "horae: -o/--output must be one of",
     }
-    for args, start in cases.items():
-        r = horae(*args, db_url=db_url)
+    for (args, start), r in zip(cases.items(), horae_each(cases, db_url), strict=True):
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(start), (args, r.stderr)

@@ -4,6 +4,7 @@ and shell completion as a user installs it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -13,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from horae.models import JobSource, JobSpec
-from tests.integration.test_cli import horae, ok, parsed
+from tests.integration.test_cli import horae, horae_each, ok, parsed
 from tests.support.execution_ids import made_at
 from tests.support.groups import job_in
 from tests.support.processes import HORAE
@@ -148,41 +149,57 @@ async def test_wide_adds_columns_and_name_prints_what_the_commands_take(
     run = made_at(int((now - timedelta(minutes=1)).timestamp() * 1000))
     await dead_run(stored, job_id, run, now - timedelta(minutes=1))
 
-    assert ok("jobs", "ls", "--tenant", "acme", "-o", "name", db_url=db_url) == f"job/{job_id}\n"
-    wide = ok("jobs", "ls", "--tenant", "acme", "-o", "wide", db_url=db_url)
-    assert cells(wide, "SOURCE") == ["api"] and cells(wide, "MAX ATTEMPTS") == ["3"]
-    assert cells(wide, "ID") == [str(job_id)]
-    # What -o name prints is a JOB to the other commands.
-    assert parsed("jobs", "get", f"job/{job_id}", db_url=db_url)["id"] == str(job_id)
-    assert ok("jobs", "get", f"job/{job_id}", "-o", "name", db_url=db_url) == f"job/{job_id}\n"
-
-    names = ok("executions", f"job/{job_id}", "-o", "name", db_url=db_url).splitlines()
-    listed = [e["id"] for e in parsed("executions", str(job_id), db_url=db_url)]
-    assert names == [f"execution/{i}" for i in listed] and f"execution/{run}" in names
-    wide = ok("executions", str(job_id), "-o", "wide", db_url=db_url)
-    assert str(run) in cells(wide, "EXECUTION") and "send-invoice" in cells(wide, "TASK")
-    assert "E: boom" in cells(wide, "ERROR")
-    dead = ok("executions", str(job_id), "--status", "dead", "-o", "name", db_url=db_url)
-    r = horae("rerun", dead.strip(), db_url=db_url)  # as `| xargs -n1 horae rerun` would
-    assert r.returncode == 0, r.stderr
-    assert ok("jobs", "pause", f"job/{job_id}", db_url=db_url).strip() == f"job {job_id} paused"
-
-    ok("tenants", "set", "acme", "--max-running", "5", db_url=db_url)
-    assert ok("tenants", "ls", "-o", "name", db_url=db_url) == "tenant/acme\n"
-    assert ok("tenants", "ls", "-o", "wide", db_url=db_url) == ok("tenants", "ls", db_url=db_url)
-    r = horae("tenants", "set", "tenant/acme", "--max-running", "7", db_url=db_url)
-    assert r.stdout.startswith("acme: max_running=7 "), r.stderr
-
-    for args in (
-        ("jobs", "get", str(job_id), "-o", "wide"),
+    # What reads the same store runs at once (each `horae` is a Python start-up).
+    job, ref = str(job_id), f"job/{job_id}"
+    reads = (
+        ("jobs", "ls", "--tenant", "acme", "-o", "name"),
+        ("jobs", "ls", "--tenant", "acme", "-o", "wide"),
+        ("jobs", "get", ref, "-o", "json"),
+        ("jobs", "get", ref, "-o", "name"),
+        ("executions", ref, "-o", "name"),
+        ("executions", job, "-o", "json"),
+        ("executions", job, "-o", "wide"),
+        ("executions", job, "--status", "dead", "-o", "name"),
+        # Not for every command:
+        ("jobs", "get", job, "-o", "wide"),
         ("schedule", "preview", "* * * * *", "-o", "name"),
-        ("executions", str(job_id), "-w", "-o", "name"),
-    ):
-        r = horae(*args, db_url=db_url)
+        ("executions", job, "-w", "-o", "name"),
+    )
+    done = horae_each(reads, db_url)
+    for args, r in zip(reads[:8], done, strict=False):
+        assert r.returncode == 0, (args, r.stderr)
+    ls_name, ls_wide, got, got_name, names, listed, wide, dead, *refused = done
+    assert ls_name.stdout == f"job/{job_id}\n"
+    assert cells(ls_wide.stdout, "SOURCE") == ["api"]
+    assert cells(ls_wide.stdout, "MAX ATTEMPTS") == ["3"]
+    assert cells(ls_wide.stdout, "ID") == [str(job_id)]
+    # What -o name prints is a JOB to the other commands.
+    assert json.loads(got.stdout)["id"] == str(job_id)
+    assert got_name.stdout == f"job/{job_id}\n"
+
+    ids = [e["id"] for e in json.loads(listed.stdout)]
+    assert names.stdout.splitlines() == [f"execution/{i}" for i in ids]
+    assert f"execution/{run}" in names.stdout.splitlines()
+    assert str(run) in cells(wide.stdout, "EXECUTION")
+    assert "send-invoice" in cells(wide.stdout, "TASK")
+    assert "E: boom" in cells(wide.stdout, "ERROR")
+    for args, r in zip(reads[8:], refused, strict=True):
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (args, r.stderr)
-    assert horae("jobs", "get", str(job_id), "-o", "wide", db_url=db_url).stderr == (
+    assert refused[0].stderr == (
         "horae: -o/--output must be one of table, name, json, yaml; got 'wide'\n"
     )
+    r = horae("rerun", dead.stdout.strip(), db_url=db_url)  # as `| xargs -n1 horae rerun` would
+    assert r.returncode == 0, r.stderr
+    assert ok("jobs", "pause", ref, db_url=db_url).strip() == f"job {job_id} paused"
+
+    ok("tenants", "set", "acme", "--max-running", "5", db_url=db_url)
+    lists = (("tenants", "ls", "-o", "name"), ("tenants", "ls", "-o", "wide"), ("tenants", "ls"))
+    tenant_names, tenants_wide, tenants = horae_each(lists, db_url)
+    assert all(r.returncode == 0 for r in (tenant_names, tenants_wide, tenants))
+    assert tenant_names.stdout == "tenant/acme\n"
+    assert tenants_wide.stdout == tenants.stdout and tenants.stdout.startswith("acme")
+    r = horae("tenants", "set", "tenant/acme", "--max-running", "7", db_url=db_url)
+    assert r.stdout.startswith("acme: max_running=7 "), r.stderr
 
 
 def test_completion_installs_for_bash_and_completes_commands_and_values(tmp_path: Path) -> None:

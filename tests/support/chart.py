@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.kube import REPO, ControlPlane
+from tests.support.kube import REPO, ControlPlane, service_account_kubeconfig
 
 INSTALL_NAMESPACE = "horae-system"
+COMPONENTS = ("operator", "scheduler", "api")
 
 
 NAMESPACED = ("ServiceAccount", "Role", "RoleBinding")
@@ -49,3 +51,17 @@ def bind_lease_roles(control_plane: ControlPlane, namespace: str) -> None:
             f"--clusterrole=horae-{role}",
             f"--serviceaccount={INSTALL_NAMESPACE}:horae-{role.split('-')[0]}",
         )  # fmt: skip
+
+
+def install_chart_accounts(plane: ControlPlane, base: Path) -> dict[str, Path]:
+    """The chart's ServiceAccounts and RBAC in `plane`'s INSTALL_NAMESPACE: operator,
+    scheduler and API run as them under the chart's RBAC, never as admin. A kubeconfig
+    (written in `base`) per component."""
+    plane.kubectl("create", "namespace", INSTALL_NAMESPACE)
+    plane.kubectl("apply", "-f", "-", input=chart_rbac(plane))
+    return {
+        c: service_account_kubeconfig(
+            plane, INSTALL_NAMESPACE, f"horae-{c}", base / f"{c}.kubeconfig"
+        )
+        for c in COMPONENTS
+    }

@@ -108,6 +108,26 @@ def start_control_plane(base: Path, *, controllers: bool = False) -> ControlPlan
     return ControlPlane(base, bin_dir)
 
 
+def apply_crds(plane: ControlPlane) -> None:
+    """Horae's CRDs, established."""
+    plane.kubectl("apply", "-f", str(REPO / "crds"))
+    for crd in ("scheduledjobs", "executions", "workerpools"):
+        plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}.horae.dev",
+                      "--timeout=60s")  # fmt: skip
+
+
+def leave_no_scheduledjobs(plane: ControlPlane, namespace: str) -> None:
+    """At a test's end: operators of later tests watch the whole cluster, so leave them no
+    ScheduledJob of `namespace` to run (their finalizers dropped: no operator is left)."""
+    left = plane.kubectl("get", "scheduledjobs", "-n", namespace, "-o", "name").stdout.split()
+    for resource in left:
+        plane.kubectl("patch", resource, "-n", namespace, "--type=merge",
+                      "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+    if left:
+        plane.kubectl("delete", "scheduledjobs", "--all", "-n", namespace, "--wait=false",
+                      check=False)  # fmt: skip
+
+
 def stop_control_plane(plane: ControlPlane) -> None:
     subprocess.run([str(REPO / "hack" / "k8s-down.sh"), str(plane.dir)], timeout=30, check=False)
 

@@ -114,6 +114,14 @@ class Processes:
             except subprocess.TimeoutExpired:
                 component.kill()
 
+    def kill_all(self) -> None:
+        """SIGKILL every component: at a test's end, where how they stop is not looked at
+        (a graceful stop takes up to a second or two: an operator's, a worker's)."""
+        for component in self.started:
+            component.signal(signal.SIGKILL)
+        for component in self.started:
+            component.popen.wait(timeout=10)
+
     def dump(self) -> str:
         parts = []
         for c in self.started:
