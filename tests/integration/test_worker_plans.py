@@ -34,7 +34,7 @@ async def test_heartbeat_outcome_and_hand_back_read_by_primary_key(pool: asyncpg
     # running hour in today's. Just after midnight today's would hold a few thousand rows,
     # which the planner rightly reads whole.
     now = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
-    await pool.execute(HISTORY, 50_000, now)
+    await pool.execute(HISTORY, 50_000, now, 86_400)  # a whole day back from noon
     await pool.execute(RUNNING, 20_000, now)
     await pool.execute("ANALYZE executions")
     mine = await pool.fetch(
