@@ -135,8 +135,8 @@ async def test_jobs_of_both_groups_run_and_a_move_under_load_loses_and_repeats_n
     moved_lags = sorted(
         (r["started_at"] - r["due_at"]).total_seconds() for r in done if r["job_id"] in moved_jobs
     )
-    # (A generous bound, as an end-to-end test's should be: p95 was 0.3-0.9 s here alone,
-    # 1.3 s once beside other work; bench/ measures the lag itself.)
+    # (A generous bound, as an end-to-end test's should be: p95 went over 1 s twice in
+    # whole-suite runs, 1.2-1.3 s; bench/ measures the lag itself.)
     assert lags[int(len(lags) * 0.95)] < 2.0, lags[-20:]
     assert not moved_lags or moved_lags[-1] < 5.0, moved_lags[-10:]
     assert all(shard_of(j, 64) == s for j, s in shards.items())
