@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,6 @@ from horae.aggregated.resource import (
     CATEGORIES,
     GROUP,
     KIND,
-    PHASES,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -294,7 +293,7 @@ class ExecutionsView:
                 jobs=jobs,
                 statuses=selection.statuses,
                 after=after,
-                limit=min(want - len(out) if not selection.not_jobs else want, PAGE_MOST),
+                limit=min(want - len(out), PAGE_MOST),
             )
             more = page.more
             if not page.rows:
@@ -382,24 +381,13 @@ class ExecutionsView:
             )
         except ValueError:
             raise BadRequest("timeoutSeconds: not an integer") from None
-        jobs = None
-        if selection.name is not None:
+        if selection.name is not None:  # one execution: only its job's rows are read
             parsed = parse_name(selection.name)
-            selection_jobs = frozenset({parsed.job}) if parsed else frozenset()
-            jobs = await self._jobs(
-                namespace,
-                Selection(
-                    name=selection.name,
-                    jobs=selection_jobs
-                    if selection.jobs is None
-                    else selection.jobs & selection_jobs,
-                    not_jobs=selection.not_jobs,
-                    statuses=selection.statuses,
-                    nothing=selection.nothing,
-                ),
+            named = frozenset({parsed.job}) if parsed else frozenset[str]()
+            selection = replace(
+                selection, jobs=named if selection.jobs is None else selection.jobs & named
             )
-        else:
-            jobs = await self._jobs(namespace, selection)
+        jobs = await self._jobs(namespace, selection)
         as_table = _wants_table(request)
         include = params.get("includeObject") or "Metadata"
         events = self._events(namespace, selection, jobs, since, timeout)
@@ -541,4 +529,4 @@ def application(view: ExecutionsView) -> Starlette:
     )
 
 
-__all__ = ["PHASES", "ExecutionsView", "ViewSettings", "application"]
+__all__ = ["ExecutionsView", "ViewSettings", "application"]

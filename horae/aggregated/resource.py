@@ -273,8 +273,6 @@ class Selection:
     """status.phase: these statuses only (None: any)."""
     nothing: bool = False
     """A selector no execution can match (another label, two names...): an empty answer."""
-    other_namespace: bool = False
-    """metadata.namespace names another namespace than the request's."""
 
     def admits_job(self, label: str) -> bool:
         if label in self.not_jobs:
@@ -341,7 +339,6 @@ def parse_label_selector(selector: str, into: Selection) -> Selection:
         not_jobs=frozenset(not_jobs),
         statuses=into.statuses,
         nothing=nothing,
-        other_namespace=into.other_namespace,
     )
 
 
@@ -351,7 +348,7 @@ FIELDS = ("metadata.name", "metadata.namespace", "status.phase")
 def parse_field_selector(selector: str, namespace: str | None, into: Selection) -> Selection:
     """`metadata.name`, `metadata.namespace` and `status.phase` with `=`, `==` or `!=`;
     another field is refused as the API server refuses it ("field label not supported")."""
-    name, statuses, nothing, other = into.name, into.statuses, into.nothing, into.other_namespace
+    name, statuses, nothing = into.name, into.statuses, into.nothing
     for text in _split_requirements(selector):
         match = re.match(r"^\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*?)\s*$", text)
         if match is None:
@@ -368,7 +365,7 @@ def parse_field_selector(selector: str, namespace: str | None, into: Selection) 
                 nothing = True
         elif key == "metadata.namespace":
             if namespace is not None and (value == namespace) != equal:
-                other = True
+                nothing = True  # another namespace than the request's
         else:
             status = _BY_PHASE.get(value)
             if status is None and equal:
@@ -381,8 +378,7 @@ def parse_field_selector(selector: str, namespace: str | None, into: Selection) 
         jobs=into.jobs,
         not_jobs=into.not_jobs,
         statuses=statuses,
-        nothing=nothing or other,
-        other_namespace=other,
+        nothing=nothing,
     )
 
 

@@ -61,7 +61,7 @@ async def on_job(
         retried = True
 
 
-async def _each(store: Store, call: Callable[[Conn], Awaitable[T]]) -> list[tuple[str, T]]:
+async def each_group(store: Store, call: Callable[[Conn], Awaitable[T]]) -> list[tuple[str, T]]:
     """`call` on every group at once; (group, answer) in group order."""
 
     async def one(db: Database) -> T:
@@ -117,7 +117,7 @@ async def find_job(store: Store, job_id: uuid.UUID) -> JobRow | None:
 
 async def find_live_crd_job(store: Store, tenant: str, name: str) -> uuid.UUID | None:
     """The live job of the ScheduledJob NAMESPACE/NAME, whichever group holds it."""
-    for _, found in await _each(store, lambda c: reads.find_live_crd_job(c, tenant, name)):
+    for _, found in await each_group(store, lambda c: reads.find_live_crd_job(c, tenant, name)):
         if found is not None:
             return found
     return None
@@ -150,7 +150,7 @@ async def list_jobs(
     from each group, merged, the first `limit` kept; so each page holds exactly the jobs one
     database would have answered, and every job appears once across pages (a job copied
     but not yet deleted by a move in flight is shown once)."""
-    pages = await _each(
+    pages = await each_group(
         store, lambda c: reads.list_jobs(c, tenant, after=after, limit=limit, state=state)
     )
     seen: dict[uuid.UUID, JobRow] = {}
@@ -163,7 +163,7 @@ async def list_jobs(
 async def live_crd_jobs(store: Store) -> dict[uuid.UUID, CrdJob]:
     """Every ScheduledJob's job that is not cancelled, in every group."""
     found: dict[uuid.UUID, CrdJob] = {}
-    for _, rows in await _each(store, reads.live_crd_jobs):
+    for _, rows in await each_group(store, reads.live_crd_jobs):
         found.update((row.id, row) for row in rows)
     return found
 
@@ -171,7 +171,7 @@ async def live_crd_jobs(store: Store) -> dict[uuid.UUID, CrdJob]:
 async def existing_ids(store: Store, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Those of `ids` that are jobs (in any state), in any group."""
     found: set[uuid.UUID] = set()
-    for _, part in await _each(store, lambda c: reads.existing_ids(c, ids)):
+    for _, part in await each_group(store, lambda c: reads.existing_ids(c, ids)):
         found |= part
     return found
 
@@ -195,7 +195,7 @@ async def executions_of_job(
 ) -> list[ExecutionRow]:
     """A job's executions, newest first, before the cursor `before`: its live ones from its
     group, and its history from every group (a moved shard's history stays behind)."""
-    pages = await _each(
+    pages = await each_group(
         store,
         lambda c: reads.for_job(c, job_id, status=status, before=before, limit=limit),
     )
@@ -204,7 +204,7 @@ async def executions_of_job(
 
 async def recent_of_job(store: Store, job_id: uuid.UUID, limit: int) -> list[ExecutionRow]:
     """A job's `limit` newest executions past `scheduled`, from every group."""
-    pages = await _each(store, lambda c: reads.recent_of_job(c, job_id, limit))
+    pages = await each_group(store, lambda c: reads.recent_of_job(c, job_id, limit))
     return _newest((row for _, rows in pages for row in rows), limit)
 
 
@@ -213,7 +213,7 @@ async def recent_of_job_by_outcome(
 ) -> list[ExecutionRow]:
     """A job's queued and running executions, its `succeeded` newest succeeded ones and its
     `failed` newest that ended otherwise, from every group; newest first."""
-    pages = await _each(
+    pages = await each_group(
         store,
         lambda c: reads.recent_of_job_by_outcome(c, job_id, succeeded=succeeded, failed=failed),
     )
@@ -227,7 +227,7 @@ async def recent_of_job_by_outcome(
 async def job_run_times(store: Store, job_id: uuid.UUID) -> tuple[datetime | None, datetime | None]:
     """`reads.job_run_times` over every group (history stays in a group a shard left): the
     latest of each."""
-    pages = await _each(store, lambda c: reads.job_run_times(c, job_id))
+    pages = await each_group(store, lambda c: reads.job_run_times(c, job_id))
     schedules = [s for _, (s, _) in pages if s is not None]
     successes = [t for _, (_, t) in pages if t is not None]
     return max(schedules, default=None), max(successes, default=None)
@@ -240,7 +240,9 @@ async def get_execution(
     its shard now wins over one a move in flight has not yet deleted."""
     found = [
         (group, row)
-        for group, row in await _each(store, lambda c: reads.get_execution(c, execution_id, tenant))
+        for group, row in await each_group(
+            store, lambda c: reads.get_execution(c, execution_id, tenant)
+        )
         if row is not None
     ]
     for group, row in found:
@@ -254,7 +256,7 @@ async def execution_ids_in_range(
 ) -> list[uuid.UUID]:
     """The execution ids from `low` to `high` (inclusive) in every group, at most `limit`,
     in order (one a move in flight holds in two groups counted once)."""
-    pages = await _each(store, lambda c: reads.execution_ids_in_range(c, low, high, limit))
+    pages = await each_group(store, lambda c: reads.execution_ids_in_range(c, low, high, limit))
     return sorted({i for _, ids in pages for i in ids})[:limit]
 
 
@@ -272,7 +274,9 @@ async def get_backfill(
 ) -> tuple[str, BackfillRow]:
     """The backfill (of `tenant`) by id alone, and its group: every group is asked. NotFound
     when none has it."""
-    for group, row in await _each(store, lambda c: backfills.get_backfill(c, backfill_id, tenant)):
+    for group, row in await each_group(
+        store, lambda c: backfills.get_backfill(c, backfill_id, tenant)
+    ):
         if row is not None:
             return group, row
     raise NotFound(f"backfill {backfill_id} not found")
@@ -306,7 +310,7 @@ async def job_backfills(
 
 async def backfill_of_resource(store: Store, uid: str) -> BackfillRow | None:
     """The backfill a Backfill resource made, in whichever group holds it, or None."""
-    for _, row in await _each(store, lambda c: backfills.backfill_of_resource(c, uid)):
+    for _, row in await each_group(store, lambda c: backfills.backfill_of_resource(c, uid)):
         if row is not None:
             return row
     return None

@@ -10,22 +10,21 @@ group that holds its shard now winning.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from horae.models import ExecutionStatus
 from horae.store.queries import Q
+from horae.store.routing import each_group
 from horae.store.rows import ExecutionRow, execution_of
 
 if TYPE_CHECKING:
     from horae.store.db import Conn
     from horae.store.groups import Store
 
-T = TypeVar("T")
 EPOCH_ID = uuid.UUID(int=0)
 FLOOR = datetime(1, 1, 2, tzinfo=UTC)
 """Before any row's due time: the position of a page from the start."""
@@ -37,16 +36,6 @@ class Page:
     """At most `limit` rows in (due_at, id) order."""
     more: bool
     """Rows may follow the last one."""
-
-
-async def _each(store: Store, call: Callable[[Conn], Awaitable[T]]) -> list[tuple[str, T]]:
-    async def on(group: str) -> T:
-        async with store.database(group).acquire() as conn:  # translates driver errors
-            return await call(conn)
-
-    groups = store.groups()
-    answers = await asyncio.gather(*(on(g) for g in groups))
-    return list(zip(groups, answers, strict=True))
 
 
 def _merge(store: Store, found: Iterable[tuple[str, Iterable[ExecutionRow]]]) -> list[ExecutionRow]:
@@ -127,7 +116,7 @@ async def page(
             ]
         return rows[:limit] + live, len(rows) > limit
 
-    answers = await _each(store, one)
+    answers = await each_group(store, one)
     merged = sorted(_merge(store, ((g, rows) for g, (rows, _) in answers)), key=key)
     more = len(merged) > limit or any(full for _, (_, full) in answers)
     return Page(rows=merged[:limit], more=more)
@@ -137,18 +126,18 @@ async def by_id_range(
     store: Store, tenant: str, low: uuid.UUID, high: uuid.UUID
 ) -> list[ExecutionRow]:
     """The namespace's executions past `scheduled` with ids from `low` to `high`."""
-    answers = await _each(store, lambda c: c.fetch(Q["view_by_id_range"], tenant, low, high))
+    answers = await each_group(store, lambda c: c.fetch(Q["view_by_id_range"], tenant, low, high))
     return _merge(store, ((g, _rows(r)) for g, r in answers))
 
 
 async def by_ids(store: Store, tenant: str, ids: Sequence[uuid.UUID]) -> list[ExecutionRow]:
-    answers = await _each(store, lambda c: c.fetch(Q["view_by_ids"], tenant, list(ids)))
+    answers = await each_group(store, lambda c: c.fetch(Q["view_by_ids"], tenant, list(ids)))
     return _merge(store, ((g, _rows(r)) for g, r in answers))
 
 
 async def live(store: Store, tenant: str, jobs: Sequence[uuid.UUID] | None) -> list[ExecutionRow]:
     """The namespace's queued and running executions (of `jobs`; None: of any job)."""
-    answers = await _each(
+    answers = await each_group(
         store, lambda c: c.fetch(Q["view_live"], tenant, None if jobs is None else list(jobs))
     )
     return _merge(store, ((g, _rows(r)) for g, r in answers))
@@ -172,7 +161,7 @@ async def ended_since(
             await conn.fetch(Q["view_jobs_ended_since"], tenant, list(jobs), due_from, ended_after)
         )
 
-    answers = await _each(store, one)
+    answers = await each_group(store, one)
     return _merge(store, ((g, _rows(r)) for g, r in answers))
 
 
@@ -185,13 +174,13 @@ async def jobs_named(store: Store, tenant: str | None, names: Collection[str]) -
             return list(await conn.fetch(Q["view_all_jobs_named"], sorted(names)))
         return list(await conn.fetch(Q["view_jobs_named"], tenant, sorted(names)))
 
-    answers = await _each(store, one)
+    answers = await each_group(store, one)
     return sorted({r["id"] for _, records in answers for r in records})
 
 
 async def job_names(store: Store, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str | None]:
     """Each of `ids`' job name (None for an unnamed API job); ids of no job are left out."""
-    answers = await _each(store, lambda c: c.fetch(Q["view_job_names"], sorted(ids)))
+    answers = await each_group(store, lambda c: c.fetch(Q["view_job_names"], sorted(ids)))
     return {r["id"]: r["name"] for _, records in answers for r in records}
 
 
