@@ -191,7 +191,7 @@ async def test_kubectl_lists_selects_pages_and_gets_executions_from_the_store(
 
 async def test_a_watch_sees_a_run_start_and_end_within_a_second_of_the_store(
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
-    executions_api: object,
+    executions_api: ExecutionsApi,
 ) -> None:  # fmt: skip
     run_components(processes)
     watch = await asyncio.create_subprocess_exec(
@@ -202,7 +202,11 @@ async def test_a_watch_sees_a_run_start_and_end_within_a_second_of_the_store(
     )  # fmt: skip
     seen: dict[str, float] = {}
     try:
-        await asyncio.sleep(1.0)  # kubectl lists, then watches from the list's version
+        # kubectl lists, then watches from the list's version: wait until its watch streams.
+        async def streaming() -> bool:
+            return scrape(executions_api.metrics_port).get("horae_aggregated_watches", 0) >= 1
+
+        await until(streaming, timeout=10, what="kubectl's watch streaming from the server")
         at = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
         spec = f'{{task: e2e.slow, runAt: "{at}", payload: {{seconds: 1}}}}'
         control_plane.kubectl("apply", "-f", "-", input=scheduledjob(namespace, "once", spec))
@@ -228,7 +232,7 @@ async def test_a_watch_sees_a_run_start_and_end_within_a_second_of_the_store(
 
 async def test_a_user_sees_executions_only_where_they_may_list_them(
     control_plane: ControlPlane, namespace: str, processes: Processes,
-    executions_api: object,
+    executions_api: ExecutionsApi,
 ) -> None:  # fmt: skip
     other = f"{namespace}-b"
     control_plane.kubectl("create", "namespace", other)
