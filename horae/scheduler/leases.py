@@ -1,11 +1,20 @@
-"""Shard ownership through Kubernetes Leases.
+"""Shard ownership through Kubernetes Leases, written only when a shard changes hands.
 
-Each replica renews a member Lease (`horae-member-<identity>`) and holds at most
-ceil(shards / live members) shard Leases (`horae-shard-NN`). Expiry is judged
-the way client-go's leader election does: by how long a Lease's
-resourceVersion has stayed unchanged on this replica's own monotonic clock,
-so clock skew between machines does not matter. Leases without a holder are
-free at once, which is how SIGTERM hands shards over in well under a second.
+Each replica renews one member Lease (`horae-member-<identity>`) every renew period: that
+is the only Lease it writes while nothing changes. It holds at most ceil(shards / live
+members) shard Leases (`horae-shard-NN`), which name their holder and are written only to
+take or release a shard; a shard Lease is live while its holder's member Lease is. Expiry
+is judged the way client-go's leader election does: by how long a member Lease's
+resourceVersion has stayed unchanged on this replica's own monotonic clock, so clock skew
+between machines does not matter. Shard Leases without a holder, or whose holder has no
+live member Lease, are free at once: SIGTERM stops dispatching, deletes the member Lease
+and hands the shards back, and the others take them within a few hundred milliseconds.
+
+Before, every shard Lease was renewed every second (64 writes a second to the API server
+and etcd for as long as Horae ran); now a steady installation writes one Lease a second
+per scheduler replica. What makes dispatch safe is unchanged: a replica dispatches a shard
+only while its own last member renewal is younger than the lease duration by its own
+clock, and every dispatch is fenced by the shard's epoch in PostgreSQL.
 """
 
 from __future__ import annotations
@@ -46,6 +55,11 @@ def shard_lease_name(shard: int) -> str:
     return f"horae-shard-{shard:02d}"
 
 
+def shard_number(lease_name: str) -> int:
+    """The shard a shard Lease's name stands for."""
+    return int(lease_name.rsplit("-", 1)[1])
+
+
 def member_lease_name(identity: str) -> str:
     return f"horae-member-{identity}"[:253]
 
@@ -57,7 +71,7 @@ class _Seen:
 
 
 class ShardLeases:
-    """Acquires, renews, rebalances and releases this replica's shard Leases."""
+    """Acquires, confirms, rebalances and releases this replica's shard Leases."""
 
     def __init__(
         self,
@@ -83,15 +97,19 @@ class ShardLeases:
         """Called after each completed tick (the scheduler's readiness: it took part in a
         round of shard Leases, and holds `held`)."""
         self._seen: dict[str, _Seen] = {}
+        """Each member Lease's resourceVersion and when this replica first saw it."""
         self.held: dict[int, Lease] = {}
-        self._renewed: dict[int, float] = {}
+        self._member_renewed: float | None = None
+        """When (monotonic, taken before the write was sent) our member Lease was last
+        renewed: the others judge it expired a lease duration after they saw that write."""
         self.live_members = 1
         self.wake = asyncio.Event()
         """Set to run the next tick at once (a Lease was released or a member left)."""
 
     def valid(self, shard: int) -> bool:
-        """Held and renewed within the lease duration by our own clock (safe to dispatch)."""
-        renewed = self._renewed.get(shard)
+        """Held, and our member Lease renewed within the lease duration by our own clock
+        (safe to dispatch: no other replica takes a shard of ours before then)."""
+        renewed = self._member_renewed
         return (
             shard in self.held
             and renewed is not None
@@ -106,62 +124,66 @@ class ShardLeases:
         return now - seen.since > self._duration
 
     async def tick(self) -> None:
-        """One renew period's work: renew, count members, take or shed to the fair share."""
+        """One renew period's work: renew our member Lease, count the live members, keep
+        what is still ours, shed to the fair share, take free shards up to it."""
         now = time.monotonic()
+        # Shards before members: a shard taken by a replica that joined between the two
+        # reads then has its member Lease in the second, so it is not judged free.
+        current = {lease.name: lease for lease in await self._leases.list(SHARD_LABEL)}
         members = await self._leases.list(MEMBER_LABEL)
-        member = await self._renew_member(members)
-        live = [m for m in members if m.name == member or not self._expired(m, now)]
-        self.live_members = max(1, len(live))
+        if await self._renew_member(members):
+            self._member_renewed = now
+        live = {m.holder for m in members if m.holder and not self._expired(m, now)}
+        live.add(self.identity)
+        for name in set(self._seen) - {m.name for m in members}:
+            del self._seen[name]  # a member Lease deleted: forget it
+        self.live_members = len(live)
         fair = math.ceil(self.shards / self.live_members)
 
-        current = {lease.name: lease for lease in await self._leases.list(SHARD_LABEL)}
-        for lease in current.values():
-            self._expired(lease, now)  # start every Lease's expiry clock, not just candidates'
-
-        # Renew what we hold (concurrently); whatever changed hands under us is lost.
-        async def renew(shard: int, mine: Lease) -> None:
-            lease = current.get(mine.name)
+        # What we hold stays ours while its Lease names us (no write: our member Lease
+        # vouches for it); one another replica took (it judged us gone) is lost.
+        for shard in sorted(self.held):
+            if shard not in self.held:
+                continue  # released while an earlier loss was being handled
+            lease = current.get(shard_lease_name(shard))
             if lease is None or lease.holder != self.identity:
                 await self._lose(shard)
-                return
-            try:
-                renewed = await self._leases.write(
-                    lease, self.identity, self._duration_s, acquire=False
-                )
-            except LeaseConflict:
-                await self._lose(shard)
-                return
-            if shard not in self.held:
-                # Released while this renewal was in flight (fenced out, shed): its release
-                # wrote the version renewed here and conflicted, so hand it back now rather
-                # than hold, and renew for ever, a shard nothing dispatches.
-                with contextlib.suppress(LeaseConflict):
-                    await self._leases.write(renewed, None, self._duration_s, acquire=False)
-                return
-            self.held[shard] = renewed
-            self._renewed[shard] = now
+            else:
+                self.held[shard] = lease
 
-        await asyncio.gather(*(renew(s, m) for s, m in list(self.held.items())))
+        # A Lease that names us for a shard we do not hold (a release whose write failed,
+        # our previous run under this identity) is taken again below within the fair
+        # share, else handed back: it would otherwise stay ours for as long as we live.
+        stray = {
+            shard_number(name): lease
+            for name, lease in current.items()
+            if lease.holder == self.identity and shard_number(name) not in self.held
+        }
 
         # Shed extras so newcomers get their share.
         extras = sorted(self.held)[fair:]
         await asyncio.gather(*(self.release(s) for s in extras))
 
-        # Take free or expired shards up to the fair share (concurrently, in rounds).
+        # Take free shards up to the fair share (concurrently, in rounds).
         free = [
             s
             for s in range(self.shards)
-            if s not in self.held and self._takeable(current.get(shard_lease_name(s)), now)
+            if s not in self.held and self._takeable(current.get(shard_lease_name(s)), live)
         ]
         random.shuffle(free)
         while free and len(self.held) < fair:
             round_, free = free[: fair - len(self.held)], free[fair - len(self.held) :]
             await asyncio.gather(
-                *(self._try_take(s, current.get(shard_lease_name(s)), now) for s in round_)
+                *(self._try_take(s, current.get(shard_lease_name(s))) for s in round_)
             )
+
+        await asyncio.gather(
+            *(self._hand_back(lease) for s, lease in stray.items() if s not in self.held)
+        )
         self._on_tick()
 
-    async def _renew_member(self, members: list[Lease]) -> str:
+    async def _renew_member(self, members: list[Lease]) -> bool:
+        """Create or renew our member Lease; whether it was written."""
         name = member_lease_name(self.identity)
         existing = next((m for m in members if m.name == name), None)
         try:
@@ -172,18 +194,20 @@ class ShardLeases:
             else:
                 await self._leases.write(existing, self.identity, self._duration_s, acquire=False)
         except LeaseConflict:
-            pass  # raced with ourselves after a restart; next tick renews
-        return name
+            return False  # raced with ourselves after a restart; next tick renews
+        return True
 
-    def _takeable(self, lease: Lease | None, now: float) -> bool:
+    def _takeable(self, lease: Lease | None, live: set[str]) -> bool:
+        """Free: no Lease yet, no holder, a holder with no live member Lease, or us (a
+        Lease left naming us, by a release that failed or by our previous run)."""
         return (
             lease is None
             or lease.holder is None
             or lease.holder == self.identity
-            or self._expired(lease, now)
+            or lease.holder not in live
         )
 
-    async def _try_take(self, shard: int, lease: Lease | None, now: float) -> None:
+    async def _try_take(self, shard: int, lease: Lease | None) -> None:
         try:
             if lease is None:
                 taken = await self._leases.create(
@@ -192,16 +216,13 @@ class ShardLeases:
                     self._duration_s,
                     {SHARD_LABEL: "true"},
                 )
-            elif self._takeable(lease, now):
+            else:
                 taken = await self._leases.write(
                     lease, self.identity, self._duration_s, acquire=True
                 )
-            else:
-                return
         except LeaseConflict:
             return
         self.held[shard] = taken
-        self._renewed[shard] = now
         log.info("took shard %d", shard, extra={"shard": shard})
         try:
             await self._on_gained(shard)
@@ -219,6 +240,10 @@ class ShardLeases:
         log.warning("lost shard %d", shard, extra={"shard": shard})
         await self._on_lost(shard)
 
+    async def _hand_back(self, lease: Lease) -> None:
+        with contextlib.suppress(LeaseConflict):
+            await self._leases.write(lease, None, self._duration_s, acquire=False)
+
     async def release(self, shard: int) -> None:
         """Give a shard up: stop dispatching it, then clear the Lease's holder."""
         lease = self.held.pop(shard, None)
@@ -231,16 +256,16 @@ class ShardLeases:
             pass
 
     async def release_all(self) -> None:
-        """On shutdown: leave the membership first (so the others' fair share grows at
-        once), then hand every shard back."""
+        """On shutdown: stop dispatching every shard, leave the membership (the others
+        may take our shards from then on, and their fair share grows), then hand every
+        shard Lease back."""
+        for shard in list(self.held):
+            self.held.pop(shard, None)
+            await self._on_lost(shard)
         try:
             await self._leases.delete(member_lease_name(self.identity))
         except Exception:
             log.exception("could not delete member lease")
-        shards = list(self.held)
-        for shard in shards:
-            self.held.pop(shard, None)
-            await self._on_lost(shard)
         # A renewal or take cancelled mid-flight may still land (its call runs in a thread):
         # release what the API server says we hold, at its current version, until nothing.
         for attempt in range(RELEASE_PASSES):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 
 from horae.kube import Lease, Leases, load_api_client
-from horae.scheduler.leases import ShardLeases, shard_lease_name
+from horae.scheduler.leases import ShardLeases, member_lease_name, shard_lease_name
 from tests.support.kube import ControlPlane
 from tests.support.wait import until
 
 
-def replica(plane: ControlPlane, namespace: str, name: str, events: list[str]) -> ShardLeases:
+def replica(
+    plane: ControlPlane, namespace: str, name: str, events: list[str], *, shards: int = 64
+) -> ShardLeases:
     async def gained(shard: int) -> None:
         events.append(f"{name}+{shard}")
 
@@ -19,9 +23,26 @@ def replica(plane: ControlPlane, namespace: str, name: str, events: list[str]) -
 
     return ShardLeases(
         Leases(load_api_client(str(plane.kubeconfig)), namespace),
-        identity=name, shards=64, lease_duration=3, renew_period=0.2,
+        identity=name, shards=shards, lease_duration=3, renew_period=0.2,
         on_gained=gained, on_lost=lost,
     )  # fmt: skip
+
+
+def versions(plane: ControlPlane, namespace: str, label: str) -> dict[str, str]:
+    leases = plane.get_json("leases", "-n", namespace, "-l", label)["items"]
+    return {x["metadata"]["name"]: x["metadata"]["resourceVersion"] for x in leases}
+
+
+async def split(*replicas: ShardLeases) -> None:
+    """Tick the replicas until they hold the shards in equal parts."""
+    share = replicas[0].shards // len(replicas)
+
+    async def balanced() -> bool:
+        for r in replicas:
+            await r.tick()
+        return all(len(r.held) == share for r in replicas)
+
+    await until(balanced, timeout=20, what=f"{share} shards each")
 
 
 def holders(plane: ControlPlane, namespace: str) -> Counter[str]:
@@ -39,12 +60,7 @@ async def test_two_replicas_split_the_shards_fairly_and_a_leaver_hands_over(
     assert len(a.held) == 64, "alone, a replica takes every shard"
     assert all(a.valid(s) for s in a.held)
 
-    async def balanced() -> bool:
-        await a.tick()
-        await b.tick()
-        return len(a.held) == 32 and len(b.held) == 32
-
-    await until(balanced, timeout=20, what="32/32 split")
+    await split(a, b)
     assert set(a.held).isdisjoint(b.held)
     assert holders(control_plane, namespace) == Counter({"a": 32, "b": 32})
 
@@ -56,10 +72,90 @@ async def test_two_replicas_split_the_shards_fairly_and_a_leaver_hands_over(
     assert sum(e.startswith("b-") for e in events) == 32
 
 
+async def test_steady_replicas_write_only_their_member_leases(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The shard Leases are written when shards change hands, not renewed: two replicas
+    ticking for a while leave every shard Lease's version as it was, and dispatch all the
+    while (each shard `valid`), while each member Lease moves at every tick."""
+    a = replica(control_plane, namespace, "a", [])
+    b = replica(control_plane, namespace, "b", [])
+    await split(a, b)
+    shards = versions(control_plane, namespace, "horae.dev/shard-lease")
+    members = versions(control_plane, namespace, "horae.dev/scheduler-member")
+    for _ in range(5):
+        await a.tick()
+        await b.tick()
+        assert all(r.valid(s) for r in (a, b) for s in r.held)
+    assert versions(control_plane, namespace, "horae.dev/shard-lease") == shards
+    after = versions(control_plane, namespace, "horae.dev/scheduler-member")
+    assert set(after) == {member_lease_name("a"), member_lease_name("b")}
+    assert all(after[name] != members[name] for name in after)
+    assert holders(control_plane, namespace) == Counter({"a": 32, "b": 32})
+
+
+async def test_a_replica_that_stops_renewing_stops_dispatching_before_its_shards_move(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """A crashed replica (a stops ticking) leaves its shard Leases naming it: the other takes
+    them once a's member Lease has stood still a lease duration, within a tick after, and
+    a's own clock had already stopped it dispatching each of them by then."""
+    a = replica(control_plane, namespace, "a", [])
+    taken_while_a_dispatched: list[int] = []
+
+    async def gained(shard: int) -> None:
+        if a.valid(shard):
+            taken_while_a_dispatched.append(shard)
+
+    b = ShardLeases(
+        Leases(load_api_client(str(control_plane.kubeconfig)), namespace),
+        identity="b", shards=64, lease_duration=3, renew_period=0.2,
+        on_gained=gained, on_lost=gained,
+    )  # fmt: skip
+    await split(a, b)
+    crashed = time.monotonic()  # a's last tick ended: its last member renewal was earlier
+    while len(b.held) < 64:
+        assert time.monotonic() - crashed < 3 + 3, f"b holds {len(b.held)} after 6 s"
+        await asyncio.sleep(0.2)
+        await b.tick()
+    took = time.monotonic() - crashed
+    assert took >= 3 - 0.5, f"taken {took:.2f} s after a's last renewal, before it expired"
+    assert not taken_while_a_dispatched
+    assert holders(control_plane, namespace) == Counter({"b": 64})
+
+
+async def test_a_lease_naming_a_replica_for_a_shard_it_does_not_hold_is_handed_back(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Left by a release whose write failed, a Lease naming a live replica would never expire:
+    the replica hands it back at its next tick when over its share (the other then takes it),
+    and takes one back within its share (a Lease its previous run left)."""
+    a = replica(control_plane, namespace, "a", [], shards=8)
+    b = replica(control_plane, namespace, "b", [], shards=8)
+    await split(a, b)
+    leases = Leases(load_api_client(str(control_plane.kubeconfig)), namespace)
+    shard = min(b.held)
+    found = next(x for x in await leases.list("horae.dev/shard-lease")
+                 if x.name == shard_lease_name(shard))  # fmt: skip
+    await leases.write(found, "a", 3, acquire=True)  # names a, which does not hold it
+    await a.tick()
+    assert shard not in a.held and len(a.held) == 4
+    await b.tick()  # lost (the Lease no longer named it), then taken again: it was free
+    assert shard in b.held
+    assert holders(control_plane, namespace) == Counter({"a": 4, "b": 4})
+
+    c = replica(control_plane, namespace, "c", [], shards=8)
+    lone = next(x for x in await leases.list("horae.dev/shard-lease")
+                if x.name == shard_lease_name(0))  # fmt: skip
+    await leases.write(lone, "c", 3, acquire=True)  # c's previous run held shard 0
+    await c.tick()
+    assert 0 in c.held, "a Lease naming c is c's to take again within its share"
+
+
 class ReleasedMidRenewal(Leases):
     """The real Leases adapter, with the scheduler's release of `shard` (its dispatcher
-    fenced out) landing while that shard's renewal is in flight: after the renewal's write,
-    before the renewal is recorded."""
+    fenced out) landing while the replica's member renewal is in flight: after the
+    renewal's write, before the tick goes on to the shards it holds."""
 
     def __init__(self, plane: ControlPlane, namespace: str, shard: int) -> None:
         super().__init__(load_api_client(str(plane.kubeconfig)), namespace)
@@ -70,7 +166,7 @@ class ReleasedMidRenewal(Leases):
                     acquire: bool) -> Lease:  # fmt: skip
         written = await super().write(lease, holder, duration_s, acquire=acquire)
         renewal = holder is not None and not acquire
-        if renewal and lease.name == shard_lease_name(self.shard) and self.owner is not None:
+        if renewal and lease.name == member_lease_name("a") and self.owner is not None:
             owner, self.owner = self.owner, None
             await owner.release(self.shard)  # its write (the old version) conflicts
         return written
@@ -79,10 +175,10 @@ class ReleasedMidRenewal(Leases):
 async def test_a_shard_released_while_its_renewal_is_in_flight_is_not_held_on(
     control_plane: ControlPlane, namespace: str
 ) -> None:
-    """A chaos run lost an execution this way: a dispatcher fenced out of a shard released
-    it during the renewal round, the renewal then recorded the shard as held again, and the
-    replica renewed for minutes a shard it no longer dispatched, which nobody else could
-    take."""
+    """A chaos run lost an execution this way (when every shard Lease was renewed): a
+    dispatcher fenced out of a shard released it during the renewal round, the renewal then
+    recorded the shard as held again, and the replica renewed for minutes a shard it no
+    longer dispatched, which nobody else could take."""
     events: list[str] = []
     leases = ReleasedMidRenewal(control_plane, namespace, shard=5)
 
@@ -96,7 +192,7 @@ async def test_a_shard_released_while_its_renewal_is_in_flight_is_not_held_on(
     await replica_a.tick()
     assert 5 in replica_a.held
     leases.owner = replica_a
-    await replica_a.tick()  # renews 5; the release lands mid-renewal
+    await replica_a.tick()  # the release lands while the member Lease is renewed
     assert 5 not in replica_a.held
     lease = control_plane.get_json("lease", shard_lease_name(5), "-n", namespace)
     assert lease["spec"].get("holderIdentity") is None, "the shard is free for the others"
