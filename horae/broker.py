@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aio_pika.exceptions
@@ -147,8 +148,13 @@ class Names:
         return exchanges, (self.held, self.dead_letter_queue)
 
 
-async def connect(url: str) -> AbstractRobustConnection:
-    """A connection that reconnects by itself (and restores its topology)."""
+async def connect(url: str, *, heartbeat: int | None = None) -> AbstractRobustConnection:
+    """A connection that reconnects by itself (and restores its topology). `heartbeat`: the
+    AMQP heartbeat timeout to ask for, in seconds (None: the URL's, else the broker's)."""
+    if heartbeat is not None:
+        parts = urlsplit(url)
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "heartbeat"]
+        url = urlunsplit(parts._replace(query=urlencode([*query, ("heartbeat", heartbeat)])))
     return await aio_pika.connect_robust(url, timeout=15, client_properties={"product": "horae"})
 
 

@@ -133,9 +133,10 @@ class KubeSettings:
 @dataclass(frozen=True, kw_only=True)
 class SchedulerSettings:
     lease_duration: timedelta = timedelta(seconds=3)
-    """HORAE_LEASE_DURATION_SECONDS: a shard Lease not renewed for this long is free."""
+    """HORAE_LEASE_DURATION_SECONDS: a replica whose member Lease was not renewed for this
+    long is gone, and the shard Leases naming it are free."""
     renew_period: timedelta = timedelta(seconds=1)
-    """HORAE_RENEW_PERIOD_SECONDS: how often held Leases are renewed and free ones taken.
+    """HORAE_RENEW_PERIOD_SECONDS: how often the member Lease is renewed and free shards taken.
     Takeover after a crash happens within lease_duration + renew_period (4 s by default)."""
     preload_window: timedelta = timedelta(seconds=60)
     """HORAE_PRELOAD_WINDOW_SECONDS: executions due within this window are held in memory."""
@@ -179,6 +180,13 @@ class WorkerSettings:
     """HORAE_CONCURRENCY: handlers run at once; also the queue prefetch."""
     lease: timedelta = timedelta(seconds=30)
     """HORAE_EXECUTION_LEASE_SECONDS: a running execution not heartbeated this long is lost."""
+    broker_heartbeat: int = 2
+    """HORAE_BROKER_HEARTBEAT_SECONDS: the AMQP heartbeat timeout the worker asks for. A
+    worker that stops answering for about this long (frozen, its host cut off) has its
+    connection closed by RabbitMQ, and the messages it had been handed but had not
+    started go to the other workers at once: without it they waited for the broker's
+    default heartbeat (60 s) or the reaper's redelivery timeout (60 s). 0 leaves it to
+    the broker."""
     consumer_timeout: timedelta = timedelta(minutes=30)
     """HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS: RabbitMQ's consumer_timeout. A handler that may
     run longer than half of it (or has no timeout) has its message acked once its claim
@@ -306,6 +314,7 @@ class Settings:
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),
                 lease=env_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
                 shutdown_grace=env_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
+                broker_heartbeat=_int(env, "HORAE_BROKER_HEARTBEAT_SECONDS", 2, minimum=0),
                 consumer_timeout=env_seconds(env, "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS", 1800),
                 dead_webhook=_url(env, "HORAE_DEAD_WEBHOOK_URL"),
                 identity=identity or worker_defaults.identity,

@@ -113,7 +113,7 @@ async def run(settings: Settings, tasks_module: str) -> None:
     tasks = load_tasks(tasks_module)
     cfg = settings.worker
     store = await Store.open(settings.database.url, size=settings.database.pool_size)
-    connection = await broker.connect(settings.broker.url)
+    connection = await broker.connect(settings.broker.url, heartbeat=cfg.broker_heartbeat or None)
     names = broker.Names(settings.broker.prefix)
     publisher = broker.Publisher(connection, names)
     await publisher.start()
