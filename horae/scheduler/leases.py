@@ -33,6 +33,9 @@ from horae.kube import Lease, Leases
 
 log = logging.getLogger(__name__)
 
+EXPIRY_MARGIN = 0.02
+"""Seconds after a member Lease's expected expiry at which the loop looks at it again."""
+
 RELEASE_PASSES = 3
 """How many times a stopping replica looks for shard Leases it still holds."""
 
@@ -103,6 +106,10 @@ class ShardLeases:
         """When (monotonic, taken before the write was sent) our member Lease was last
         renewed: the others judge it expired a lease duration after they saw that write."""
         self.live_members = 1
+        self.next_expiry: float | None = None
+        """When (monotonic) the first live member Lease other than ours expires unless it
+        is renewed meanwhile: the loop looks again then rather than a renew period later,
+        so a crashed replica's shards move a lease duration after its last renewal."""
         self.wake = asyncio.Event()
         """Set to run the next tick at once (a Lease was released or a member left)."""
 
@@ -115,6 +122,16 @@ class ShardLeases:
             and renewed is not None
             and (time.monotonic() - renewed < self._duration)
         )
+
+    def observe(self, lease: Lease, at: float) -> None:
+        """Date a version of a member Lease seen by a watch at monotonic time `at` (the
+        lists of `tick` date the versions they see first the same way)."""
+        seen = self._seen.get(lease.name)
+        if lease.holder == self.identity or (
+            seen is not None and seen.resource_version == lease.resource_version
+        ):
+            return
+        self._seen[lease.name] = _Seen(lease.resource_version, at)
 
     def _expired(self, lease: Lease, now: float) -> bool:
         seen = self._seen.get(lease.name)
@@ -139,6 +156,15 @@ class ShardLeases:
             del self._seen[name]  # a member Lease deleted: forget it
         self.live_members = len(live)
         fair = math.ceil(self.shards / self.live_members)
+        mine = member_lease_name(self.identity)
+        self.next_expiry = min(
+            (
+                seen.since + self._duration
+                for name, seen in self._seen.items()
+                if name != mine and seen.since + self._duration >= now
+            ),
+            default=None,
+        )
 
         # What we hold stays ours while its Lease names us (no write: our member Lease
         # vouches for it); one another replica took (it judged us gone) is lost.
@@ -293,7 +319,10 @@ class ShardLeases:
                 await self.tick()
             except Exception:
                 log.exception("lease tick failed")
-            delay = max(0.0, self._renew - (time.monotonic() - started))
+            delay = self._renew - (time.monotonic() - started)
+            if self.next_expiry is not None:
+                delay = min(delay, self.next_expiry + EXPIRY_MARGIN - time.monotonic())
+            delay = max(0.0, delay)
             waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
             await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
             for waiter in waiters:

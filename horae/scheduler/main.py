@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -164,10 +165,14 @@ def _watch(
     watch_stop = threading.Event()
 
     def on_lease_change(event: str, lease: Lease) -> None:
-        # Only changes that free a shard or a member's share wake the event loop; the
-        # renewals (many a second) are filtered here, in the watch thread.
+        # Changes that free a shard or a member's share wake the event loop; a member's
+        # renewal (one a second per replica) is dated as it is seen, so a replica that
+        # stops renewing is judged gone a lease duration after its last renewal, not
+        # after this replica's next look at it.
         if frees_shards(event, lease):
             loop.call_soon_threadsafe(shard_leases.wake.set)
+        elif event != "DELETED" and MEMBER_LABEL in lease.labels:
+            loop.call_soon_threadsafe(shard_leases.observe, lease, time.monotonic())
 
     for selector in WATCHED:
         threading.Thread(

@@ -8,6 +8,7 @@ from collections import Counter
 
 from horae.kube import Lease, Leases, load_api_client
 from horae.scheduler.leases import ShardLeases, member_lease_name, shard_lease_name
+from horae.scheduler.main import _watch
 from tests.support.kube import ControlPlane
 from tests.support.wait import until
 
@@ -26,6 +27,10 @@ def replica(
         identity=name, shards=shards, lease_duration=3, renew_period=0.2,
         on_gained=gained, on_lost=lost,
     )  # fmt: skip
+
+
+async def noop(shard: int) -> None:
+    pass
 
 
 def versions(plane: ControlPlane, namespace: str, label: str) -> dict[str, str]:
@@ -196,3 +201,41 @@ async def test_a_shard_released_while_its_renewal_is_in_flight_is_not_held_on(
     assert 5 not in replica_a.held
     lease = control_plane.get_json("lease", shard_lease_name(5), "-n", namespace)
     assert lease["spec"].get("holderIdentity") is None, "the shard is free for the others"
+
+
+async def test_a_crashed_replicas_shards_move_a_lease_duration_after_its_last_renewal(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The survivor dates the member Lease's renewals as its watch sees them, and looks again
+    at the instant the crashed replica's last one is a lease duration old: the shards move
+    then, not up to two renew periods later (when it dated a renewal by its next list, and
+    looked only at its next tick: 4-5 s here, with the renewal just after a look)."""
+    a = replica(control_plane, namespace, "a", [])
+    api = load_api_client(str(control_plane.kubeconfig))
+    looked = asyncio.Event()
+    b = ShardLeases(
+        Leases(api, namespace), identity="b", shards=64, lease_duration=3, renew_period=1.0,
+        on_gained=noop, on_lost=noop, on_tick=looked.set,
+    )  # fmt: skip
+    stop, watch_stop = asyncio.Event(), _watch(api, namespace, b, asyncio.get_running_loop())
+    loop = asyncio.create_task(b.run(stop))
+    try:
+
+        async def split_with_b() -> bool:
+            await a.tick()
+            return len(a.held) == 32 and len(b.held) == 32
+
+        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each")
+        looked.clear()
+        await looked.wait()  # b has just looked: its next list is a renew period away
+        await a.tick()  # a's last renewal, then a "crashes"
+        renewed = time.monotonic()
+        while len(b.held) < 64:
+            await asyncio.sleep(0.02)
+            assert time.monotonic() - renewed < 10, f"b holds {len(b.held)} after 10 s"
+        took = time.monotonic() - renewed
+        assert 3 - 0.1 <= took <= 3 + 0.8, f"taken {took:.2f} s after a's last renewal"
+    finally:
+        stop.set()
+        watch_stop.set()
+        await loop
