@@ -166,7 +166,7 @@ async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
     async def latest_late() -> datetime | None:
         return await stored.fetchval(
             "SELECT occurrence_at FROM executions WHERE job_id = $1 AND status = 'succeeded'"
-            " AND started_at - due_at > interval '2 seconds'"
+            " AND started_at - due_at > interval '1.5 seconds'"
             " ORDER BY started_at - due_at DESC LIMIT 1",
             job_id,
         )
@@ -183,5 +183,5 @@ async def test_explain_names_both_replicas_when_a_run_was_late_for_a_takeover(
     assert re.search(
         rf"shard {shard} changed owner at \S+ \S+Z \(replica {owner} → {heir}\)$", verdict
     ), verdict
-    assert float(verdict.split()[1]) > 2.0
+    assert float(verdict.split()[1]) > 1.5  # the takeover: 2-3 s after the kill
     assert [line.split()[2] for line in shown[2:]][:2] == ["due", "shard"]

@@ -334,26 +334,30 @@ async def scales_pools(ctx: Ctx, reduced: bool) -> bool:
 
 
 async def holds_shards(ctx: Ctx, reduced: bool) -> bool:
-    """A lone scheduler takes all 64 shard Leases and keeps renewing them."""
+    """A lone scheduler takes all 64 shard Leases and keeps renewing its member Lease (which
+    keeps them its own)."""
     scheduler = ctx.start("scheduler", reduced=reduced)
 
-    def renewals() -> dict[str, str]:
+    def held() -> int:
         leases = ctx.get("leases", "-l", "horae.dev/shard-lease")["items"]
-        return {x["metadata"]["name"]: x["spec"]["renewTime"] for x in leases
-                if x["spec"].get("holderIdentity") == scheduler.identity}  # fmt: skip
+        return sum(x["spec"].get("holderIdentity") == scheduler.identity for x in leases)
+
+    def member() -> str | None:
+        leases = ctx.get("leases", "-l", "horae.dev/scheduler-member")["items"]
+        mine = [x for x in leases if x["spec"].get("holderIdentity") == scheduler.identity]
+        return mine[0]["metadata"]["resourceVersion"] if mine else None
 
     async def all_held() -> bool:
-        return len(renewals()) == 64
+        return held() == 64
 
     if not await happens(all_held, 10):
         return False
-    before = renewals()
+    before = member()
 
-    async def all_renewed() -> bool:
-        after = renewals()
-        return len(after) == 64 and all(after[name] > before[name] for name in before)
+    async def renewed() -> bool:
+        return member() not in (None, before) and held() == 64
 
-    return await happens(all_renewed, 5)  # renewals come every second
+    return await happens(renewed, 5)  # renewals come every second
 
 
 async def watches_leases(ctx: Ctx, reduced: bool) -> bool:
