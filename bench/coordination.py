@@ -23,10 +23,9 @@ import subprocess
 import time
 from collections import Counter
 
-from bench.executions_view import cpu_seconds, kubectl, plane_pids, requests_by_kind
+from bench.executions_view import MUTATING, cpu_seconds, kubectl, plane_pids, requests_by_kind
 from bench.harness import System, horae_system
 
-MUTATING = ("POST", "PUT", "DELETE")
 SHARDS = 64
 
 
@@ -36,26 +35,17 @@ def holders(env: dict[str, str]) -> Counter[str]:
     return Counter(x["spec"].get("holderIdentity") or "-" for x in found)
 
 
-async def settled(env: dict[str, str], live: set[str], timeout: float = 60) -> float:
-    """Seconds until all 64 shard Leases name one of `live`, in equal parts (to within one)."""
+async def held_by(env: dict[str, str], live: set[str], *, even: bool, timeout: float = 60) -> float:
+    """Seconds until all 64 shard Leases name one of `live` (`even`: in equal parts, to
+    within one)."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         held = holders(env)
         shares = [held.get(r, 0) for r in live]
-        if sum(shares) == SHARDS and max(shares) - min(shares) <= 1:
+        if sum(shares) == SHARDS and (not even or max(shares) - min(shares) <= 1):
             return time.monotonic() - started
         await asyncio.sleep(0.05)
-    raise SystemExit(f"shards never settled on {sorted(live)}: {dict(holders(env))}")
-
-
-async def taken_over(env: dict[str, str], live: set[str], timeout: float = 60) -> float:
-    """Seconds until every shard Lease names one of `live`."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if sum(holders(env).get(r, 0) for r in live) == SHARDS:
-            return time.monotonic() - started
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"shards never all taken by {sorted(live)}: {dict(holders(env))}")
+    raise SystemExit(f"shards never all held by {sorted(live)}: {dict(holders(env))}")
 
 
 def lease_writes(before: dict[str, float], after: dict[str, float], took: float) -> float:
@@ -71,7 +61,7 @@ async def measure(system: System, replicas: int, seconds: float, failovers: int)
     live = {f"sched-{i}" for i in range(replicas)}
     for name in sorted(live):
         system.start(name, "scheduler")
-    await settled(env, live)
+    await held_by(env, live, even=True)
     await asyncio.sleep(3)  # the first takes' writes are behind us
     pids = plane_pids(env)
     cpu_before = {n: cpu_seconds(p) for n, p in pids.items()}
@@ -89,12 +79,12 @@ async def measure(system: System, replicas: int, seconds: float, failovers: int)
             victim = sorted(live)[0]
             system.signal(victim, sig)
             live.discard(victim)
-            times.append(await taken_over(env, live))
+            times.append(await held_by(env, live, even=False))
             system.wait(victim)
             newcomer = f"sched-{replicas + 2 * n + (sig == signal.SIGTERM)}"
             system.start(newcomer, "scheduler")
             live.add(newcomer)
-            await settled(env, live)
+            await held_by(env, live, even=True)
             await asyncio.sleep(1)
     print(
         f"coordination: {replicas} scheduler replicas, {SHARDS} shards, {took:.0f} s steady,"

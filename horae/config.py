@@ -137,7 +137,7 @@ class SchedulerSettings:
     long is gone, and the shard Leases naming it are free."""
     renew_period: timedelta = timedelta(seconds=1)
     """HORAE_RENEW_PERIOD_SECONDS: how often the member Lease is renewed and free shards taken.
-    Takeover after a crash happens within lease_duration + renew_period (4 s by default)."""
+    After a crash the others take its shards a lease_duration after its last renewal."""
     preload_window: timedelta = timedelta(seconds=60)
     """HORAE_PRELOAD_WINDOW_SECONDS: executions due within this window are held in memory."""
     preload_max_rows: int = 100_000

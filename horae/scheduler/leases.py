@@ -267,6 +267,7 @@ class ShardLeases:
         await self._on_lost(shard)
 
     async def _hand_back(self, lease: Lease) -> None:
+        """Clear the Lease's holder, if nobody wrote it since we read it."""
         with contextlib.suppress(LeaseConflict):
             await self._leases.write(lease, None, self._duration_s, acquire=False)
 
@@ -274,12 +275,8 @@ class ShardLeases:
         """Give a shard up: stop dispatching it, then clear the Lease's holder."""
         lease = self.held.pop(shard, None)
         await self._on_lost(shard)
-        if lease is None:
-            return
-        try:
-            await self._leases.write(lease, None, self._duration_s, acquire=False)
-        except LeaseConflict:
-            pass
+        if lease is not None:
+            await self._hand_back(lease)
 
     async def release_all(self) -> None:
         """On shutdown: stop dispatching every shard, leave the membership (the others

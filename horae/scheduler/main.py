@@ -171,7 +171,7 @@ def _watch(
         # after this replica's next look at it.
         if frees_shards(event, lease):
             loop.call_soon_threadsafe(shard_leases.wake.set)
-        elif event != "DELETED" and MEMBER_LABEL in lease.labels:
+        elif MEMBER_LABEL in lease.labels:  # (a deletion frees shards: handled above)
             loop.call_soon_threadsafe(shard_leases.observe, lease, time.monotonic())
 
     for selector in WATCHED:

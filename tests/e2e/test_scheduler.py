@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
-from tests.support.scheduling import drain, falling_due, holders, pending
+from tests.support.scheduling import drain, falling_due, holders, lease_versions, pending
 from tests.support.store_rows import StoreRows
 from tests.support.wait import readiness, until, until_ready
 
@@ -79,8 +79,7 @@ async def test_one_replica_takes_all_64_shards_and_then_writes_only_its_member_l
     await until(says_it_holds_all, timeout=10, what="/readyz saying it holds all 64")
 
     def versions(label: str) -> dict[str, str]:
-        leases = control_plane.get_json("leases", "-n", namespace, "-l", label)["items"]
-        return {x["metadata"]["name"]: x["metadata"]["resourceVersion"] for x in leases}
+        return lease_versions(control_plane, namespace, label)
 
     shards = versions("horae.dev/shard-lease")
     member = versions("horae.dev/scheduler-member")

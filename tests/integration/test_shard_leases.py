@@ -10,6 +10,7 @@ from horae.kube import Lease, Leases, load_api_client
 from horae.scheduler.leases import ShardLeases, member_lease_name, shard_lease_name
 from horae.scheduler.main import _watch
 from tests.support.kube import ControlPlane
+from tests.support.scheduling import lease_versions
 from tests.support.wait import until
 
 
@@ -31,11 +32,6 @@ def replica(
 
 async def noop(shard: int) -> None:
     pass
-
-
-def versions(plane: ControlPlane, namespace: str, label: str) -> dict[str, str]:
-    leases = plane.get_json("leases", "-n", namespace, "-l", label)["items"]
-    return {x["metadata"]["name"]: x["metadata"]["resourceVersion"] for x in leases}
 
 
 async def split(*replicas: ShardLeases) -> None:
@@ -86,14 +82,14 @@ async def test_steady_replicas_write_only_their_member_leases(
     a = replica(control_plane, namespace, "a", [])
     b = replica(control_plane, namespace, "b", [])
     await split(a, b)
-    shards = versions(control_plane, namespace, "horae.dev/shard-lease")
-    members = versions(control_plane, namespace, "horae.dev/scheduler-member")
+    shards = lease_versions(control_plane, namespace, "horae.dev/shard-lease")
+    members = lease_versions(control_plane, namespace, "horae.dev/scheduler-member")
     for _ in range(5):
         await a.tick()
         await b.tick()
         assert all(r.valid(s) for r in (a, b) for s in r.held)
-    assert versions(control_plane, namespace, "horae.dev/shard-lease") == shards
-    after = versions(control_plane, namespace, "horae.dev/scheduler-member")
+    assert lease_versions(control_plane, namespace, "horae.dev/shard-lease") == shards
+    after = lease_versions(control_plane, namespace, "horae.dev/scheduler-member")
     assert set(after) == {member_lease_name("a"), member_lease_name("b")}
     assert all(after[name] != members[name] for name in after)
     assert holders(control_plane, namespace) == Counter({"a": 32, "b": 32})

@@ -25,6 +25,12 @@ def holders(plane: ControlPlane, namespace: str) -> dict[str, set[int]]:
     return dict(held)
 
 
+def lease_versions(plane: ControlPlane, namespace: str, label: str) -> dict[str, str]:
+    """Each Lease with `label` and its resourceVersion (which moves at every write)."""
+    leases = plane.get_json("leases", "-n", namespace, "-l", label)["items"]
+    return {x["metadata"]["name"]: x["metadata"]["resourceVersion"] for x in leases}
+
+
 async def falling_due(
     stored: StoreRows, count: int, *, start: timedelta, spread: timedelta, tenant: str = "t"
 ) -> list[uuid.UUID]:
