@@ -127,14 +127,18 @@ async def test_kubectl_get_shows_the_next_run_as_a_time_and_ready_stays_dated_by
     control_plane.kubectl("patch", "sj", "nightly", "-n", namespace, "--type=merge",
                           "-p", '{"spec":{"suspend":true}}')  # fmt: skip
 
+    # (the store's change may be reported before the handler's own write marks generation 3
+    # observed: the first Suspended=True can carry generation 2, so wait for the handler's)
     async def suspended() -> dict[str, Any] | None:
         obj = scheduledjob(control_plane, namespace)
-        return obj if condition(obj, "Suspended")["status"] == "True" else None
+        now_suspended = condition(obj, "Suspended")
+        observed = now_suspended["status"] == "True" and now_suspended["observedGeneration"] == 3
+        return obj if observed else None
 
-    obj = await until(suspended, timeout=20, what="Suspended=True")
+    obj = await until(suspended, timeout=20, what="Suspended=True, generation 3 observed")
+    assert obj["status"]["observedGeneration"] == 3
     assert condition(obj, "Ready")["lastTransitionTime"] == ready["lastTransitionTime"]
     assert condition(obj, "Suspended")["lastTransitionTime"] >= ready["lastTransitionTime"]
-    assert condition(obj, "Suspended")["observedGeneration"] == 3
 
 
 async def manual_executions(stored: StoreRows, job_id: uuid.UUID) -> list[Any]:
