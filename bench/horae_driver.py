@@ -4,6 +4,7 @@ through the job API (`POST /jobs:batch`), run by real `horae` processes on this 
     .venv/bin/python -m bench.horae_driver --scenario sustained --rate 2000 --seconds 120
     .venv/bin/python -m bench.horae_driver --scenario top --count 20000
     .venv/bin/python -m bench.horae_driver --scenario failover --rate 1000
+    .venv/bin/python -m bench.horae_driver --scenario worker-faults --rate 1000
     .venv/bin/python -m bench.horae_driver --scenario sustained --rate 2000 --groups 2
 
 `--groups 2` splits the store over the two local PostgreSQL clusters (bench.harness:
@@ -17,7 +18,8 @@ Processes: one API, one scheduler (two for `failover`), two workers with 64 conc
 handlers each (a no-op). Start lag is `started_at - due_at` from the executions table
 (stamped by the worker as it claims, just before the handler runs). Prints progress on
 stderr and one `Result` JSON line on stdout per scenario (two for `failover`: the
-SIGKILL window and the rolling-restart window).
+SIGKILL window and the rolling-restart window; two for `worker-faults`: a worker SIGKILLed
+and a worker frozen with SIGSTOP for 10 s).
 """
 
 from __future__ import annotations
@@ -352,14 +354,54 @@ async def run_failover(rate: int, lease: float) -> None:
               flush=True)  # fmt: skip
 
 
+async def run_worker_faults(rate: int, freeze: float) -> None:
+    """Two workers under a steady `rate`: at +20 s one is SIGKILLed (and started again, as
+    its Deployment would); at +45 s the other is frozen (SIGSTOP) for `freeze` seconds, then
+    thawed. Start lags of executions due in the 20 s after each event (an execution a dead
+    worker held is started again by another: its lag is its last attempt's)."""
+    async with steady_load("worker-faults", rate, 80, schedulers=1) as load:
+        system, stores = load.system, load.stores
+        feeding = asyncio.create_task(load.feed())
+        await load.until(20)
+        killed_at = datetime.now(UTC)
+        system.signal("worker-0", signal.SIGKILL)
+        system.start("worker-0b", "worker", "--tasks", str(TASKS), "--concurrency", "64")
+        log("worker-0 SIGKILLed; started again")
+        await load.until(45)
+        frozen_at = datetime.now(UTC)
+        system.signal("worker-1", signal.SIGSTOP)
+        log(f"worker-1 frozen (SIGSTOP) for {freeze:g} s")
+        await asyncio.sleep(freeze)
+        system.signal("worker-1", signal.SIGCONT)
+        log("worker-1 thawed (SIGCONT)")
+        await feeding
+        await load.settle()
+        window = timedelta(seconds=20)
+        kill = await lags(stores, load.first_due, killed_at, killed_at + window)
+        stop = await lags(stores, load.first_due, frozen_at, frozen_at + window)
+        retried = await stores.sum("SELECT count(*) FROM executions WHERE attempt > 1")
+        peak = system.peak_rss_mib()
+    events = (("worker-kill", kill, "a worker SIGKILLed and started again"),
+              ("worker-freeze", stop, f"a worker frozen (SIGSTOP) for {freeze:g} s"))  # fmt: skip
+    for name, (lag, starts, due), event in events:
+        notes = (f"executions due in the 20 s after {event}; {rate}/s steady, 1 scheduler, "
+                 f"2 workers x 64; {retried} executions of the run had a second "
+                 f"attempt")  # fmt: skip
+        print(result(name, due, lag, starts, rate=rate, peak_rss_mib=peak, notes=notes).to_json(),
+              flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--scenario", choices=["sustained", "top", "failover"], required=True)
+    parser.add_argument("--scenario", required=True,
+                        choices=["sustained", "top", "failover", "worker-faults"])  # fmt: skip
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=120)
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--lead", type=float, default=20.0)
     parser.add_argument("--lease", type=float, default=3.0, help="shard lease seconds")
+    parser.add_argument("--freeze", type=float, default=10.0,
+                        help="worker-faults: seconds the frozen worker stays stopped")  # fmt: skip
     parser.add_argument("--groups", type=int, choices=[1, 2], default=1,
                         help="store groups (2: the second on HORAE_SECOND_DATABASE_URL's "
                              "cluster, holding the odd shards); sustained and top")  # fmt: skip
@@ -370,15 +412,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.one_cluster and (args.groups != 2 or args.scenario != "sustained"):
         parser.error("--one-cluster: with --groups 2 and --scenario sustained only")
-    if args.groups != 1 and args.scenario == "failover":
+    if args.groups != 1 and args.scenario in ("failover", "worker-faults"):
         parser.error("--groups: sustained and top only")
     if args.scenario == "sustained":
         asyncio.run(run_sustained(args.rate, args.seconds, groups=args.groups,
                                   one_cluster=args.one_cluster))  # fmt: skip
     elif args.scenario == "top":
         asyncio.run(run_top(args.count, args.lead, args.groups))
-    else:
+    elif args.scenario == "failover":
         asyncio.run(run_failover(args.rate, args.lease))
+    else:
+        asyncio.run(run_worker_faults(args.rate, args.freeze))
 
 
 if __name__ == "__main__":

@@ -180,13 +180,14 @@ class WorkerSettings:
     """HORAE_CONCURRENCY: handlers run at once; also the queue prefetch."""
     lease: timedelta = timedelta(seconds=30)
     """HORAE_EXECUTION_LEASE_SECONDS: a running execution not heartbeated this long is lost."""
-    broker_heartbeat: int = 2
+    broker_heartbeat: int = 1
     """HORAE_BROKER_HEARTBEAT_SECONDS: the AMQP heartbeat timeout the worker asks for. A
-    worker that stops answering for about this long (frozen, its host cut off) has its
-    connection closed by RabbitMQ, and the messages it had been handed but had not
+    worker that stops answering for about twice this long (frozen, its host cut off) has
+    its connection closed by RabbitMQ, and the messages it had been handed but had not
     started go to the other workers at once: without it they waited for the broker's
-    default heartbeat (60 s) or the reaper's redelivery timeout (60 s). 0 leaves it to
-    the broker."""
+    default heartbeat (60 s) or the reaper's redelivery timeout (60 s). 1 s keeps them
+    within 3 s of their due time under 1,000/s (bench.horae_driver --scenario
+    worker-faults); 2 s let them wait up to 5-6 s. 0 leaves it to the broker."""
     consumer_timeout: timedelta = timedelta(minutes=30)
     """HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS: RabbitMQ's consumer_timeout. A handler that may
     run longer than half of it (or has no timeout) has its message acked once its claim
@@ -314,7 +315,7 @@ class Settings:
                 concurrency=_int(env, "HORAE_CONCURRENCY", worker_defaults.concurrency),
                 lease=env_seconds(env, "HORAE_EXECUTION_LEASE_SECONDS", 30),
                 shutdown_grace=env_seconds(env, "HORAE_SHUTDOWN_GRACE_SECONDS", 25),
-                broker_heartbeat=_int(env, "HORAE_BROKER_HEARTBEAT_SECONDS", 2, minimum=0),
+                broker_heartbeat=_int(env, "HORAE_BROKER_HEARTBEAT_SECONDS", 1, minimum=0),
                 consumer_timeout=env_seconds(env, "HORAE_BROKER_CONSUMER_TIMEOUT_SECONDS", 1800),
                 dead_webhook=_url(env, "HORAE_DEAD_WEBHOOK_URL"),
                 identity=identity or worker_defaults.identity,

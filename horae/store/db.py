@@ -35,7 +35,22 @@ off; until it ends, its row locks stand, and a shard-epoch lock held by a cut-of
 mid-dispatch held up that shard's takeover for as long as the cut lasted (24 s in a chaos
 run, against a 4 s takeover)."""
 
-SERVER_SETTINGS = {"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS)}
+WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS = 2_000
+"""The same bound on a worker's connections. A worker's only transaction of more than one
+statement is its claim of a batch (the claim, then the next occurrences of cron jobs it
+claimed before the scheduler recorded their dispatch); one frozen (SIGSTOP, a stalled VM)
+between the two held the batch's row locks for the 5 s above, and the other workers, given
+its messages back by RabbitMQ about 2 s into the freeze (`HORAE_BROKER_HEARTBEAT_SECONDS`,
+1), waited on those locks with their whole batches: executions due meanwhile started 5 s
+late (`bench.horae_driver --scenario worker-faults`). A claim is two round trips apart,
+milliseconds, and a tenth of a second on a worker loop loaded at 1,000/s."""
+
+
+def server_settings(idle_in_transaction_ms: int) -> dict[str, str]:
+    return {"idle_in_transaction_session_timeout": str(idle_in_transaction_ms)}
+
+
+SERVER_SETTINGS = server_settings(IDLE_IN_TRANSACTION_TIMEOUT_MS)
 
 
 async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
@@ -51,8 +66,11 @@ async def _release_as_is(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     still rolls back a transaction left open."""
 
 
-async def connect_pool(dsn: str, *, size: int = 10) -> asyncpg.Pool[asyncpg.Record]:
-    """A pool whose connections decode json/jsonb to Python objects (the driver's own: a
+async def connect_pool(
+    dsn: str, *, size: int = 10, idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_TIMEOUT_MS
+) -> asyncpg.Pool[asyncpg.Record]:
+    """A pool whose connections decode json/jsonb to Python objects, and are ended by
+    Postgres when left idle in a transaction `idle_in_transaction_ms` (the driver's own: a
     component opens a `Database`)."""
     pool = await asyncpg.create_pool(
         dsn,
@@ -61,7 +79,7 @@ async def connect_pool(dsn: str, *, size: int = 10) -> asyncpg.Pool[asyncpg.Reco
         init=_init_connection,
         reset=_release_as_is,
         command_timeout=60,
-        server_settings=SERVER_SETTINGS,
+        server_settings=server_settings(idle_in_transaction_ms),
     )
     assert pool is not None
     return pool
@@ -87,8 +105,16 @@ class Database:
 
     @classmethod
     @translated
-    async def open(cls, dsn: str, *, size: int = 10) -> Database:
-        return cls(await connect_pool(dsn, size=size))
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        size: int = 10,
+        idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    ) -> Database:
+        return cls(
+            await connect_pool(dsn, size=size, idle_in_transaction_ms=idle_in_transaction_ms)
+        )
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[Conn]:

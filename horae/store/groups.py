@@ -26,7 +26,7 @@ from horae import metrics
 from horae.errors import ConfigError
 from horae.models import shard_of
 from horae.store.boundary import translated
-from horae.store.db import Database, Listener
+from horae.store.db import IDLE_IN_TRANSACTION_TIMEOUT_MS, Database, Listener
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
@@ -138,10 +138,18 @@ class Store:
     """Every store group's pool, and the catalog that routes a call to one of them."""
 
     def __init__(
-        self, home_url: str, home: Database, catalog: Catalog, *, size: int, env: Mapping[str, str]
+        self,
+        home_url: str,
+        home: Database,
+        catalog: Catalog,
+        *,
+        size: int,
+        env: Mapping[str, str],
+        idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_TIMEOUT_MS,
     ) -> None:
         self._home_url = home_url
         self._size = size
+        self._idle_in_transaction_ms = idle_in_transaction_ms
         self._env = env
         self._databases: dict[str, Database] = {MAIN: home}
         self.catalog = catalog
@@ -149,12 +157,22 @@ class Store:
         self._listener: Listener | None = None
 
     @classmethod
-    async def open(cls, url: str, *, size: int = 10, env: Mapping[str, str] = os.environ) -> Store:
-        home = await Database.open(url, size=size)
+    async def open(
+        cls,
+        url: str,
+        *,
+        size: int = 10,
+        env: Mapping[str, str] = os.environ,
+        idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    ) -> Store:
+        """Every group's pool of `size` connections, ended by Postgres when left idle in a
+        transaction `idle_in_transaction_ms` (horae.store.db)."""
+        idle = idle_in_transaction_ms
+        home = await Database.open(url, size=size, idle_in_transaction_ms=idle)
         try:
             async with home.acquire() as conn:
                 catalog = await read_catalog(conn)
-            store = cls(url, home, catalog, size=size, env=env)
+            store = cls(url, home, catalog, size=size, env=env, idle_in_transaction_ms=idle)
             await store._open_groups()
             _watch(store)
         except BaseException:
@@ -201,7 +219,9 @@ class Store:
         for group, address in sorted(self.catalog.addresses.items()):
             if group not in self._databases:
                 url = group_url(group, address, self._home_url, self._env)
-                self._databases[group] = await Database.open(url, size=self._size)
+                self._databases[group] = await Database.open(
+                    url, size=self._size, idle_in_transaction_ms=self._idle_in_transaction_ms
+                )
 
     async def refresh(self) -> bool:
         """Re-read the catalog (opening pools for groups added since); whether it changed."""

@@ -30,6 +30,7 @@ from horae import broker, metrics
 from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
+from horae.store.db import WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS
 from horae.store.groups import Store
 from horae.worker import control
 from horae.worker.execution import Executions
@@ -112,7 +113,11 @@ class Worker:
 async def run(settings: Settings, tasks_module: str) -> None:
     tasks = load_tasks(tasks_module)
     cfg = settings.worker
-    store = await Store.open(settings.database.url, size=settings.database.pool_size)
+    store = await Store.open(
+        settings.database.url,
+        size=settings.database.pool_size,
+        idle_in_transaction_ms=WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    )
     connection = await broker.connect(settings.broker.url, heartbeat=cfg.broker_heartbeat or None)
     names = broker.Names(settings.broker.prefix)
     publisher = broker.Publisher(connection, names)

@@ -13,7 +13,7 @@ import pytest
 from horae.errors import Conflict, QuotaExceeded, ShardBusy
 from horae.models import ConcurrencyPolicy, ExecutionStatus, JobSource, JobSpec
 from horae.store import dispatch, executions, jobs, reads, tenants
-from horae.store.db import connect
+from horae.store.db import WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS, connect, connect_pool
 from horae.store.dispatch import parse_notify
 from tests.support import transitions
 from tests.support.wait import until
@@ -350,6 +350,43 @@ async def test_a_claim_and_a_dispatch_record_never_deadlock_over_a_limited_tenan
         except Exception as exc:
             failures.append(exc)
     assert failures == [], f"claim and dispatch record deadlocked: {failures}"
+
+
+async def test_a_claim_left_open_by_a_frozen_worker_stops_holding_its_rows_after_2_s(
+    pool: asyncpg.Pool, db_url: str
+) -> None:
+    """A worker frozen between its claim's statements (SIGSTOP): Postgres ends its session
+    2 s later (a worker's pools), so another worker, handed the message back by RabbitMQ,
+    claims the row then, not after the 5 s of every other component's connections."""
+    async with pool.acquire() as conn:
+        [row] = await one_offs(conn, 1)
+    request = [executions.ClaimRequest(row["id"], row["due_at"], "acme")]
+    lease = timedelta(seconds=30)
+    frozen_pool = await connect_pool(
+        db_url, size=1, idle_in_transaction_ms=WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS
+    )
+    try:
+        async with frozen_pool.acquire() as frozen, pool.acquire() as other:
+            held = frozen.transaction()
+            await held.start()
+            claimed = await frozen.fetch(
+                executions.Q["claim"], [row["id"]], [row["due_at"]], ["acme"], ["acme"],
+                "frozen", NOW, lease, timedelta(seconds=1),
+            )  # fmt: skip
+            assert [r["outcome"] for r in claimed] == ["claimed"]
+            t0 = time.monotonic()
+            answers = await executions.claim_many(
+                other, request, owner="other", now=NOW, lease=lease, serves={"acme"}
+            )
+            waited = time.monotonic() - t0
+            with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+                await held.commit()  # its session was ended: nothing it claimed holds
+    finally:
+        frozen_pool.terminate()
+    assert isinstance(answers[0], executions.Claimed)
+    assert 1.5 < waited < 4.0, f"the other claim waited {waited:.2f} s for the frozen one"
+    owner = await pool.fetchval("SELECT lease_owner FROM executions WHERE id = $1", row["id"])
+    assert owner == "other"
 
 
 async def test_a_claim_refuses_an_execution_of_a_tenant_the_worker_does_not_serve(
