@@ -111,5 +111,23 @@ class Leases:
             raise
         return lease_from_json(obj)
 
-    async def delete(self, name: str) -> None:
-        await call(self._api.delete_namespaced_lease, name, self.namespace, missing_ok=True)
+    async def delete(self, name: str, *, resource_version: str | None = None) -> None:
+        """Delete the Lease `name` (gone already: nothing to do); with `resource_version`,
+        only that version of it: `LeaseConflict` when it was written since."""
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(resource_version=resource_version)
+            if resource_version is not None
+            else None
+        )
+        try:
+            await call(
+                self._api.delete_namespaced_lease,
+                name,
+                self.namespace,
+                body=options,
+                missing_ok=True,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LeaseConflict(name) from exc
+            raise

@@ -36,6 +36,13 @@ log = logging.getLogger(__name__)
 EXPIRY_MARGIN = 0.02
 """Seconds after a member Lease's expected expiry at which the loop looks at it again."""
 
+FORGET_MEMBERS_AFTER = 600.0
+"""Seconds a member Lease must stand still, as this replica watched it, before it deletes
+it: a replica killed without its SIGTERM (a crash, a node lost) leaves its member Lease
+behind, and a Deployment's pods have new names, so without this one Lease per crashed pod
+stayed for good. Deleted only in the version seen; a replica paused that long and woken
+again just creates its member Lease anew."""
+
 RELEASE_PASSES = 3
 """How many times a stopping replica looks for shard Leases it still holds."""
 
@@ -87,6 +94,7 @@ class ShardLeases:
         on_gained: Callable[[int], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
         on_tick: Callable[[], None] = lambda: None,
+        forget_members_after: float = FORGET_MEMBERS_AFTER,
     ) -> None:
         self._leases = leases
         self.identity = identity
@@ -96,6 +104,7 @@ class ShardLeases:
         self._renew = renew_period
         self._on_gained = on_gained
         self._on_lost = on_lost
+        self._forget_after = forget_members_after
         self._on_tick = on_tick
         """Called after each completed tick (the scheduler's readiness: it took part in a
         round of shard Leases, and holds `held`)."""
@@ -152,11 +161,14 @@ class ShardLeases:
             self._member_renewed = now
         live = {m.holder for m in members if m.holder and not self._expired(m, now)}
         live.add(self.identity)
+        mine = member_lease_name(self.identity)
+        await asyncio.gather(
+            *(self._forget(m) for m in members if m.name != mine and self._silent(m, now))
+        )
         for name in set(self._seen) - {m.name for m in members}:
             del self._seen[name]  # a member Lease deleted: forget it
         self.live_members = len(live)
         fair = math.ceil(self.shards / self.live_members)
-        mine = member_lease_name(self.identity)
         self.next_expiry = min(
             (
                 seen.since + self._duration
@@ -222,6 +234,32 @@ class ShardLeases:
         except LeaseConflict:
             return False  # raced with ourselves after a restart; next tick renews
         return True
+
+    def _silent(self, lease: Lease, now: float) -> bool:
+        """Unchanged for `forget_members_after`, as this replica watched it."""
+        seen = self._seen.get(lease.name)
+        return (
+            seen is not None
+            and seen.resource_version == lease.resource_version
+            and now - seen.since > self._forget_after
+        )
+
+    async def _forget(self, lease: Lease) -> None:
+        """Delete the member Lease of a replica long gone (that version of it only). Best
+        effort: a failure is logged and tried again next tick, never fails the tick."""
+        try:
+            await self._leases.delete(lease.name, resource_version=lease.resource_version)
+        except LeaseConflict:
+            return  # renewed meanwhile: not gone
+        except Exception:
+            log.warning("could not delete the member Lease %s", lease.name, exc_info=True)
+            return
+        log.info(
+            "deleted the member Lease %s of %s, silent for %.0f s",
+            lease.name,
+            lease.holder,
+            self._forget_after,
+        )
 
     def _takeable(self, lease: Lease | None, live: set[str]) -> bool:
         """Free: no Lease yet, no holder, a holder with no live member Lease, or us (a

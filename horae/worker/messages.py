@@ -5,9 +5,10 @@ not an `ExecutionBatch`, or for a tenant this worker does not serve is dead-lett
 of its executions goes to the execution layer with a way to claim it: claims are
 group-committed, and a group that fails for a reason other than the connection is tried
 claim by claim, so one poison message fails only itself. The message is acked once every
-execution in it reached its ack point (`AckPoints`), rejected when a claim lost the
-connection, and dead-lettered when one could not be claimed at all. On shutdown it stops
-consuming, gives running messages the grace period, then hands back what still runs.
+execution in it reached its ack point (`AckPoints`), given back to the queue a second
+after a claim lost the connection, and dead-lettered when one could not be claimed at
+all. On shutdown it stops consuming, gives running messages the grace period, then hands
+back what still runs.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ from horae.worker.failures import TRANSIENT, retrying
 from horae.worker.routing import GroupCommits, Routes
 
 log = logging.getLogger(__name__)
+
+REQUEUE_AFTER = 1.0
+"""Seconds a message whose claim failed on the database connection is held before it goes
+back to its queue, to be claimed by whichever worker reaches Postgres first. Before, it was
+rejected and its executions waited for the reaper's redelivery timeout (60 s) after
+Postgres came back; held a second, a Postgres outage makes each held message one delivery
+a second, not a busy loop."""
 
 FOREIGN = "foreign-tenant"
 """The dead-letter reason of a message with an execution of a tenant this worker does not
@@ -136,8 +144,9 @@ class Messages:
 
         A message that is too big, not an `ExecutionBatch`, or whose executions cannot be
         claimed for a reason other than the database connection is dead-lettered. One whose
-        claim failed on the connection is rejected without requeue (its rows stay `queued`
-        and the reaper publishes them again), so it never holds a prefetch slot for good."""
+        claim failed on the connection goes back to its queue `REQUEUE_AFTER` later (its rows
+        stay `queued`; the reaper's redelivery is the backstop), so it never holds a
+        prefetch slot for good."""
         batch = await self._accept(message)
         if batch is None:
             return
@@ -152,7 +161,9 @@ class Messages:
         await self._settle(message, batch, runs, points)
         results = await asyncio.gather(*runs, return_exceptions=True)
         for result in results:
-            if isinstance(result, BaseException) and not isinstance(
+            if isinstance(result, TRANSIENT):  # one line: an outage fails every claim
+                log.warning("execution stopped: the database is out of reach (%s)", result)
+            elif isinstance(result, BaseException) and not isinstance(
                 result, asyncio.CancelledError | ForeignExecution
             ):
                 log.error("execution failed outside its handler", exc_info=result)
@@ -185,7 +196,8 @@ class Messages:
         points: AckPoints,
     ) -> None:
         """Once every execution of `message` has settled: ack it if all reached their ack
-        points; else leave it (shutting down), reject it (connection lost) or dead-letter it."""
+        points; else leave it (shutting down), give it back to the queue a moment later
+        (the database connection lost) or dead-letter it."""
         failed = [
             (run, m)
             for i, (run, m) in enumerate(zip(runs, batch, strict=True))
@@ -196,7 +208,8 @@ class Messages:
         elif any(run.cancelled() for run, _ in failed):
             pass  # shutting down: left unacked, RabbitMQ gives it back
         elif any(isinstance(run.exception(), TRANSIENT) for run, _ in failed):
-            await message.nack(requeue=False)
+            await asyncio.sleep(REQUEUE_AFTER)
+            await message.nack(requeue=True)
         else:
             raised = [run.exception() for run, _ in failed]
             if any(isinstance(e, ForeignExecution) for e in raised):

@@ -210,3 +210,17 @@ def test_the_post_mortem_of_a_lost_occurrence_gathers_its_faults_rows_and_log_li
     assert other_job not in text and unrelated not in text and "'shard': '3'" not in text
     assert text.endswith(f"  scheduler-17: {took}\n  worker-9: {ran}")  # in time order
     assert post_mortem(check(history([run("e1", "j1", 100.2)])), tmp_path, []) == ""
+
+
+def test_runs_a_fault_touched_are_reported_apart_and_not_judged() -> None:
+    """A run due while PostgreSQL restarted started 64 s late: not in the judged lag (the
+    untouched runs'), but counted among the touched ones over 60 s."""
+    promises = (Promise("j1", "a", "one-off", (100.0,), 90.0),
+                Promise("j2", "a", "one-off", (300.0,), 90.0))  # fmt: skip
+    restart = Fault("pg_restart", "postgres", 99.0, 104.0)
+    report = check(history([run("e1", "j1", 164.0), run("e2", "j2", 300.1, occurrence=300.0)],
+                           promises=promises, faults=[restart]))  # fmt: skip
+    assert report.ok, report.format()
+    assert report.lag_samples == 1 and abs(report.lag_max - 0.1) < 1e-9
+    assert report.touched_lags == [64.0]
+    assert "> 60 s: 1" in report.format()

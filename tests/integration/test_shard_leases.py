@@ -125,6 +125,44 @@ async def test_a_replica_that_stops_renewing_stops_dispatching_before_its_shards
     assert holders(control_plane, namespace) == Counter({"b": 64})
 
 
+async def test_a_crashed_replicas_member_lease_is_deleted_once_long_silent(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """A replica killed without its SIGTERM leaves its member Lease (a Deployment's next pod
+    has another name): a live replica deletes it once it has stood still
+    `forget_members_after` (600 s by default; 4 s here). A live member's Lease, renewed
+    meanwhile, stays; and a replica paused that long creates its own again on waking."""
+    leases = Leases(load_api_client(str(control_plane.kubeconfig)), namespace)
+
+    def quick(name: str) -> ShardLeases:
+        return ShardLeases(
+            leases, identity=name, shards=9, lease_duration=3, renew_period=0.2,
+            on_gained=noop, on_lost=noop, forget_members_after=4,
+        )  # fmt: skip
+
+    a, b, crashed = quick("a"), quick("b"), quick("crashed")
+    await split(a, b, crashed)
+    members = set(lease_versions(control_plane, namespace, "horae.dev/scheduler-member"))
+    assert members == {member_lease_name(n) for n in ("a", "b", "crashed")}
+    started = time.monotonic()
+
+    async def forgotten() -> bool:
+        await a.tick()
+        await b.tick()
+        names = set(lease_versions(control_plane, namespace, "horae.dev/scheduler-member"))
+        return names == {member_lease_name("a"), member_lease_name("b")}
+
+    await until(
+        forgotten, timeout=15, interval=0.2, what="the crashed replica's member Lease deleted"
+    )
+    assert time.monotonic() - started >= 4 - 0.5, "deleted before it stood still 4 s"
+    assert len(a.held) + len(b.held) == 9 and set(a.held).isdisjoint(b.held)
+
+    await crashed.tick()  # it was only paused: it joins again with a new member Lease
+    names = set(lease_versions(control_plane, namespace, "horae.dev/scheduler-member"))
+    assert member_lease_name("crashed") in names
+
+
 async def test_a_lease_naming_a_replica_for_a_shard_it_does_not_hold_is_handed_back(
     control_plane: ControlPlane, namespace: str
 ) -> None:
