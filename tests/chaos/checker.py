@@ -28,6 +28,12 @@ WORKER_FAULTS = {"kill", "pause", "term", "clock"}
 GLOBAL_FAULTS = {"pg_restart", "pg_terminate", "mq_restart", "partition", "group_down"}
 """Faults that can cut any process's writes: they explain a duplicate of any run. (A move
 of shards between store groups is not one: it must not duplicate anything.)"""
+HOST_STALL = "host_stall"
+"""Not injected: the harness's own timer woke at least STALL_SECONDS late, so every
+process on the machine may have been held up (a VM descheduled, the host overloaded).
+Runs it overlaps are not judged for start lag (they are reported apart); it explains no
+duplicate."""
+STALL_SECONDS = 1.0
 LAG_LIMIT = 2.0
 LAG_MARGIN = 5.0
 """A fault this long before a run's due time counts as touching it: a crashed scheduler's
@@ -125,10 +131,15 @@ class Report:
     lag_p50: float = 0.0
     lag_p99: float = 0.0
     lag_max: float = 0.0
+    late: list[str] = field(default_factory=list)
+    """The untouched first runs that started more than LAG_LIMIT late, each with the faults
+    that ended shortly before its due time (what to read first when the lag fails)."""
     touched_lags: list[float] = field(default_factory=list)
     """Start lags of the first runs a fault touched (reported, not judged: how late a
     fault made them, against issue 22's seconds after the system is whole)."""
     faults: dict[str, int] = field(default_factory=dict)
+    stalls: list[float] = field(default_factory=list)
+    """How long each host stall lasted (`HOST_STALL`)."""
 
     @property
     def ok(self) -> bool:
@@ -152,6 +163,8 @@ class Report:
             f"{'handler invocations':<34}{self.invocations:>8}",
             f"{'faults injected':<34}{sum(self.faults.values()):>8}  "
             + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),
+            f"{'host stalls (not judged)':<34}{len(self.stalls):>8}"
+            + (f"  longest {max(self.stalls):.2f} s" if self.stalls else ""),
             *line("lost", self.lost),
             f"{'withdrawn (backlog, job cancelled)':<34}{self.withdrawn:>8}",
             *line("double claims", self.double_claims),
@@ -165,6 +178,8 @@ class Report:
             f"{'start lag, untouched by faults':<34}{self.lag_samples:>8} runs: p50 "
             f"{self.lag_p50:.3f} s, p99 {self.lag_p99:.3f} s, max {self.lag_max:.3f} s"
             + ("  ok" if self.lag_p99 <= LAG_LIMIT else f"  VIOLATION (> {LAG_LIMIT} s)"),
+            *[f"    {item}" for item in self.late[:limit]],
+            *([f"    ... and {len(self.late) - limit} more"] if len(self.late) > limit else []),
             self._touched(),
             "verdict: " + ("PASS" if self.ok else "FAIL"),
         ]
@@ -205,6 +220,11 @@ class _Faults:
     def anywhere(self, start: float, end: float) -> Fault | None:
         return next((f for f in self._global if f.start <= end and f.end >= start), None)
 
+    def before(self, at: float, within: float) -> list[Fault]:
+        """The faults that ended in the `within` seconds before `at`, latest first."""
+        every = [*self._global, *(f for fs in self._by_target.values() for f in fs)]
+        return sorted((f for f in every if at - within <= f.end < at), key=lambda f: -f.end)
+
     def touching(self, start: float, end: float) -> bool:
         """Any fault that can delay a run overlapping [start, end] (a long transaction
         holding back vacuum is not one: start lag is measured under it)."""
@@ -220,7 +240,10 @@ def check(history: History) -> Report:
     faults = _Faults(history.faults)
     lease = history.lease_seconds
     for f in history.faults:
-        report.faults[f.kind] = report.faults.get(f.kind, 0) + 1
+        if f.kind == HOST_STALL:
+            report.stalls.append(f.end - f.start)
+        else:
+            report.faults[f.kind] = report.faults.get(f.kind, 0) + 1
 
     runs: dict[tuple[str, float], list[Invocation]] = defaultdict(list)
     for inv in sorted(history.invocations, key=lambda i: i.at):
@@ -326,10 +349,22 @@ def check(history: History) -> Report:
             report.touched_lags.append(first.at - first.due_at)
             continue
         lags.append(first.at - first.due_at)
+        if first.at - first.due_at > LAG_LIMIT:
+            report.late.append(_late(first, faults.before(first.due_at - LAG_MARGIN, 30.0)))
+    report.late.sort()
     report.lag_samples = len(lags)
     report.lag_p50, report.lag_p99 = percentile(lags, 0.5), percentile(lags, 0.99)
     report.lag_max = max(lags, default=0.0)
     return report
+
+
+def _late(first: Invocation, before: list[Fault]) -> str:
+    recent = "; ".join(f"{f.kind} {f.target} ended {first.due_at - f.end:.1f} s before"
+                       for f in before[:3]) or "no fault in the 30 s before"  # fmt: skip
+    return (
+        f"due {first.due_at:.3f}, started {first.at - first.due_at:.3f} s late on "
+        f"{first.worker} (job {first.job_id}, attempt {first.attempt}); {recent}"
+    )
 
 
 def first_run_lags(

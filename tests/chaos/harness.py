@@ -14,6 +14,8 @@ import json
 import os
 import random
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterable
@@ -82,6 +84,7 @@ class Run:
         self.urls = [postgres.url, *([second.url] if second else [])]
         self.moved: list[int] = []
         self.faults: list[checker.Fault] = []
+        self.host: HostWatch | None = None
         self.promises: list[checker.Promise] = []
         self.main_shards = set(range(0, 64, 2) if second else range(64))
         self.plane = plane
@@ -187,6 +190,8 @@ class Run:
         return comp.identity
 
     def close(self) -> None:
+        if self.host is not None:
+            self.host.stop()
         self.procs.stop_all()
         if self.partition is not None:
             self.partition.destroy()
@@ -360,6 +365,7 @@ class Run:
         )  # fmt: skip
         stop_observing = asyncio.Event()
         observer = asyncio.create_task(self.observe(stop_observing))
+        self.host = host = HostWatch()
         began = time.time()
         await asyncio.gather(workload.one_offs(cfg.jobs, cfg.duration),
                              injector.run(schedule, began))  # fmt: skip
@@ -388,13 +394,15 @@ class Run:
         quiesced_in = time.time() - quiet_from
         stop_observing.set()
         await observer
+        host.stop()
         history = checker.History(
-            workload.promises, self.invocations(), injector.faults, self.samples,
+            workload.promises, self.invocations(), [*injector.faults, *host.stalls],
+            self.samples,
             await self.final(), {t: n for t, n in TENANTS.items() if n is not None}, cfg.lease,
             self.withdrawn,
         )  # fmt: skip
         report = checker.check(history)
-        self.faults = list(injector.faults)
+        self.faults = [*injector.faults, *host.stalls]
         self.promises = list(workload.promises)
         header = [
             f"seed {cfg.seed}, fault phase {cfg.duration:.0f} s, {len(schedule)} faults planned, "
@@ -407,7 +415,7 @@ class Run:
         text = "\n".join(header) + "\n" + report.format()
         (self.base / "report.txt").write_text(text)
         (self.base / "faults.jsonl").write_text(
-            "".join(json.dumps(f.__dict__) + "\n" for f in injector.faults)
+            "".join(json.dumps(f.__dict__) + "\n" for f in self.faults)
         )
         return report, text
 
@@ -464,6 +472,41 @@ def post_mortem(report: checker.Report, base: Path, logs: Iterable[tuple[str, st
     out.append(f"log lines about them ({len(lines)}; the first {limit}):")
     out += [f"  {text}" for _, text in lines[:limit]]
     return "\n".join(out)
+
+
+class HostWatch:
+    """A process of its own that notices the machine itself stalling: it sleeps TICK at a
+    time and records a `checker.HOST_STALL` whenever it woke `checker.STALL_SECONDS` late
+    or more. (A process, so the harness's own event loop or GIL being busy is no stall.)"""
+
+    TICK = 0.05
+    SCRIPT = (
+        "import sys, time\n"
+        "while True:\n"
+        "    wall, before = time.time(), time.monotonic()\n"
+        "    time.sleep({tick})\n"
+        "    late = time.monotonic() - before - {tick}\n"
+        "    if late >= {stall}:\n"
+        "        print(wall, late, flush=True)\n"
+    )
+
+    def __init__(self) -> None:
+        script = self.SCRIPT.format(tick=self.TICK, stall=checker.STALL_SECONDS)
+        self._proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                      text=True)  # fmt: skip
+        self.stalls: list[checker.Fault] = []
+
+    def stop(self) -> None:
+        if self._proc.returncode is not None:
+            return
+        self._proc.kill()
+        out, _ = self._proc.communicate()
+        for line in out.splitlines():
+            wall, late = map(float, line.split())
+            end = wall + self.TICK + late
+            self.stalls.append(
+                checker.Fault(checker.HOST_STALL, "host", wall, end, f"{late:.2f} s")
+            )
 
 
 COLUMNS = ("job_id", "id", "occurrence_at", "attempt", "status", "due_at", "enqueued_at",

@@ -165,6 +165,21 @@ def test_start_lag_counts_only_runs_no_fault_touched() -> None:
     assert report.ok, report.format()
     late = check(history(invocations, promises=promises))
     assert late.lag_p99 == 5.0 and not late.ok
+    assert late.late == ["due 100.000, started 5.000 s late on w-1 (job j1, attempt 1); "
+                         "no fault in the 30 s before"]  # fmt: skip
+
+
+def test_a_late_untouched_run_is_listed_with_the_faults_that_ended_shortly_before_it() -> None:
+    """What to read first when the judged lag fails: which runs, where, after what."""
+    invocations = [run("e1", "j1", 102.5)]
+    earlier = [Fault("term", "scheduler-1", 80.0, 88.0), Fault("kill", "worker-2", 66.0, 67.0),
+               Fault("pause", "worker-1", 50.0, 51.0)]  # fmt: skip
+    report = check(history(invocations, faults=earlier))
+    assert not report.ok
+    assert report.late == ["due 100.000, started 2.500 s late on w-1 (job j1, attempt 1); "
+                           "term scheduler-1 ended 12.0 s before; kill worker-2 ended 33.0 s "
+                           "before"]  # fmt: skip
+    assert report.late[0] in report.format()
 
 
 def test_a_limited_tenants_backlog_cancelled_with_its_job_is_withdrawn_not_lost() -> None:
@@ -224,3 +239,17 @@ def test_runs_a_fault_touched_are_reported_apart_and_not_judged() -> None:
     assert report.lag_samples == 1 and abs(report.lag_max - 0.1) < 1e-9
     assert report.touched_lags == [64.0]
     assert "> 60 s: 1" in report.format()
+
+
+def test_a_host_stall_excuses_the_start_lag_it_overlaps_and_no_duplicate() -> None:
+    """The harness's timer woke 2.4 s late: the machine, not Horae, held the run up. Its
+    lag is reported apart; a second run inside the stall is still an unexplained
+    duplicate."""
+    stall = Fault("host_stall", "host", 99.8, 102.3, "2.45 s")
+    late = check(history([run("e1", "j1", 102.4)], faults=[stall]))
+    assert late.ok, late.format()
+    assert late.lag_samples == 0 and [round(x, 3) for x in late.touched_lags] == [2.4]
+    assert late.stalls == [2.5] and late.faults == {}
+    assert "host stalls (not judged)                 1  longest 2.50 s" in late.format()
+    twice = [run("e1", "j1", 100.1), run("e2", "j1", 101.0, attempt=2, worker="w-2")]
+    assert len(check(history(twice, faults=[stall])).unexplained_duplicates) == 1
