@@ -137,6 +137,10 @@ class Report:
     touched_lags: list[float] = field(default_factory=list)
     """Start lags of the first runs a fault touched (reported, not judged: how late a
     fault made them, against issue 22's seconds after the system is whole)."""
+    after_whole: list[float] = field(default_factory=list)
+    """For the same runs, how long after the system was whole again each started: its
+    start less the later of its due time and the end of the last fault touching it (issue
+    22: within 5 s after any fault or pair of faults)."""
     faults: dict[str, int] = field(default_factory=dict)
     stalls: list[float] = field(default_factory=list)
     """How long each host stall lasted (`HOST_STALL`)."""
@@ -188,10 +192,14 @@ class Report:
     def _touched(self) -> str:
         lags = self.touched_lags
         over = ", ".join(f"> {s} s: {sum(x > s for x in lags)}" for s in (3, 5, 10, 60))
+        whole = self.after_whole
         return (
             f"{'start lag, touched by a fault':<34}{len(lags):>8} runs: p50 "
             f"{percentile(lags, 0.5):.3f} s, p99 {percentile(lags, 0.99):.3f} s, max "
-            f"{max(lags, default=0.0):.3f} s; {over}"
+            f"{max(lags, default=0.0):.3f} s; {over}\n"
+            f"{'  the same, after whole again':<34}{len(whole):>8} runs: p99 "
+            f"{percentile(whole, 0.99):.3f} s, max {max(whole, default=0.0):.3f} s; "
+            f"> 5 s: {sum(x > 5 for x in whole)}"
         )
 
 
@@ -206,7 +214,8 @@ class _Faults:
     def __init__(self, faults: Iterable[Fault]) -> None:
         self._by_target: dict[str, list[Fault]] = defaultdict(list)
         self._global: list[Fault] = []
-        for f in faults:
+        self._every = list(faults)
+        for f in self._every:
             if f.kind in GLOBAL_FAULTS:
                 self._global.append(f)
             else:
@@ -222,17 +231,19 @@ class _Faults:
 
     def before(self, at: float, within: float) -> list[Fault]:
         """The faults that ended in the `within` seconds before `at`, latest first."""
-        every = [*self._global, *(f for fs in self._by_target.values() for f in fs)]
-        return sorted((f for f in every if at - within <= f.end < at), key=lambda f: -f.end)
+        return sorted((f for f in self._every if at - within <= f.end < at), key=lambda f: -f.end)
 
     def touching(self, start: float, end: float) -> bool:
         """Any fault that can delay a run overlapping [start, end] (a long transaction
         holding back vacuum is not one: start lag is measured under it)."""
-        return self.anywhere(start, end) is not None or any(
-            f.start <= end and f.end >= start and f.kind != "long_txn"
-            for fs in self._by_target.values()
-            for f in fs
-        )
+        return self.whole_at(start, end) is not None
+
+    def whole_at(self, start: float, end: float) -> float | None:
+        """When the last fault overlapping [start, end] that can delay a run ended (the
+        system whole again, as far as the injector knows), or None if none did."""
+        ends = [f.end for f in self._every
+                if f.start <= end and f.end >= start and f.kind != "long_txn"]  # fmt: skip
+        return max(ends, default=None)
 
 
 def check(history: History) -> Report:
@@ -345,8 +356,10 @@ def check(history: History) -> Report:
         first = invs[0]
         if first.tenant in history.limits:
             continue  # a throttled execution waits for a slot on purpose
-        if faults.touching(first.due_at - LAG_MARGIN, first.at):
+        whole = faults.whole_at(first.due_at - LAG_MARGIN, first.at)
+        if whole is not None:
             report.touched_lags.append(first.at - first.due_at)
+            report.after_whole.append(first.at - max(first.due_at, whole))
             continue
         lags.append(first.at - first.due_at)
         if first.at - first.due_at > LAG_LIMIT:

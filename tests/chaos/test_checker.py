@@ -239,6 +239,17 @@ def test_runs_a_fault_touched_are_reported_apart_and_not_judged() -> None:
     assert report.lag_samples == 1 and abs(report.lag_max - 0.1) < 1e-9
     assert report.touched_lags == [64.0]
     assert "> 60 s: 1" in report.format()
+    assert report.after_whole == [60.0]  # PostgreSQL was back at 104
+    assert "  the same, after whole again            1 runs: p99 60.000 s" in report.format()
+
+
+def test_after_a_pair_of_faults_the_wait_counts_from_the_later_ones_end() -> None:
+    """A worker paused, then PostgreSQL restarted while it was: whole again at 108."""
+    pause = Fault("pause", "w-2", 98.0, 103.0)
+    restart = Fault("pg_restart", "postgres", 102.0, 108.0)
+    report = check(history([run("e1", "j1", 110.5)], faults=[pause, restart]))
+    assert report.touched_lags == [10.5] and report.after_whole == [2.5]
+    assert "> 5 s: 0" in report.format().splitlines()[-2]
 
 
 def test_a_host_stall_excuses_the_start_lag_it_overlaps_and_no_duplicate() -> None:
