@@ -36,13 +36,6 @@ log = logging.getLogger(__name__)
 EXPIRY_MARGIN = 0.02
 """Seconds after a member Lease's expected expiry at which the loop looks at it again."""
 
-FORGET_MEMBERS_AFTER = 600.0
-"""Seconds a member Lease must stand still, as this replica watched it, before it deletes
-it: a replica killed without its SIGTERM (a crash, a node lost) leaves its member Lease
-behind, and a Deployment's pods have new names, so without this one Lease per crashed pod
-stayed for good. Deleted only in the version seen; a replica paused that long and woken
-again just creates its member Lease anew."""
-
 RELEASE_PASSES = 3
 """How many times a stopping replica looks for shard Leases it still holds."""
 
@@ -94,7 +87,7 @@ class ShardLeases:
         on_gained: Callable[[int], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
         on_tick: Callable[[], None] = lambda: None,
-        forget_members_after: float = FORGET_MEMBERS_AFTER,
+        forget_members_after: float | None = None,
     ) -> None:
         self._leases = leases
         self.identity = identity
@@ -104,7 +97,17 @@ class ShardLeases:
         self._renew = renew_period
         self._on_gained = on_gained
         self._on_lost = on_lost
-        self._forget_after = forget_members_after
+        self._forget_after = (
+            lease_duration if forget_members_after is None else forget_members_after
+        )
+        """Seconds a member Lease must stand still, as this replica watched it, before it
+        deletes it (that version only): by default the lease duration, i.e. as soon as it
+        judges the member gone. A replica killed without its SIGTERM (a crash, a node lost)
+        leaves its member Lease behind, under a name the Deployment's next pod does not
+        reuse; left in place, every replica started later counted it live for its first
+        lease duration (it dates a version from its first sight), so its fair share came
+        out too small and shards the others shed stayed unowned meanwhile. A replica only
+        paused that long creates its member Lease anew when it wakes."""
         self._on_tick = on_tick
         """Called after each completed tick (the scheduler's readiness: it took part in a
         round of shard Leases, and holds `held`)."""
@@ -245,7 +248,7 @@ class ShardLeases:
         )
 
     async def _forget(self, lease: Lease) -> None:
-        """Delete the member Lease of a replica long gone (that version of it only). Best
+        """Delete the member Lease of a replica gone (that version of it only). Best
         effort: a failure is logged and tried again next tick, never fails the tick."""
         try:
             await self._leases.delete(lease.name, resource_version=lease.resource_version)
@@ -255,7 +258,7 @@ class ShardLeases:
             log.warning("could not delete the member Lease %s", lease.name, exc_info=True)
             return
         log.info(
-            "deleted the member Lease %s of %s, silent for %.0f s",
+            "deleted the member Lease %s of %s, silent for %.1f s",
             lease.name,
             lease.holder,
             self._forget_after,
