@@ -133,7 +133,8 @@ class Report:
     lag_max: float = 0.0
     late: list[str] = field(default_factory=list)
     """The untouched first runs that started more than LAG_LIMIT late, each with the faults
-    that ended shortly before its due time (what to read first when the lag fails)."""
+    that ended in the 30 s before its LAG_MARGIN began (what to read first when the lag
+    fails)."""
     touched_lags: list[float] = field(default_factory=list)
     """Start lags of the first runs a fault touched (reported, not judged: how late a
     fault made them, against issue 22's seconds after the system is whole)."""
@@ -233,14 +234,11 @@ class _Faults:
         """The faults that ended in the `within` seconds before `at`, latest first."""
         return sorted((f for f in self._every if at - within <= f.end < at), key=lambda f: -f.end)
 
-    def touching(self, start: float, end: float) -> bool:
-        """Any fault that can delay a run overlapping [start, end] (a long transaction
-        holding back vacuum is not one: start lag is measured under it)."""
-        return self.whole_at(start, end) is not None
-
     def whole_at(self, start: float, end: float) -> float | None:
         """When the last fault overlapping [start, end] that can delay a run ended (the
-        system whole again, as far as the injector knows), or None if none did."""
+        system whole again, as far as the injector knows), or None if none did: a run is
+        touched by a fault if this is not None. A long transaction holding back vacuum
+        does not count: start lag is measured under it."""
         ends = [f.end for f in self._every
                 if f.start <= end and f.end >= start and f.kind != "long_txn"]  # fmt: skip
         return max(ends, default=None)

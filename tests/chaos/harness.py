@@ -395,14 +395,13 @@ class Run:
         stop_observing.set()
         await observer
         host.stop()
+        self.faults = [*injector.faults, *host.stalls]
         history = checker.History(
-            workload.promises, self.invocations(), [*injector.faults, *host.stalls],
-            self.samples,
+            workload.promises, self.invocations(), self.faults, self.samples,
             await self.final(), {t: n for t, n in TENANTS.items() if n is not None}, cfg.lease,
             self.withdrawn,
         )  # fmt: skip
         report = checker.check(history)
-        self.faults = [*injector.faults, *host.stalls]
         self.promises = list(workload.promises)
         header = [
             f"seed {cfg.seed}, fault phase {cfg.duration:.0f} s, {len(schedule)} faults planned, "
