@@ -17,8 +17,9 @@ without a second cluster's own costs (the cluster's WAL and CPU are then main's 
 Processes: one API, one scheduler (two for `failover`), two workers with 64 concurrent
 handlers each (a no-op). Start lag is `started_at - due_at` from the executions table
 (stamped by the worker as it claims, just before the handler runs). Prints progress on
-stderr and one `Result` JSON line on stdout per scenario (two for `failover`: the
-SIGKILL window and the rolling-restart window; two for `worker-faults`: a worker SIGKILLed
+stderr and one `Result` JSON line on stdout per scenario (three for `failover`: a
+scheduler SIGKILLed and restarted in place, one SIGKILLed and replaced by a new pod, and a
+rolling restart; two for `worker-faults`: a worker SIGKILLed
 and a worker frozen with SIGSTOP for 10 s).
 """
 
@@ -319,21 +320,30 @@ async def run_top(count: int, lead: float, groups: int = 1) -> None:
 
 
 async def run_failover(rate: int, lease: float) -> None:
-    """Two schedulers under a steady `rate`: at +20 s one is SIGKILLed (and started again,
-    as its Deployment would); at +50 s both are restarted one after the other with SIGTERM
-    (a rolling restart). Start lags of executions due in the 20 s after each event."""
+    """Two schedulers under a steady `rate`. At +20 s one is SIGKILLed and its process
+    started again under the same identity, as the kubelet restarts a killed container in
+    its pod (the chart sets HORAE_IDENTITY to the pod's name); at +45 s the other is
+    SIGKILLed and a replica under a new name replaces it, as when its pod or node is lost;
+    at +75 s both are restarted one after the other with SIGTERM (a rolling restart).
+    Start lags of executions due in the 20 s after each event."""
     env = {"HORAE_LEASE_DURATION_SECONDS": str(lease)}
-    async with steady_load("failover", rate, 80, schedulers=2, env=env) as load:
+    async with steady_load("failover", rate, 105, schedulers=2, env=env) as load:
         system, stores = load.system, load.stores
         feeding = asyncio.create_task(load.feed())
         await load.until(20)
         killed_at = datetime.now(UTC)
         system.signal("scheduler-0", signal.SIGKILL)
-        log("scheduler-0 SIGKILLed; started again")
-        system.start("scheduler-0b", "scheduler")
-        await load.until(50)
+        await asyncio.to_thread(system.wait, "scheduler-0")
+        system.start("scheduler-0", "scheduler")
+        log("scheduler-0 SIGKILLed; its container started again (same identity)")
+        await load.until(45)
+        replaced_at = datetime.now(UTC)
+        system.signal("scheduler-1", signal.SIGKILL)
+        system.start("scheduler-1b", "scheduler")
+        log("scheduler-1 SIGKILLed; replaced by scheduler-1b (a new pod)")
+        await load.until(75)
         rolled_at = datetime.now(UTC)
-        for old, new in (("scheduler-1", "scheduler-1b"), ("scheduler-0b", "scheduler-0c")):
+        for old, new in (("scheduler-0", "scheduler-0c"), ("scheduler-1b", "scheduler-1c")):
             # as a Deployment rolls: the old pod ends, its replacement becomes ready (here:
             # holds its share of the shards) before the next old pod is stopped
             system.signal(old, signal.SIGTERM)
@@ -344,11 +354,18 @@ async def run_failover(rate: int, lease: float) -> None:
         await feeding
         await load.settle()
         window = timedelta(seconds=20)
-        kill = await lags(stores, load.first_due, killed_at, killed_at + window)
-        roll = await lags(stores, load.first_due, rolled_at, rolled_at + window)
+        events = (
+            ("failover-kill", killed_at, "SIGKILL, its container restarted (same identity)"),
+            ("failover-replaced", replaced_at, "SIGKILL, replaced by a new pod"),
+            ("failover-rolling", rolled_at, "rolling SIGTERM restart"),
+        )
+        measured = [
+            (name, what, await lags(stores, load.first_due, at, at + window))
+            for name, at, what in events
+        ]
         peak = system.peak_rss_mib()
-    for name, (lag, starts, due) in (("failover-kill", kill), ("failover-rolling", roll)):
-        notes = (f"executions due in the 20 s after the event; {rate}/s steady, "
+    for name, what, (lag, starts, due) in measured:
+        notes = (f"{what}: executions due in the 20 s after it; {rate}/s steady, "
                  f"2 schedulers, shard lease {lease:g} s")  # fmt: skip
         print(result(name, due, lag, starts, rate=rate, peak_rss_mib=peak, notes=notes).to_json(),
               flush=True)  # fmt: skip
