@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from horae import metrics
+from horae.batching import GroupCommit
 from horae.broker import Publisher
 from horae.clock import utc_now
 from horae.scheduler.limits import TenantGate
@@ -113,6 +114,12 @@ class Dispatcher:
         self._last_full = 0.0
         self._last_deep = 0.0
         self._full_needed = True
+        self._gained: set[int] = set()
+        """Shards taken since the last refresh: their whole windows are read there, overdue
+        rows of any age included (the shared cursor has already moved past rows of shards
+        we did not own when it read them)."""
+        self._takes: GroupCommit[int, int] = GroupCommit(self._take, isolate=True)
+        """Epochs taken together: a shard busy or moved fails only its own gain."""
         self._notified: dict[int, tuple[datetime, uuid.UUID] | None] = {}
         """Shards told of new rows: the smallest new (due_at, id), None = re-read the window."""
         self._wake = asyncio.Event()
@@ -128,22 +135,23 @@ class Dispatcher:
 
     # -- ownership -----------------------------------------------------------
     async def gain(self, shard: int) -> None:
-        async with self._pool.acquire() as conn:
-            self.epochs[shard] = await store.take_shard(conn, shard, self._identity, utc_now())
-            # Its whole window, overdue rows of any age included: the shared cursor has
-            # already moved past rows of shards we did not own when it was read.
-            until = self._room_before(utc_now() + self._window)
-            rows = await store.preload(conn, [shard], until, self._page)
-            added = self._add(rows)
-            if len(rows) == self._page:
-                self._full_needed = True
-        if added:
-            self._wake.set()
+        """Take the shard's epoch (with the other shards being gained meanwhile, in one
+        transaction); the refresh loop, woken, reads its window (with theirs, in one read).
+        A failover gains a dead replica's shards at once: one transaction and one read
+        each cost 0.5-0.7 s more on a loaded machine before the first publish."""
+        self.epochs[shard] = await self._takes.submit(shard)
+        self._gained.add(shard)
         self._refresh_now.set()
         metrics.report_owned(self.group, len(self.epochs))
 
+    async def _take(self, shards: Sequence[int]) -> list[int]:
+        async with self._pool.acquire() as conn:
+            epochs = await store.take_shards(conn, shards, self._identity, utc_now())
+        return [epochs[s] for s in shards]
+
     async def lose(self, shard: int) -> None:
         self.epochs.pop(shard, None)
+        self._gained.discard(shard)
         metrics.report_owned(self.group, len(self.epochs))
 
     def resize(self, max_rows: int) -> None:
@@ -207,14 +215,6 @@ class Dispatcher:
         self._cursor = min(self._cursor, (last.due_at, last.id))
         self._capped = True
 
-    def _room_before(self, until: datetime) -> datetime:
-        """`until`, or when the heap is full, just after the latest due time it holds: a
-        row due later would be trimmed at once."""
-        if len(self._heap) < self._max_rows:
-            return until
-        latest = max(self._heap, key=_order)[2].due_at
-        return min(until, latest + timedelta(microseconds=1))
-
     def _publish_at(self, d: Due) -> datetime:
         return d.due_at if guarded(d) else d.due_at - self._lead
 
@@ -254,6 +254,10 @@ class Dispatcher:
             return 0
         until = utc_now() + self._window
         added = 0
+        gained = sorted(self._gained.intersection(shards))
+        self._gained.clear()
+        if gained:
+            added += await self._read(gained, until, MIN_CURSOR)
         if self._full_needed or time.monotonic() - self._last_full > FULL_REFRESH_EVERY:
             self._full_needed = False
             self._notified.clear()
@@ -262,7 +266,7 @@ class Dispatcher:
             if time.monotonic() - self._last_deep > DEEP_REFRESH_EVERY:
                 self._last_deep = time.monotonic()
                 start = MIN_CURSOR
-            return await self._read(shards, until, min(start, self._cursor), advance=True)
+            return added + await self._read(shards, until, min(start, self._cursor), advance=True)
         # New rows ahead of the cursor are read by the cursor's read below; only those that
         # sorted behind it are read again, from the smallest of them (time-ordered ids keep
         # that rare); rows put back under their old ids mean a re-read of the shard.

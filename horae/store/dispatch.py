@@ -114,23 +114,36 @@ TAKE_LOCK_TIMEOUT_MS = 500
 
 @translated
 async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
-    """Bump the shard's fencing epoch; the caller now owns the shard under the result.
+    """Bump the shard's fencing epoch; the caller now owns the shard under the result
+    (`take_shards` for one shard)."""
+    return (await take_shards(conn, [shard], owner, now))[shard]
+
+
+async def take_shards(
+    conn: Conn, shards: Sequence[int], owner: str, now: datetime
+) -> dict[int, int]:
+    """Bump the shards' fencing epochs in one transaction; the caller now owns each shard
+    under its epoch in the answer.
 
     A dispatch of the previous owner holds the epoch (`lock_epochs`) for its transaction:
     a live one for milliseconds, one whose client was cut off until Postgres ends it
     (`IDLE_IN_TRANSACTION_TIMEOUT_MS`). Waiting longer than `TAKE_LOCK_TIMEOUT_MS` raises
-    `ShardBusy` instead, so that the caller's lease loop goes on renewing its other shards,
-    and this one is taken at a later round. `ShardMoved` when the shard lives in another
-    store group now (the caller re-reads the catalog)."""
+    `ShardBusy` (and takes none of them), so that the caller's lease loop goes on renewing
+    its other shards, and this one is taken at a later round. `ShardMoved` (none taken)
+    when one of them lives in another store group now (the caller re-reads the catalog)."""
     try:
         async with conn.transaction():
             await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
-            epoch = await conn.fetchval(Q["take_shard"], shard, owner, now)
+            rows = await conn.fetch(Q["take_shards"], sorted(set(shards)), owner, now)
+            epochs = {r["shard"]: int(r["epoch"]) for r in rows}
+            moved = sorted(set(shards) - set(epochs))
+            if moved:
+                raise ShardMoved(moved, f"shards {moved} moved out of this store group")
     except asyncpg.LockNotAvailableError as exc:
-        raise ShardBusy(f"shard {shard}: a dispatch of its previous owner holds its epoch") from exc
-    if epoch is None:
-        raise ShardMoved([shard], f"shard {shard} moved out of this store group")
-    return int(epoch)
+        raise ShardBusy(
+            f"shards {sorted(set(shards))}: a dispatch of a previous owner holds an epoch"
+        ) from exc
+    return epochs
 
 
 @translated

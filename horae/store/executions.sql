@@ -67,13 +67,15 @@ WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
 ORDER BY due_at, id
 LIMIT $5
 
--- name: take_shard
--- Bump a shard's fencing epoch as a new owner takes it; returns the new epoch (none when the
--- shard moved out of this store group).
-INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at) VALUES ($1, 1, $2, $3)
+-- name: take_shards
+-- Bump shards' fencing epochs as a new owner takes them, locking them in shard order (as
+-- lock_epochs does); returns each one's new epoch (none for a shard that moved out of this
+-- store group).
+INSERT INTO shard_epochs AS s (shard, epoch, owner, taken_at)
+SELECT u.shard, 1, $2, $3 FROM unnest($1::smallint[]) AS u(shard) ORDER BY u.shard
 ON CONFLICT (shard) DO UPDATE SET epoch = s.epoch + 1, owner = $2, taken_at = $3
 WHERE NOT s.moved_out
-RETURNING epoch
+RETURNING shard, epoch
 
 -- name: take_lock_timeout
 -- For the rest of a take's transaction: wait at most $1 ms for a lock.

@@ -325,3 +325,51 @@ async def test_a_shard_whose_epoch_a_cut_off_dispatch_holds_is_not_taken_yet(
         await cut_off.close()
     await take_shard(d, listener, 3)  # the lock gone, it is taken
     assert d.epochs[3] == epoch + 1
+
+
+async def test_shards_gained_together_take_their_epochs_and_windows_together_a_busy_one_alone(
+    pool: asyncpg.Pool, d: Dispatcher, db_url: str
+) -> None:
+    # A failover gains a dead replica's shards all at once: their epochs are taken in one
+    # transaction and their windows read in one refresh, overdue rows included. A shard
+    # whose epoch a cut-off dispatch still holds fails its own gain only.
+    shards = list(range(40, 48))
+    busy = 46
+    overdue = {s: await job_in_shard(pool, s, datetime.now(UTC) - timedelta(minutes=5))
+               for s in shards}  # fmt: skip
+    async with pool.acquire() as conn:
+        before = {s: await dispatch.take_shard(conn, s, "dead", datetime.now(UTC)) for s in shards}
+
+    async def taken() -> dict[int, asyncpg.Record]:
+        rows = await pool.fetch("SELECT * FROM shard_epochs WHERE shard = ANY($1::smallint[])",
+                                shards)  # fmt: skip
+        return {r["shard"]: r for r in rows}
+
+    together = shards[:4]
+    assert await asyncio.gather(*(d.gain(s) for s in together)) == [None] * 4
+    now = await taken()
+    assert {s: (now[s]["epoch"], now[s]["owner"]) for s in together} == {
+        s: (before[s] + 1, "d") for s in together
+    }
+    assert len({now[s]["taken_at"] for s in together}) == 1, "one transaction, not one each"
+
+    cut_off = await connect(db_url)
+    try:
+        async with cut_off.transaction():
+            await cut_off.fetch(dispatch.Q["lock_epochs"], [busy], [before[busy]])
+            rest = shards[4:]
+            gains = await asyncio.gather(*(d.gain(s) for s in rest), return_exceptions=True)
+    finally:
+        await cut_off.close()
+    failed = {s: type(g).__name__ for s, g in zip(rest, gains, strict=True) if g is not None}
+    assert failed == {busy: "ShardBusy"}
+    now = await taken()
+    assert {s: (now[s]["epoch"], now[s]["owner"]) for s in shards} == {
+        s: (before[s], "dead") if s == busy else (before[s] + 1, "d") for s in shards
+    }
+    assert {s: d.epochs.get(s) for s in shards} == {
+        s: None if s == busy else before[s] + 1 for s in shards
+    }
+    await d.refresh()
+    held = {x.job_id for x in d.held()}
+    assert held == {overdue[s] for s in shards if s != busy}

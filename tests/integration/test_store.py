@@ -49,7 +49,8 @@ async def test_create_inserts_the_job_and_its_first_execution(pool: asyncpg.Pool
     assert job["state"] == "active" and job["spec_version"] == 1
     assert job["shard"] == job_id.int % 64
     [execution] = await rows(pool, job_id)
-    top_of_hour = (NOW + timedelta(hours=1)).replace(minute=0, second=0)
+    # the first hour boundary at or after NOW (NOW itself when the test starts on the hour)
+    top_of_hour = (NOW + timedelta(minutes=59, seconds=59)).replace(minute=0, second=0)
     assert execution["status"] == "scheduled"
     assert execution["due_at"] == execution["occurrence_at"] == top_of_hour
     assert execution["shard"] == job["shard"] and execution["attempt"] == 1
