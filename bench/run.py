@@ -7,7 +7,8 @@ and the one-page comparison `bench/results/README.md`. Results are data, not ass
 
 Scenarios (issue 8): top of the hour (20,000 and 50,000 due in one second), sustained
 capacity (a constant rate for --seconds, stepped until p99 start lag exceeds 1 s), API
-ingest, preload cost vs history (0, 1 M, 10 M rows), failover (SIGKILL, rolling restart).
+ingest, preload cost vs history (0, 1 M, 10 M rows), failover (a SIGKILL restarted in place,
+one replaced, a rolling restart).
 `--scale` multiplies the counts, rates and history sizes.
 """
 
@@ -338,10 +339,13 @@ def failover(args: argparse.Namespace) -> None:
     rate = round(1000 * args.scale)
     r = run([*driver("horae"), "--scenario", "failover", "--rate", str(rate)])
     save("failover", [light(x) for x in r.results])
-    write("failover", "Failover: a scheduler SIGKILLed, then a rolling restart",
+    write("failover", "Failover: a scheduler SIGKILLed (restarted in place, then replaced), "
+          "then a rolling restart",
           f"Two schedulers under a steady {rate}/s. At +20 s one is SIGKILLed and started "
-          "again; at +50 s both are restarted one after the other with SIGTERM. Start lags of "
-          "the executions due in the 20 s after each event.", [r],
+          "again under the same identity (the kubelet restarting its container); at +45 s the "
+          "other is SIGKILLed and replaced by a new pod; at +75 s both are restarted one after "
+          "the other with SIGTERM. Start lags of the executions due in the 20 s after each "
+          "event.", [r],
           ["## Figures", "", *result_rows(r.results)], r.results)  # fmt: skip
 
 
