@@ -43,6 +43,20 @@ def env_seconds(
     return timedelta(seconds=value)
 
 
+def _member_lease(env: Mapping[str, str]) -> tuple[timedelta, timedelta]:
+    """A scheduler's member Lease: (duration, renew period). A period not below the
+    duration would let the Lease lapse between two renewals of a healthy replica, whose
+    shards would then change hands for ever."""
+    duration = env_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3)
+    period = env_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1)
+    if period >= duration:
+        raise ConfigError(
+            f"HORAE_RENEW_PERIOD_SECONDS: must be less than HORAE_LEASE_DURATION_SECONDS "
+            f"({duration.total_seconds():g}), got {period.total_seconds():g}"
+        )
+    return duration, period
+
+
 def _url(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name) or None
     if raw is not None and urlsplit(raw).scheme not in ("http", "https"):
@@ -258,6 +272,7 @@ class Settings:
         worker_defaults = WorkerSettings()
         namespace = env.get("HORAE_NAMESPACE", KubeSettings.namespace)
         pool_namespace = env.get("HORAE_POOL_NAMESPACE") or namespace
+        lease_duration, renew_period = _member_lease(env)
         return cls(
             database=DatabaseSettings(
                 url=env.get("HORAE_DATABASE_URL", DatabaseSettings.url),
@@ -280,8 +295,8 @@ class Settings:
                 kubeconfig=env.get("KUBECONFIG") or None,
             ),
             scheduler=SchedulerSettings(
-                lease_duration=env_seconds(env, "HORAE_LEASE_DURATION_SECONDS", 3),
-                renew_period=env_seconds(env, "HORAE_RENEW_PERIOD_SECONDS", 1),
+                lease_duration=lease_duration,
+                renew_period=renew_period,
                 preload_window=env_seconds(env, "HORAE_PRELOAD_WINDOW_SECONDS", 60),
                 preload_max_rows=_int(
                     env, "HORAE_PRELOAD_MAX_ROWS", SchedulerSettings.preload_max_rows

@@ -49,6 +49,30 @@ def test_other_durations_must_still_be_above_zero() -> None:
     assert str(refused.value) == "HORAE_REDELIVERY_TIMEOUT_SECONDS: must be > 0, got '0'"
 
 
+def test_a_scheduler_renews_its_lease_well_within_it_and_may_renew_more_often() -> None:
+    defaults = Settings.from_env({}).scheduler
+    assert (defaults.lease_duration, defaults.renew_period) == (
+        timedelta(seconds=3),
+        timedelta(seconds=1),
+    )
+    env = {"HORAE_LEASE_DURATION_SECONDS": "2", "HORAE_RENEW_PERIOD_SECONDS": "0.5"}
+    short = Settings.from_env(env).scheduler
+    assert (short.lease_duration, short.renew_period) == (
+        timedelta(seconds=2),
+        timedelta(seconds=0.5),
+    )
+    for env, error in (
+        ({"HORAE_RENEW_PERIOD_SECONDS": "3"}, "(3), got 3"),
+        ({"HORAE_LEASE_DURATION_SECONDS": "1"}, "(1), got 1"),
+        ({"HORAE_LEASE_DURATION_SECONDS": "2", "HORAE_RENEW_PERIOD_SECONDS": "5"}, "(2), got 5"),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            Settings.from_env(env)
+        assert str(refused.value) == (
+            f"HORAE_RENEW_PERIOD_SECONDS: must be less than HORAE_LEASE_DURATION_SECONDS {error}"
+        )
+
+
 def test_a_worker_serves_its_pool_namespace_unless_given_its_tenants() -> None:
     alone = Settings.from_env({"HORAE_NAMESPACE": "team-a"}).worker
     assert (alone.pool_namespace, alone.tenants) == ("team-a", ("team-a",))
