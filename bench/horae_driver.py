@@ -40,9 +40,11 @@ from pathlib import Path
 
 import aiohttp
 
+from bench import pgwatch
 from bench.harness import REPO, SHARDS, System, horae_system
 from bench.load import TENANTS as TENANT_COUNT
 from bench.load import Arrival, Result, by_second, cpu_delta, cpu_snapshot, sustained, top_of_hour
+from bench.pgwatch import PgWatch
 from bench.stores import Stores, Usage, figures, summary
 
 TASKS = REPO / "bench" / "noop_tasks.py"
@@ -241,8 +243,14 @@ async def run_sustained(
         before = await stores.usage()
         cpu_before = cpu_snapshot(system.pids())
         log(f"sustained {rate}/s for {seconds}s from {load.first_due:%H:%M:%S}")
-        await load.feed()
-        await load.settle()
+        watch, watching = PgWatch(stores, load.first_due), asyncio.Event()
+        sampling = asyncio.create_task(watch.run(watching))
+        try:
+            await load.feed()
+            await load.settle()
+        finally:
+            watching.set()
+            await sampling
         cpu = cpu_delta(cpu_before, cpu_snapshot(system.pids()))
         done = await succeeded(stores)
         finished = sum(done.values())
@@ -256,14 +264,20 @@ async def run_sustained(
         lag, starts, _ = await lags(stores, load.first_due)
         peak = system.peak_rss_mib()
     per_group = figures(window, done)
+    series = watch.per_second()
+    for line in pgwatch.report(series, lag, starts):
+        log(line)
     notes = (f"{processes(schedulers, groups, one_cluster)}; {finished} succeeded with full "
              f"history; "
-             f"WAL {wal / max(1, finished) / 1024:.1f} KiB per execution")  # fmt: skip
+             f"WAL {wal / max(1, finished) / 1024:.1f} KiB per execution; "
+             f"{pgwatch.summary(series)}")  # fmt: skip
     if groups > 1:
         notes += f"; {summary(per_group)}"
-    print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
+    out = result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
                  statements_per_execution=run_statements / max(1, finished), cpu_seconds=cpu,
-                 notes=notes, groups=per_group).to_json(), flush=True)  # fmt: skip
+                 notes=notes, groups=per_group)  # fmt: skip
+    out.postgres = series
+    print(out.to_json(), flush=True)
 
 
 @dataclass

@@ -81,6 +81,9 @@ class Result:
     """Per store group (a system whose store is split over several databases): its own
     figures, e.g. executions, statements_per_execution, wal_kib_per_execution,
     postgres_cpu_seconds. Empty for the others (and in results from before it existed)."""
+    postgres: dict[str, list[float]] = field(default_factory=dict)
+    """Horae's sustained runs: PostgreSQL second by second from the first due time
+    (bench.pgwatch): dead_tuples, lock_waiting, autovacuum. Empty for the others."""
 
     @property
     def p50(self) -> float:
