@@ -137,8 +137,8 @@ class Dispatcher:
     async def gain(self, shard: int) -> None:
         """Take the shard's epoch (with the other shards being gained meanwhile, in one
         transaction); the refresh loop, woken, reads its window (with theirs, in one read).
-        A failover gains a dead replica's shards at once: one transaction and one read
-        each cost 0.5-0.7 s more on a loaded machine before the first publish."""
+        A failover gains a crashed replica's shards at once, where a transaction and a read
+        for each of them competed for the pool (docs/performance.md, Coordination)."""
         self.epochs[shard] = await self._takes.submit(shard)
         self._gained.add(shard)
         self._refresh_now.set()
@@ -255,9 +255,9 @@ class Dispatcher:
         until = utc_now() + self._window
         added = 0
         gained = sorted(self._gained.intersection(shards))
-        self._gained.clear()
-        if gained:
+        if gained:  # (kept for the next refresh if this read fails)
             added += await self._read(gained, until, MIN_CURSOR)
+            self._gained.difference_update(gained)
         if self._full_needed or time.monotonic() - self._last_full > FULL_REFRESH_EVERY:
             self._full_needed = False
             self._notified.clear()

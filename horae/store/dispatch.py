@@ -112,13 +112,13 @@ async def tenants_running(conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
 TAKE_LOCK_TIMEOUT_MS = 500
 
 
-@translated
 async def take_shard(conn: Conn, shard: int, owner: str, now: datetime) -> int:
     """Bump the shard's fencing epoch; the caller now owns the shard under the result
     (`take_shards` for one shard)."""
     return (await take_shards(conn, [shard], owner, now))[shard]
 
 
+@translated
 async def take_shards(
     conn: Conn, shards: Sequence[int], owner: str, now: datetime
 ) -> dict[int, int]:
