@@ -273,11 +273,10 @@ async def run_sustained(
              f"{pgwatch.summary(series)}")  # fmt: skip
     if groups > 1:
         notes += f"; {summary(per_group)}"
-    out = result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
+    print(result("sustained", len(arrivals), lag, starts, rate=rate, peak_rss_mib=peak,
                  statements_per_execution=run_statements / max(1, finished), cpu_seconds=cpu,
-                 notes=notes, groups=per_group)  # fmt: skip
-    out.postgres = series
-    print(out.to_json(), flush=True)
+                 notes=notes, groups=per_group, postgres=series).to_json(),
+          flush=True)  # fmt: skip
 
 
 @dataclass

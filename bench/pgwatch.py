@@ -30,6 +30,14 @@ GROUP BY t.dead, t.autovacuum
 """
 
 
+KEYS = ("lock_waiting", "dead_tuples", "autovacuum")
+
+
+def _sampled(values: list[float]) -> list[float]:
+    """The seconds that had a sample (NaN marks one without)."""
+    return [v for v in values if not math.isnan(v)]
+
+
 class PgWatch:
     def __init__(self, stores: Stores, first_due: datetime) -> None:
         self._stores = stores
@@ -79,9 +87,7 @@ def report(series: dict[str, list[float]], lags: list[float], starts: list[float
     lines = ["  s    starts/s  p99 lag  lock-waiting  dead rows  autovacuums"]
     for w in sorted(by_window):
         part = slice(w * 5, w * 5 + 5)
-        locks = [v for v in series["lock_waiting"][part] if v == v]
-        dead = [v for v in series["dead_tuples"][part] if v == v]
-        vacuum = [v for v in series["autovacuum"][part] if v == v]
+        locks, dead, vacuum = (_sampled(series[k][part]) for k in KEYS)
         lines.append(
             f"{w * 5:4d}  {len(by_window[w]) / 5:9.0f}  {pct(by_window[w], 99):6.2f} s"
             f"  {sum(locks) / len(locks) if locks else math.nan:12.2f}"
@@ -92,9 +98,7 @@ def report(series: dict[str, list[float]], lags: list[float], starts: list[float
 
 def summary(series: dict[str, list[float]]) -> str:
     """One clause for a Result's notes."""
-    locks = [v for v in series["lock_waiting"] if v == v]
-    dead = [v for v in series["dead_tuples"] if v == v]
-    vacuum = [v for v in series["autovacuum"] if v == v]
+    locks, dead, vacuum = (_sampled(series[k]) for k in KEYS)
     if not locks:
         return "PostgreSQL not sampled"
     return (f"lock-waiting sessions mean {sum(locks) / len(locks):.2f}, worst second "

@@ -131,18 +131,17 @@ async def take_shards(
     `ShardBusy` (and takes none of them), so that the caller's lease loop goes on renewing
     its other shards, and this one is taken at a later round. `ShardMoved` (none taken)
     when one of them lives in another store group now (the caller re-reads the catalog)."""
+    wanted = sorted(set(shards))
     try:
         async with conn.transaction():
             await conn.execute(Q["take_lock_timeout"], str(TAKE_LOCK_TIMEOUT_MS))
-            rows = await conn.fetch(Q["take_shards"], sorted(set(shards)), owner, now)
+            rows = await conn.fetch(Q["take_shards"], wanted, owner, now)
             epochs = {r["shard"]: int(r["epoch"]) for r in rows}
-            moved = sorted(set(shards) - set(epochs))
+            moved = [s for s in wanted if s not in epochs]
             if moved:
                 raise ShardMoved(moved, f"shards {moved} moved out of this store group")
     except asyncpg.LockNotAvailableError as exc:
-        raise ShardBusy(
-            f"shards {sorted(set(shards))}: a dispatch of a previous owner holds an epoch"
-        ) from exc
+        raise ShardBusy(f"shards {wanted}: a dispatch of a previous owner holds an epoch") from exc
     return epochs
 
 
