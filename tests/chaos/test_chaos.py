@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import percentile
+from tests.chaos.checker import LAG_LIMIT, percentile
 from tests.chaos.harness import Run, Settings
 from tests.chaos.servers import Postgres, RabbitMQ
 from tests.support.chart import bind_lease_roles
@@ -44,8 +44,8 @@ async def test_acknowledged_jobs_survive_a_seeded_fault_schedule(
 
 GROUPS = Settings(duration=60.0, jobs=1500)
 """The two-group run: the second group's primary down from 10 s to 40 s, a quarter of the
-shards moved at 50 s, one-offs created all along (25 a second)."""
-UNTOUCHED_LAG_LIMIT = 1.0
+shards moved at 50 s, one-offs created all along (25 a second). The first group's runs due
+while the second is down are held to the checker's bound for runs no fault touched."""
 
 
 @pytest.mark.chaos
@@ -74,4 +74,4 @@ async def test_two_store_groups_survive_one_down_and_a_move_of_shards(
     assert report.ok, f"the checker found violations (history in {chaos_dir}):\n{text}"
     assert run.moved and len(run.moved) == 16, "the move of a quarter of the shards did not run"
     assert len(lags) > 50, f"too few executions of the first group ran during the outage: {lags}"
-    assert p99 <= UNTOUCHED_LAG_LIMIT, f"start lag p99 {p99:.3f} s while the other group was down"
+    assert p99 <= LAG_LIMIT, f"start lag p99 {p99:.3f} s while the other group was down"
