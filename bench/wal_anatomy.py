@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from urllib.parse import urlsplit
 
 KEEP = "4GB"
@@ -56,8 +55,8 @@ def scratch_databases(port: int, known: set[str]) -> list[str]:
 
 def catalog(port: int, database: str) -> tuple[str, dict[str, str]]:
     """The database's oid, and its relations' names by relfilenode."""
-    oid = psql(port, f"SELECT oid FROM pg_database WHERE datname = '{database}'")[0][0]
-    return oid, {node: name for node, name in psql(port, RELATIONS, database)}
+    oid = psql(port, "SELECT oid FROM pg_database WHERE datname = current_database()", database)
+    return oid[0][0], {node: name for node, name in psql(port, RELATIONS, database)}
 
 
 def anatomy(
@@ -87,11 +86,12 @@ def drive(
     port: int, known: set[str], driver: list[str]
 ) -> tuple[str, tuple[str, str, dict[str, str]] | None]:
     """Run the driver; its Result lines, and its scratch database's (name, oid, relations)
-    as last seen while it ran."""
+    as last seen while it ran: read again every 2 s, since the scheduler makes partitions
+    (and their indexes) after the migration."""
     seen = None
     with tempfile.TemporaryFile("w+") as out:
         run = subprocess.Popen([sys.executable, "-m", "bench.horae_driver", *driver], stdout=out)
-        while run.poll() is None:  # the scratch database's catalog, once it is migrated
+        while run.poll() is None:
             time.sleep(2)
             for db in scratch_databases(port, known):
                 oid, names = catalog(port, db)
@@ -112,16 +112,18 @@ def main() -> None:
     port = urlsplit(os.environ["HORAE_DATABASE_URL"]).port or 5432
     known = set(scratch_databases(port, set()))
     data = psql(port, "SHOW data_directory")[0][0]
+    major = int(psql(port, "SHOW server_version_num")[0][0]) // 10000
     psql(port, f"ALTER SYSTEM SET wal_keep_size = '{KEEP}'")
     psql(port, "SELECT pg_reload_conf()")
     try:
-        start = psql(port, "SELECT pg_current_wal_lsn()")[0][0]
+        start, first = psql(port, "SELECT l, pg_walfile_name(l) FROM pg_current_wal_lsn() l")[0]
         results, seen = drive(port, known, driver)
-        end = psql(port, "SELECT pg_current_wal_lsn()")[0][0]
+        end, last = psql(port, "SELECT l, pg_walfile_name(l) FROM pg_current_wal_lsn() l")[0]
         dump = subprocess.run(
-            ["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/"
-             f"{Path(data).parent.name}/bin/pg_waldump", "-p", f"{data}/pg_wal",
-             "-s", start, "-e", end],
+            # the segments named, so that the first's header (not that of whichever file
+            # pg_waldump finds first, perhaps one being preallocated) gives the segment size
+            ["runuser", "-u", "postgres", "--", f"/usr/lib/postgresql/{major}/bin/pg_waldump",
+             "-s", start, "-e", end, f"{data}/pg_wal/{first}", f"{data}/pg_wal/{last}"],
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
     finally:
