@@ -2,12 +2,17 @@
 or up to the dispatch lead before it (workers hold an early one until it is due).
 
 Order of writes per batch, in one transaction fenced by the shards' epochs: the epochs
-share-locked, then publish with confirms (the shards still ours only), then mark the batch
-`queued`, record skipped occurrences and schedule cron jobs' next occurrences. A shard taken
-meanwhile (another replica, a move to another store group) waits for it, so it is never
-published twice that way. A crash between publish and commit leaves the rows `scheduled`,
-so they are published again (a duplicate message the worker's claim drops), never lost. A
-shard fenced out (taken by another replica, or moved) is dropped at once.
+share-locked, then publish with confirms (the shards still ours only), then record skipped
+occurrences, end replaced predecessors and schedule cron jobs' next occurrences. The
+published rows themselves are not written: they stay `scheduled` until a worker claims
+them, and this replica remembers what it published (`_published`) so that its re-reads of
+the window do not publish them again; the reaper republishes those still unclaimed after
+the redelivery timeout (`unclaimed`). A shard taken meanwhile (another replica, a move to
+another store group) waits for the transaction; its new owner, which does not know what was
+published, publishes the unclaimed ones again once (a duplicate message the worker's claim
+drops). A crash between publish and commit leaves the rows as they were, so they are
+published again, never lost. A shard fenced out (taken by another replica, or moved) is
+dropped at once.
 Each dispatcher works on one store group's database (`groups`).
 
 Preload reads through the partial index with a cursor: each refresh reads only
@@ -46,7 +51,7 @@ from horae.store.dispatch import MIN_CURSOR, Due, Recorded, ShardDispatch
 from horae.store.groups import MAIN
 
 if TYPE_CHECKING:
-    pass
+    from horae.store.db import Conn
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +130,16 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
         self._gate = TenantGate()
+        self._published: dict[tuple[uuid.UUID, datetime], tuple[int, float]] = {}
+        """(id, due_at) -> (shard, monotonic time of its last publish) of the executions
+        this replica published and has not yet seen claimed (`unclaimed`)."""
         self._buffered: dict[tuple[uuid.UUID, datetime], datetime] = {}
         """BufferOne executions held behind a running one (in the heap, still `scheduled`)
         whose next occurrence is scheduled already, with when each is looked at again."""
+
+    def published(self) -> set[tuple[uuid.UUID, datetime]]:
+        """(id, due_at) of what this replica published and has not yet seen claimed."""
+        return set(self._published)
 
     def held(self) -> list[Due]:
         """The executions waiting in the timer heap, soonest first."""
@@ -152,7 +164,50 @@ class Dispatcher:
     async def lose(self, shard: int) -> None:
         self.epochs.pop(shard, None)
         self._gained.discard(shard)
+        self._unpublish({shard})
         metrics.report_owned(self.group, len(self.epochs))
+
+    def _unpublish(self, shards: set[int]) -> None:
+        """Forget what was published for `shards` (no longer ours: their next owner
+        publishes what is still unclaimed)."""
+        self._published = {k: v for k, v in self._published.items() if v[0] not in shards}
+
+    async def unclaimed(
+        self, conn: Conn, now: datetime, redelivery: timedelta, *, check_after: timedelta
+    ) -> list[Due]:
+        """What this replica published that is still unclaimed after `redelivery` (counted
+        from the later of its publish and its due time), for the reaper to publish again; the
+        rest of what it published `check_after` ago or more (and due as long ago) is looked
+        up once: those claimed or ended meanwhile are forgotten."""
+        clock = time.monotonic()
+        looked = [
+            key
+            for key, (_, at) in self._published.items()
+            if clock - at >= check_after.total_seconds() and now - key[1] >= check_after
+        ]
+        if not looked:
+            return []
+        waiting = {
+            (d.id, d.due_at): d
+            for d in await store.still_scheduled(conn, looked)
+            if d.shard in self.epochs
+        }
+        again: list[Due] = []
+        for key in looked:
+            d = waiting.get(key)
+            sent = self._published.get(key)
+            if d is None or sent is None:
+                self._published.pop(key, None)
+            elif clock - sent[1] >= redelivery.total_seconds() and now - key[1] >= redelivery:
+                again.append(d)
+        return again
+
+    def republished(self, dues: Sequence[Due]) -> None:
+        """`dues` were published again now (the reaper): their redelivery timeout restarts."""
+        clock = time.monotonic()
+        for d in dues:
+            if (d.id, d.due_at) in self._published:
+                self._published[d.id, d.due_at] = (d.shard, clock)
 
     def resize(self, max_rows: int) -> None:
         """Hold at most `max_rows` from now on (a replica's cap is split over its groups, and
@@ -185,7 +240,7 @@ class Dispatcher:
         added = 0
         for due in rows:
             key = (due.id, due.due_at)
-            if key not in self._known and due.shard in self.epochs:
+            if key not in self._known and key not in self._published and due.shard in self.epochs:
                 self._known.add(key)
                 heapq.heappush(self._heap, (self._publish_at(due), due.id.int, due))
                 added += 1
@@ -367,7 +422,7 @@ class Dispatcher:
         plans, batch = await self._plan(batch, ours, now)
         epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
         try:
-            rounds, queued, took = await self._publish_and_record(plans, epochs)
+            rounds, recorded, took = await self._publish_and_record(plans, epochs)
         except Exception:
             log.exception("dispatch failed; the batch stays scheduled and is re-read")
             self._forget(batch)
@@ -375,14 +430,18 @@ class Dispatcher:
             await asyncio.sleep(0.5)
             return
         self._forget(batch)
+        sent = time.monotonic()
+        for plan in rounds.values():
+            for d in plan.published:
+                self._published[d.id, d.due_at] = (d.shard, sent)
         await self._settle(set(plans) - set(rounds), rounds)
         for plan in rounds.values():
             for d in plan.held:
                 self._buffered.setdefault((d.id, d.due_at), now + HOLD_EVERY)
         log.debug(
-            "dispatched %d (%d queued): publish %.3fs, record %.3fs",
-            sum(len(r.queued) for r in rounds.values()),
-            queued,
+            "dispatched %d (%d recorded): publish %.3fs, record %.3fs",
+            sum(len(r.published) for r in rounds.values()),
+            recorded,
             *took,
         )
 
@@ -391,13 +450,13 @@ class Dispatcher:
     ) -> tuple[dict[int, ShardDispatch], int, tuple[float, float]]:
         """Publish the plans of the shards still ours and record them, all in one fenced
         transaction (`store.fenced`): a shard taken meanwhile, by another replica or by a
-        move to another store group, waits for it, so nothing published here is published
-        again by the shard's next owner. (The rounds recorded, rows queued, (publish, record)
-        seconds.)"""
+        move to another store group, waits for it, so its next owner reads what this round
+        decided (skips, next occurrences) and publishes again only what is still unclaimed.
+        (The rounds recorded, executions published, (publish, record) seconds.)"""
         started = time.monotonic()
         async with self._pool.acquire() as conn, store.fenced(conn, epochs) as held:
             rounds = {s: self._round(epochs[s], plans[s]) for s in sorted(held)}
-            to_publish = [d for plan in rounds.values() for d in plan.queued]
+            to_publish = [d for plan in rounds.values() for d in plan.published]
             if to_publish:
                 await self._publisher.publish_batch([message(d) for d in to_publish])
             published = utc_now()
@@ -410,7 +469,7 @@ class Dispatcher:
         record_took = time.monotonic() - started - publish_took
         metrics.dispatch_record.labels(self.group).observe(record_took)
         await self._stop_replaced(recorded)
-        return rounds, recorded.queued, (publish_took, record_took)
+        return rounds, recorded.published, (publish_took, record_took)
 
     def _round(self, epoch: int, plan: Plan) -> ShardDispatch:
         """What to record of a shard's `plan`: the held executions whose next occurrence is
@@ -471,7 +530,9 @@ class Dispatcher:
             for d in go:
                 by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
-                plans[shard] = await decide(conn, dues, now, waiting=self._buffered.keys())
+                plans[shard] = await decide(
+                    conn, dues, now, waiting=self._buffered.keys(), published=self._published
+                )
         held = [d for plan in plans.values() for d in plan.held]
         if held:
             self._hold_buffered(held, now)
@@ -486,10 +547,11 @@ class Dispatcher:
             log.warning("fenced out of shard %d; dropping it", shard, extra={"shard": shard})
             metrics.fenced_writes.inc()
             self.epochs.pop(shard, None)
+            self._unpublish({shard})
             await self._on_fenced(shard)
         for shard, plan in rounds.items():
             if shard not in fenced:
-                metrics.dispatched.inc(len(plan.queued))
-                metrics.group_dispatched.labels(self.group).inc(len(plan.queued))
+                metrics.dispatched.inc(len(plan.published))
+                metrics.group_dispatched.labels(self.group).inc(len(plan.published))
                 for s in plan.skipped:
                     metrics.skipped.labels(s.kind).inc()

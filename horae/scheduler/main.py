@@ -105,6 +105,7 @@ def build(
             publisher,
             epochs=lambda: dispatcher.epochs,
             redelivery_timeout=cfg.redelivery_timeout,
+            published=dispatcher,
             dead_webhook=cfg.dead_webhook,
         )
         feeder = Feeder(database, epochs=lambda: dispatcher.epochs)

@@ -1,8 +1,10 @@
 """The reaper: recover executions that a crash or a lost message left behind, per owned shard.
 
-- `queued` but not claimed within the redelivery timeout, counted from the later of its
+- published but not claimed within the redelivery timeout, counted from the later of its
   publication and its due time (a message published early by the dispatch lead waits at
-  a worker until it is due): published again.
+  a worker until it is due): published again. What this replica published is remembered
+  by its dispatcher (`Dispatcher.unclaimed`: the rows stay `scheduled`); rows an earlier
+  release marked `queued` are found by their mark.
 - `running` with an expired lease (the worker stopped heartbeating): a failed
   attempt ("lease lost") with a retry per the job's policy, or `dead` (and a
   copy on the dead-letter queue, and the dead-execution webhook when one is set) when it
@@ -18,7 +20,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horae import alerts, metrics
 from horae.broker import Publisher
@@ -31,9 +33,15 @@ from horae.store.db import Database
 from horae.store.dispatch import Due
 from horae.store.rows import ExpiredRun
 
+if TYPE_CHECKING:
+    from horae.scheduler.dispatcher import Dispatcher
+
 log = logging.getLogger(__name__)
 
 BATCH = 1_000
+CHECK_AFTER = timedelta(seconds=5)
+"""A published execution is looked up (claimed yet?) once this long past its publish and
+its due time; most have been claimed by then, and are forgotten."""
 
 
 class Reaper:
@@ -44,10 +52,14 @@ class Reaper:
         *,
         epochs: Callable[[], dict[int, int]],
         redelivery_timeout: timedelta,
+        published: Dispatcher | None = None,
+        check_after: timedelta = CHECK_AFTER,
         period: timedelta = timedelta(seconds=5),
         dead_webhook: str | None = None,
     ) -> None:
         self._pool = pool
+        self._published = published
+        self._check_after = check_after
         self._publisher = publisher
         self._epochs = epochs
         self._redelivery = redelivery_timeout
@@ -65,6 +77,14 @@ class Reaper:
         async with self._pool.acquire() as conn:
             await self._clock.sync(conn)
             now = self._clock.now()
+            unclaimed: list[Due] = []
+            if self._published is not None:
+                unclaimed = await self._published.unclaimed(
+                    conn, now, self._redelivery, check_after=self._check_after
+                )
+                if unclaimed:
+                    await self._publisher.publish_batch([message(d) for d in unclaimed])
+                    self._published.republished(unclaimed)
             stale = await store.stale_queued(conn, shards, now - self._redelivery, BATCH)
             if stale:
                 await self._publisher.publish_batch([message(d) for d in stale])
@@ -73,8 +93,10 @@ class Reaper:
                     by_shard[d.shard].append(d)
                 for shard, dues in by_shard.items():
                     await store.touch_queued(conn, shard, epochs[shard], dues, now)
-                metrics.reaped.labels("redelivered").inc(len(stale))
-                log.info("republished %d unclaimed queued executions", len(stale))
+            again = len(unclaimed) + len(stale)
+            if again:
+                metrics.reaped.labels("redelivered").inc(again)
+                log.info("republished %d unclaimed executions", again)
             lost = 0
             for row in await store.expired_running(conn, shards, now, BATCH):
                 policy = RetryPolicy.model_validate(row.retry_policy)
@@ -105,7 +127,7 @@ class Reaper:
             if lost:
                 metrics.reaped.labels("lease_lost").inc(lost)
                 log.info("%d running executions lost their lease", lost)
-        return len(stale), lost
+        return again, lost
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -4,7 +4,7 @@ the rest of its gap), skip one past its starting deadline, and judge a first att
 Forbid, Replace or BufferOne job by what else of its job is live at its due moment
 (`judge`):
 
-- Forbid: skipped (`forbid`) while an earlier one is queued or running.
+- Forbid: skipped (`forbid`) while an earlier one is published (not yet claimed) or running.
 - Replace: published; every earlier one still live is ended (`ShardDispatch.cancel`: one
   not started is cancelled, a running one's worker is told to stop it now).
 - BufferOne: published when nothing of its job is live or waiting; else held (left
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -116,9 +116,12 @@ async def decide(
     now: datetime,
     *,
     waiting: Collection[tuple[uuid.UUID, datetime]] = (),
+    published: Container[tuple[uuid.UUID, datetime]] = (),
 ) -> Plan:
     """Split a shard's batch: publish, skip, cancel predecessors, hold. Catch-up judges the
-    overdue ones first, but those `waiting` ((id, due_at)) behind a running one (BufferOne)."""
+    overdue ones first, but those `waiting` ((id, due_at)) behind a running one (BufferOne).
+    What the caller `published` ((id, due_at)) and no worker has claimed yet counts as
+    queued: live, as if it ran."""
     exempt = [d for d in dues if (d.id, d.due_at) in waiting]
     run, skips = await catch_up(conn, [d for d in dues if (d.id, d.due_at) not in waiting], now)
     plan = Plan(skip=skips)
@@ -141,8 +144,8 @@ async def decide(
         others = await store.live_of_jobs(
             conn,
             sorted({d.job_id for d in judged}),
-            waiting=sorted({d.job_id for d in buffered}),
-            shards=sorted({d.shard for d in buffered}),
+            published=published,
+            waiting={d.job_id for d in buffered},
             now=now,
         )
     judge(plan, on_time, others)

@@ -1,8 +1,9 @@
 """The scheduler's execution transitions: preload a shard's window, take a shard (a new
 fencing epoch), record a dispatch round fenced by the epochs held, held from before its
-publish to its record (queued, skipped, predecessors to cancel, cron jobs' next
-occurrences, BufferOne occurrences left waiting), and the reaper's: republish
-unclaimed queued executions, end those whose lease ran out. Each is a conditional
+publish to its record (skipped, predecessors to cancel, cron jobs' next occurrences,
+BufferOne occurrences left waiting; the published rows stay `scheduled`), and the reaper's:
+find published executions still unclaimed (and those earlier releases marked `queued`) to
+republish, end those whose lease ran out. Each is a conditional
 statement whose row count decides; every write is fenced by the shard's epoch.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Container, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -156,16 +157,42 @@ async def live_of_jobs(
     conn: Conn,
     job_ids: Sequence[uuid.UUID],
     *,
-    waiting: Sequence[uuid.UUID] = (),
-    shards: Sequence[int] = (),
+    published: Container[tuple[uuid.UUID, datetime]] = (),
+    waiting: Collection[uuid.UUID] = (),
     now: datetime | None = None,
 ) -> list[LiveExecution]:
-    """Queued or running executions of these jobs; and of the jobs `waiting` (BufferOne),
-    in `shards`, the first attempts still scheduled and due by `now`."""
-    rows = await conn.fetch(
-        Q["live_executions_of_jobs"], list(job_ids), list(waiting), list(shards), now
-    )
-    return [LiveExecution(**dict(r)) for r in rows]
+    """Queued or running executions of these jobs, with those `published` ((id, due_at)) and
+    not claimed yet as queued; and of the jobs `waiting` (BufferOne), the first attempts
+    still scheduled and due by `now` that were not published."""
+    rows = await conn.fetch(Q["live_executions_of_jobs"], list(job_ids), now)
+    live: list[LiveExecution] = []
+    for r in rows:
+        status = r["status"]
+        if status == ExecutionStatus.SCHEDULED:
+            if (r["id"], r["due_at"]) in published:
+                status = ExecutionStatus.QUEUED.value
+            elif r["job_id"] not in waiting or r["attempt"] != 1:
+                continue
+        live.append(
+            LiveExecution(
+                r["id"], r["job_id"], r["due_at"], r["occurrence_at"], status, r["lease_owner"]
+            )
+        )
+    return live
+
+
+@translated
+async def still_scheduled(
+    conn: Conn, keys: Sequence[tuple[uuid.UUID, datetime]], chunk: int = 10_000
+) -> list[Due]:
+    """Which of these executions ((id, due_at)) are still `scheduled`: published, not
+    claimed."""
+    found: list[Due] = []
+    for i in range(0, len(keys), chunk):
+        part = keys[i : i + chunk]
+        rows = await conn.fetch(Q["still_scheduled"], [k[0] for k in part], [k[1] for k in part])
+        found += [Due(**dict(r)) for r in rows]
+    return found
 
 
 @translated
@@ -190,7 +217,8 @@ class ShardDispatch:
     """What one dispatch round did to one shard, under the epoch it holds."""
 
     epoch: int
-    queued: Sequence[Due] = ()
+    published: Sequence[Due] = ()
+    """Executions published (they stay `scheduled` until a worker claims them)."""
     skipped: Sequence[Skip] = ()
     cancel: Sequence[tuple[uuid.UUID, datetime]] = ()
     """Executions a Replace occurrence replaces (`request_cancel`)."""
@@ -206,8 +234,8 @@ REPLACED = "concurrencyPolicy=Replace: a later occurrence replaced it before it 
 class Recorded:
     """What `record_round` wrote."""
 
-    queued: int
-    """Rows that became queued."""
+    published: int
+    """Executions published (left `scheduled` for workers to claim)."""
     stop: Mapping[str, Sequence[uuid.UUID]]
     """Running executions a Replace occurrence replaced, by the worker holding each: to be
     told now (`Publisher.cancel_running`); their marks are committed."""
@@ -243,19 +271,14 @@ async def fenced(conn: Conn, epochs: Mapping[int, int]) -> AsyncIterator[set[int
 
 @translated
 async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: datetime) -> Recorded:
-    """Inside `fenced`, for shards it answered: mark the published executions queued, record
-    skipped occurrences, end replaced predecessors (`request_cancel`), and schedule cron
-    jobs' next occurrences (of the held ones too). Rows a worker already claimed stay as
-    they are; their next occurrence is still scheduled (idempotently)."""
+    """Inside `fenced`, for shards it answered: record skipped occurrences, end replaced
+    predecessors (`request_cancel`), and schedule cron jobs' next occurrences (of the
+    published and held ones). The published executions themselves are not written: they
+    stay `scheduled` until a worker claims them (which one may have done already), so an
+    execution costs no row version between its insert and its claim. Their next
+    occurrences are scheduled idempotently."""
     ours = [shards[s] for s in sorted(shards)]
-    queued = [(d, plan.epoch) for plan in ours for d in plan.queued]
-    status = await conn.execute(
-        Q["mark_queued"],
-        [d.id for d, _ in queued],
-        [d.due_at for d, _ in queued],
-        [epoch for _, epoch in queued],
-        now,
-    )
+    published = [d for plan in ours for d in plan.published]
     skipped = [s for plan in ours for s in plan.skipped]
     done: set[uuid.UUID] = set()
     if skipped:
@@ -282,20 +305,18 @@ async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: dat
     # here: a worker that claimed it first (published by an earlier round whose record was
     # lost) runs it, and schedules its successor, as this round does then.
     gaps = {s.due.id: s.gap for s in skipped if s.gap is not None and s.due.id in done}
-    await _schedule_next(
-        conn, [*(d for d, _ in queued), *(s.due for s in skipped), *held], now, gaps
-    )
-    return Recorded(int(status.split()[-1]), stop)
+    await _schedule_next(conn, [*published, *(s.due for s in skipped), *held], now, gaps)
+    return Recorded(len(published), stop)
 
 
 async def record_dispatch(
     conn: Conn, shards: dict[int, ShardDispatch], now: datetime
 ) -> tuple[int, set[int]]:
-    """`fenced` and `record_round` in one, for executions published already: how many rows
-    became queued, and the shards we were fenced out of."""
+    """`fenced` and `record_round` in one, for executions published already: how many were
+    recorded as published, and the shards we were fenced out of."""
     async with fenced(conn, {s: plan.epoch for s, plan in shards.items()}) as held:
         recorded = await record_round(conn, {s: shards[s] for s in held}, now)
-    return recorded.queued, set(shards) - held
+    return recorded.published, set(shards) - held
 
 
 @translated

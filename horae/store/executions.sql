@@ -90,23 +90,6 @@ JOIN unnest($1::smallint[], $2::bigint[]) AS f(shard, epoch)
 ORDER BY s.shard
 FOR SHARE OF s
 
--- name: mark_queued
--- Mark published executions queued with the epoch they went out under (the caller holds
--- those epochs: lock_epochs, in the same transaction). Rows are locked in id order, as
--- workers' claims lock them, so the two never deadlock.
-WITH target AS (
-    SELECT e.id, e.due_at, u.epoch
-    FROM executions e
-    JOIN unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS u(id, due_at, epoch)
-      ON e.id = u.id AND e.due_at = u.due_at
-    WHERE e.status = 'scheduled'
-    ORDER BY e.id
-    FOR UPDATE OF e
-)
-UPDATE executions e SET status = 'queued', enqueued_at = $4, dispatch_epoch = t.epoch
-FROM target t
-WHERE e.id = t.id AND e.due_at = t.due_at
-
 -- name: skip_executions
 -- Record occurrences that will not run (deadline missed, Forbid overlap, catch-up) with why
 -- (fenced by the caller: lock_epochs); returns the ids of the rows skipped.
@@ -117,16 +100,16 @@ WHERE e.id = u.id AND e.due_at = u.due_at AND e.status = 'scheduled'
 RETURNING e.id
 
 -- name: live_executions_of_jobs
--- What of these jobs an overlap policy looks at: their queued and running executions, with
--- the worker holding each; and of the jobs $2 (BufferOne), in their shards $3, the first
--- attempts still scheduled and due by $4 (waiting behind a running one, or due this round;
--- through the pending index, which holds few rows due already).
-SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner FROM executions
+-- What of these jobs an overlap policy looks at: their queued (earlier releases) and running
+-- executions, with the worker holding each; and their executions still scheduled and due by
+-- $2 (published and not claimed yet, or waiting behind a running one, or due this round:
+-- the caller, which knows what it published, tells them apart), through
+-- executions_job_status.
+SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner, attempt FROM executions
 WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'running')
 UNION ALL
-SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner FROM executions
-WHERE shard = ANY($3::smallint[]) AND status = 'scheduled' AND due_at <= $4
-  AND job_id = ANY($2::uuid[]) AND attempt = 1
+SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner, attempt FROM executions
+WHERE job_id = ANY($1::uuid[]) AND status = 'scheduled' AND due_at <= $2
 
 -- name: request_cancel
 -- Fenced (lock_epochs): end the executions a Replace occurrence replaces, locked in id order
@@ -154,8 +137,9 @@ WHERE e.id = t.id AND e.due_at = t.due_at
 RETURNING e.id, e.status::text, e.lease_owner
 
 -- name: stale_queued
--- Queued executions of these shards published and due before $2, never claimed (reaper).
--- One published early (the dispatch lead) waits at a worker until it is due.
+-- Executions of these shards marked queued (by an earlier release) and published and due
+-- before $2, never claimed (reaper). One published early (the dispatch lead) waits at a
+-- worker until it is due.
 SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt
 FROM executions e
 WHERE e.shard = ANY($1::smallint[]) AND e.status = 'queued' AND e.enqueued_at < $2
@@ -172,6 +156,13 @@ UPDATE executions e SET enqueued_at = $5
 FROM fence
 WHERE e.shard = fence.shard AND e.status = 'queued'
   AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
+
+-- name: still_scheduled
+-- Which of these executions (published by this replica) no worker has claimed yet (reaper).
+SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt
+FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
+JOIN executions e ON e.id = u.id AND e.due_at = u.due_at
+WHERE e.status = 'scheduled'
 
 -- name: expired_running
 -- Running executions of these shards whose lease ran out before $2 (reaper), with their policy.

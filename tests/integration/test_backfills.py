@@ -91,7 +91,7 @@ async def test_backfilled_rows_are_due_now_and_never_schedule_the_jobs_next_occu
         mine = [d for d in due if d.job_id == job_id]
         assert {d.backfill for d in mine} == {b.id, None}
         epoch = await conn.fetchval("SELECT epoch FROM shard_epochs WHERE shard = $1", shard)
-        plan = dispatch.ShardDispatch(epoch, queued=[d for d in mine if d.backfill])
+        plan = dispatch.ShardDispatch(epoch, published=[d for d in mine if d.backfill])
         assert await dispatch.record_dispatch(conn, {shard: plan}, datetime.now(UTC)) == (3, set())
     assert len(await pool.fetch("SELECT 1 FROM executions WHERE job_id = $1", job_id)) == 4
 

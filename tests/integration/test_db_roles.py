@@ -234,7 +234,10 @@ async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
         scheduler, {shard: ShardDispatch(epoch, [due])}, NOW
     )
     assert (queued, fenced) == (1, set())
-    assert len(await dispatch.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10)) == 1
+    # Published, left scheduled: what the reaper looks up (and republishes when unclaimed).
+    assert await dispatch.still_scheduled(scheduler, [(due.id, due.due_at)]) == [due]
+    # Rows an earlier release marked queued: none here, and the reaper may touch them.
+    assert await dispatch.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10) == []
     await dispatch.touch_queued(scheduler, shard, epoch, [due], NOW)
     [claimed] = await claims(as_role["worker"], [ClaimRequest(due.id, due.due_at, due.tenant)])
     assert isinstance(claimed, Claimed)
@@ -382,7 +385,7 @@ async def test_a_replace_round_ends_what_it_replaces_under_the_schedulers_role(
     dues = {d.id: d for d in await dispatch.preload(scheduler, [shard], NOW + LEASE, 10)}
     [claimed] = await claims(worker, [ClaimRequest(running, dues[running].due_at, "acme")])
     assert isinstance(claimed, Claimed)
-    assert await transitions.mark_queued(scheduler, shard, epoch, [dues[queued]], NOW) == 1
+    assert await transitions.record_published(scheduler, shard, epoch, [dues[queued]], NOW) == 1
 
     replaced = [(running, dues[running].due_at), (queued, dues[queued].due_at)]
     async with dispatch.fenced(scheduler, {shard: epoch}) as held:
@@ -390,7 +393,7 @@ async def test_a_replace_round_ends_what_it_replaces_under_the_schedulers_role(
             scheduler, {shard: ShardDispatch(epoch, [dues[new]], cancel=replaced)}, NOW
         )
     assert held == {shard}
-    assert (recorded.queued, dict(recorded.stop)) == (1, {"w1": [running]})
+    assert (recorded.published, dict(recorded.stop)) == (1, {"w1": [running]})
     ended = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", queued)
     assert (ended["status"], ended["error_kind"], ended["error_message"]) == (
         "cancelled",

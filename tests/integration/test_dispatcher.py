@@ -23,6 +23,8 @@ from horae.scheduler.listener import ShardListener
 from horae.scheduler.reaper import Reaper
 from horae.store import dispatch, jobs
 from horae.store.db import Database, connect
+from horae.store.executions import Claimed
+from tests.support import transitions
 from tests.support.groups import job_in
 from tests.support.wait import until
 
@@ -155,8 +157,8 @@ async def test_rows_held_back_while_a_lease_lapsed_go_out_once_it_is_renewed(
 async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     pool: asyncpg.Pool, publisher: broker.Publisher, broker_url: str, broker_prefix: str
 ) -> None:
-    # With a 2 s lead, an Allow job's execution goes out 2 s before it is due (queued,
-    # waiting at a worker); a Forbid job's waits for its due moment, when whether its
+    # With a 2 s lead, an Allow job's execution goes out 2 s before it is due (waiting at a
+    # worker); a Forbid job's waits for its due moment, when whether its
     # predecessor still runs is known.
     lead = timedelta(seconds=2)
     d = dispatcher(pool, publisher, lambda s: True, lead=lead)
@@ -193,8 +195,10 @@ async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     assert arrived[forbid] >= due, (
         f"the Forbid one {(due - arrived[forbid]).total_seconds()} s early"
     )
-    status = "SELECT status::text FROM executions WHERE job_id = $1"
-    assert await pool.fetchval(status, allow) == "queued"
+    # Published, not claimed (no worker here): left scheduled, remembered as published.
+    row = await pool.fetchrow("SELECT id, due_at, status::text FROM executions WHERE job_id = $1",
+                              allow)  # fmt: skip
+    assert row["status"] == "scheduled" and (row["id"], row["due_at"]) in d.published()
 
 
 async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_due_time(
@@ -235,6 +239,58 @@ async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_du
         "SELECT job_id FROM executions WHERE enqueued_at > now() - interval '5 seconds'"
     )
     assert {r["job_id"] for r in touched} == republished
+
+
+async def test_what_the_dispatcher_published_stays_scheduled_and_only_the_unclaimed_go_again(
+    pool: asyncpg.Pool, publisher: broker.Publisher, d: Dispatcher, broker_url: str,
+    broker_prefix: str,
+) -> None:  # fmt: skip
+    # Three executions due now are published and left `scheduled`; a worker claims one. A
+    # full re-read of the window loads none of them again (nothing is published twice by
+    # the replica that published it). Past the redelivery timeout (1 s here) the reaper
+    # publishes the two unclaimed ones again, once, and forgets the claimed one.
+    due = datetime.now(UTC) + timedelta(seconds=1)
+    ids = [await job_in_shard(pool, 1, due) for _ in range(3)]
+    await d.gain(1)
+    await d.refresh()
+    stop = asyncio.Event()
+    loop = asyncio.ensure_future(d.run_dispatch(stop))
+
+    async def all_published() -> bool:
+        return len(d.published()) == 3
+
+    await until(all_published, timeout=10, what="the three published")
+    stop.set()
+    await loop
+    rows = await pool.fetch("SELECT id, job_id, due_at, tenant, status::text FROM executions"
+                            " WHERE job_id = ANY($1)", ids)  # fmt: skip
+    assert {r["status"] for r in rows} == {"scheduled"}
+    claimed = next(r for r in rows if r["job_id"] == ids[0])
+    async with pool.acquire() as conn:
+        answer = await transitions.claim(conn, claimed["id"], claimed["due_at"], owner="w",
+                                         now=datetime.now(UTC), lease=timedelta(seconds=30),
+                                         tenant=claimed["tenant"])  # fmt: skip
+    assert isinstance(answer, Claimed)
+    d.reload()
+    await d.refresh()
+    assert d.held() == [], "a re-read loaded what was published"
+    await asyncio.sleep(1.1)
+    reaper = Reaper(Database(pool), publisher, epochs=lambda: d.epochs, published=d,
+                    redelivery_timeout=timedelta(seconds=1), check_after=timedelta())  # fmt: skip
+    assert await reaper.sweep() == (2, 0)
+    assert await reaper.sweep() == (0, 0), "republished again before its timeout ran out"
+    assert {k[0] for k in d.published()} == {r["id"] for r in rows if r["job_id"] != ids[0]}
+
+    connection = await broker.connect(broker_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.get_queue(broker.Names(broker_prefix).held)  # no pool: held
+        sent: list[uuid.UUID] = []
+        while (got := await queue.get(no_ack=True, fail=False)) is not None:
+            sent += [e.job_id for e in ExecutionBatch.model_validate_json(got.body).executions]
+    finally:
+        await connection.close()
+    assert sorted(sent) == sorted([ids[0], ids[1], ids[1], ids[2], ids[2]])
 
 
 class CreatingListener(ShardListener):

@@ -57,7 +57,7 @@ async def test_a_dispatch_after_a_takeover_names_both_owners_and_the_lateness(
         new = await dispatch.take_shard(conn, shard, "scheduler-b", due + 3 * S)
         pending = Due(**{k: first[k] for k in Due.__dataclass_fields__})
         queued, fenced = await dispatch.record_dispatch(
-            conn, {shard: ShardDispatch(new, queued=[pending])}, due + 3.2 * S
+            conn, {shard: ShardDispatch(new, published=[pending])}, due + 3.2 * S
         )
     assert (queued, fenced) == (1, set())
 

@@ -44,7 +44,7 @@ async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispa
         await tenants.set_tenant_limit(conn, "acme", 1)
         job_id, shard, first = await every_ten_seconds(conn)
         epoch = await dispatch.take_shard(conn, shard, "replica-a", NOW)
-        await transitions.mark_queued(conn, shard, epoch, [first], NOW)  # schedules the next
+        await transitions.record_published(conn, shard, epoch, [first], NOW)  # schedules the next
         held = await transitions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
                                       lease=LEASE, tenant="acme")  # fmt: skip
         assert isinstance(held, executions.Claimed)
@@ -55,7 +55,7 @@ async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispa
         assert isinstance(throttled, executions.Throttled), "the tenant's one slot is taken"
         # The first occurrence is dispatched again (a republish after a failed record, or
         # after its own throttling): its next occurrence exists already, at another due_at.
-        await transitions.mark_queued(conn, shard, epoch, [first], NOW)
+        await transitions.record_published(conn, shard, epoch, [first], NOW)
     rows = await first_attempts(pool, job_id)
     occurrences = [r["occurrence_at"] for r in rows]
     assert len(occurrences) == len(set(occurrences)) == 2, [
@@ -95,7 +95,7 @@ async def test_a_batch_holding_an_occurrence_and_a_stale_copy_of_its_predecessor
         # One batch, in due order: the next occurrence, then the stale predecessor (its
         # due_at moved later by throttling, say).
         stale = replace(first, due_at=second.due_at + timedelta(seconds=1))
-        await transitions.mark_queued(conn, shard, epoch, [second, stale], NOW)
+        await transitions.record_published(conn, shard, epoch, [second, stale], NOW)
     rows = await first_attempts(pool, job_id)
     assert [r["occurrence_at"] - first.occurrence_at for r in rows] == [
         timedelta(seconds=s) for s in (0, 10, 20)

@@ -162,11 +162,13 @@ async def test_fenced_write_under_a_stale_epoch_changes_nothing(pool: asyncpg.Po
         assert new_epoch == old_epoch + 1
         due = await dispatch.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
         assert [d.job_id for d in due] == [job_id]
-        assert await transitions.mark_queued(conn, shard, old_epoch, due, NOW) is None
+        assert await transitions.record_published(conn, shard, old_epoch, due, NOW) is None
         assert (await rows(pool, job_id))[0]["status"] == "scheduled"
-        assert await transitions.mark_queued(conn, shard, new_epoch, due, NOW) == 1
-    statuses = [r["status"] for r in await rows(pool, job_id)]
-    assert statuses == ["queued", "scheduled"], "dispatching a cron occurrence schedules the next"
+        assert await transitions.record_published(conn, shard, new_epoch, due, NOW) == 1
+    found = [(r["occurrence_at"], r["status"]) for r in await rows(pool, job_id)]
+    assert len(found) == 2, "dispatching a cron occurrence schedules the next"
+    assert found[0] == (due[0].occurrence_at, "scheduled"), "published, left for a claim"
+    assert found[1][0] > found[0][0] and found[1][1] == "scheduled"
 
 
 async def test_claim_runs_once_and_stale_executions_are_cancelled(pool: asyncpg.Pool) -> None:
@@ -234,11 +236,11 @@ async def test_scheduling_the_same_occurrence_twice_is_harmless(pool: asyncpg.Po
         shard = job_id.int % 64
         epoch = await dispatch.take_shard(conn, shard, "replica-a", NOW)
         due = await dispatch.preload(conn, [shard], NOW + timedelta(minutes=5), 100)
-        assert await transitions.mark_queued(conn, shard, epoch, due, NOW) == 1
-        # A second dispatch of the same batch (e.g. after a crash) queues nothing new
-        # and schedules no second copy of the next occurrence.
-        assert await transitions.mark_queued(conn, shard, epoch, due, NOW) == 0
-    assert [r["status"] for r in await rows(pool, job_id)] == ["queued", "scheduled"]
+        assert await transitions.record_published(conn, shard, epoch, due, NOW) == 1
+        # A second dispatch of the same batch (e.g. after a crash) schedules no second copy
+        # of the next occurrence.
+        assert await transitions.record_published(conn, shard, epoch, due, NOW) == 1
+    assert [r["status"] for r in await rows(pool, job_id)] == ["scheduled", "scheduled"]
 
 
 async def one_offs(
@@ -309,8 +311,9 @@ async def waiting_for_a_lock(pool: asyncpg.Pool, conn: asyncpg.Connection, what:
 async def test_a_claim_and_a_dispatch_record_never_deadlock_over_a_limited_tenants_rows(
     pool: asyncpg.Pool,
 ) -> None:
-    """Rows w < x < a1 < a2; acme (a1, a2) is limited. The scheduler's mark_queued of all
-    four locks w, then waits for x (held here). A claim of [a1, a2, w] used to lock the
+    """Rows w < x < a1 < a2; acme (a1, a2) is limited. A batched dispatch write of all four
+    (a Replace round's request_cancel; a `queued` mark in earlier releases) locks w, then
+    waits for x (held here). A claim of [a1, a2, w] used to lock the
     limited tenant's rows first (a1, a2), then the rest (w): it held a1 and a2 and waited
     for w, and once x was free the record waited for a1: a deadlock, one of the two
     aborted after deadlock_timeout (1 s of every claim in the batch held up)."""
@@ -327,8 +330,8 @@ async def test_a_claim_and_a_dispatch_record_never_deadlock_over_a_limited_tenan
         await record.start()
         rows = (w, x, a1, a2)
         mark = asyncio.create_task(sched.execute(
-            dispatch.Q["mark_queued"], [r["id"] for r in rows], [r["due_at"] for r in rows],
-            [1] * len(rows), NOW,
+            dispatch.Q["request_cancel"], [r["id"] for r in rows], [r["due_at"] for r in rows],
+            NOW, "replaced",
         ))  # fmt: skip
         await waiting_for_a_lock(pool, sched, "the record holds w and waits for x")
         requests = [executions.ClaimRequest(r["id"], r["due_at"], r["tenant"]) for r in (a1, a2, w)]
@@ -493,17 +496,20 @@ async def test_one_dispatch_round_records_every_shard_it_still_holds(pool: async
         assert len(by_shard) >= 2
         lost_shard = min(by_shard)
         await dispatch.take_shard(conn, lost_shard, "b", NOW)  # another replica took it
-        queued, fenced = await dispatch.record_dispatch(conn, {
-            shard: dispatch.ShardDispatch(epochs[shard], dues)
+        # A round that skips every execution (past its deadline), so that each shard's
+        # record shows on its rows.
+        _, fenced = await dispatch.record_dispatch(conn, {
+            shard: dispatch.ShardDispatch(
+                epochs[shard], skipped=[dispatch.Skip(d, "deadline", "late") for d in dues]
+            )
             for shard, dues in by_shard.items()
         }, NOW)  # fmt: skip
     assert fenced == {lost_shard}
-    assert queued == len(due) - len(by_shard[lost_shard])
-    for r in await pool.fetch("SELECT shard, status, dispatch_epoch FROM executions"):
+    for r in await pool.fetch("SELECT shard, status, error_kind FROM executions"):
         if r["shard"] == lost_shard:
-            assert (r["status"], r["dispatch_epoch"]) == ("scheduled", None)
+            assert (r["status"], r["error_kind"]) == ("scheduled", None)
         else:
-            assert (r["status"], r["dispatch_epoch"]) == ("queued", epochs[r["shard"]])
+            assert (r["status"], r["error_kind"]) == ("skipped", "deadline")
 
 
 async def test_a_dispatch_cut_off_mid_transaction_holds_up_a_takeover_only_briefly(
@@ -710,6 +716,7 @@ async def test_a_held_buffer_one_occurrence_schedules_its_next_once_and_next_run
         )
         await dispatch.record_dispatch(conn, {shard: dispatch.ShardDispatch(epoch, [waiting])}, NOW)
     statuses = [(r["status"], r["error_kind"]) for r in await rows(pool, job_id)]
-    assert statuses == [("queued", None), ("skipped", "buffer_one"), ("scheduled", None)]
+    # (The first, published, stays scheduled until a worker claims it.)
+    assert statuses == [("scheduled", None), ("skipped", "buffer_one"), ("scheduled", None)]
     third = (await rows(pool, job_id))[2]["occurrence_at"]
     assert await pool.fetchval("SELECT next_run_at FROM jobs WHERE id = $1", job_id) == third

@@ -151,7 +151,7 @@ async def test_a_shard_moved_between_dispatch_and_claim_runs_once_in_its_new_gro
         epoch = await dispatch.take_shard(groups[MAIN], 2, "scheduler-a", datetime.now(UTC))
         due = Due(message.execution_id, message.job_id, "t", TASK, 2, message.due_at,
                   message.occurrence_at, 1)  # fmt: skip
-        assert await transitions.mark_queued(groups[MAIN], 2, epoch, [due], datetime.now(UTC))
+        assert await transitions.record_published(groups[MAIN], 2, epoch, [due], datetime.now(UTC))
         await served.publisher.publish_batch([message])
         await served.publisher.publish_batch([message])
         before = served.worker.store.catalog.version

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
     from horae.store.db import Conn
 
 
-async def mark_queued(
+async def record_published(
     conn: Conn, shard: int, epoch: int, batch: Sequence[Due], now: datetime
 ) -> int | None:
-    """`record_dispatch` for one shard: how many became queued, None when fenced out."""
-    queued, fenced = await record_dispatch(conn, {shard: ShardDispatch(epoch, batch)}, now)
-    return None if fenced else queued
+    """`record_dispatch` for one shard's published `batch`: how many were recorded, None
+    when fenced out. (The rows stay `scheduled`; next occurrences are scheduled.)"""
+    published, fenced = await record_dispatch(conn, {shard: ShardDispatch(epoch, batch)}, now)
+    return None if fenced else published
 
 
 async def claim(
