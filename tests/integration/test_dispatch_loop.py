@@ -16,6 +16,7 @@ from horae import broker
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store.db import Database
 from tests.integration.test_dispatcher import job_in_shard
+from tests.support.held import drain_held
 from tests.support.wait import until
 
 pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
 async def test_a_round_failing_with_an_unclassified_error_does_not_stop_dispatching(
     pool: asyncpg.Pool,
     publisher: broker.Publisher,
+    broker_url: str,
+    broker_prefix: str,
 ) -> None:
     calls = 0
 
@@ -48,11 +51,10 @@ async def test_a_round_failing_with_an_unclassified_error_does_not_stop_dispatch
     loops = [asyncio.create_task(d.run_refresh(stop)), asyncio.create_task(d.run_dispatch(stop))]
     try:
 
-        async def queued() -> bool:
-            status = await pool.fetchval("SELECT status FROM executions WHERE job_id = $1", job_id)
-            return status == "queued"
+        async def published() -> bool:
+            return {job_id} == {m.job_id for m in await drain_held(broker_url, broker_prefix)}
 
-        await until(queued, timeout=20, interval=0.2, what="the execution dispatched")
+        await until(published, timeout=20, interval=0.2, what="the execution dispatched")
         assert calls >= 2, "dispatched in a later round, after the failed one"
     finally:
         stop.set()

@@ -18,9 +18,11 @@ from horae.models import JobSource, JobSpec
 from horae.store import dispatch, jobs
 from horae.store.db import connect
 from horae.store.dispatch import Due, ShardDispatch
+from horae.store.executions import Claimed
 from horae.store.explain import explain_occurrence
 from horae.store.groups import Store
 from horae.store.migrate import maintain_partitions
+from tests.support import transitions
 from tests.support.store_rows import StoreRows
 
 S = timedelta(seconds=1)
@@ -56,21 +58,32 @@ async def test_a_dispatch_after_a_takeover_names_both_owners_and_the_lateness(
         # scheduler-a died before the occurrence; scheduler-b took the shard 3 s after it.
         new = await dispatch.take_shard(conn, shard, "scheduler-b", due + 3 * S)
         pending = Due(**{k: first[k] for k in Due.__dataclass_fields__})
-        queued, fenced = await dispatch.record_dispatch(
+        published, fenced = await dispatch.record_dispatch(
             conn, {shard: ShardDispatch(new, published=[pending])}, due + 3.2 * S
         )
-    assert (queued, fenced) == (1, set())
+        assert (published, fenced) == (1, set())
+        # A worker claims it at once (the published row stays scheduled until then).
+        claimed = await transitions.claim(
+            conn,
+            pending.id,
+            pending.due_at,
+            owner="w1",
+            now=due + 3.2 * S,
+            lease=MINUTE,
+            tenant="acme",
+        )
+        assert isinstance(claimed, Claimed)
 
     found = await explain_occurrence(as_api, job_id, tenant="acme", at=due, now=due + MINUTE)
     assert (found.outcome, found.reason) == ("in_progress", "shard_owner_changed")
     assert found.verdict.startswith(
-        f"dispatched 3.2 s late: shard {shard} changed owner at "
+        f"started 3.2 s late: shard {shard} changed owner at "
         f"{(due + 3 * S).strftime('%Y-%m-%d %H:%M:%S')}.000Z (replica scheduler-a → scheduler-b)"
     )
     change = found.owner_change
     assert change is not None and (change.from_epoch, change.to_epoch) == (old, new)
     assert found.attempts[0].dispatched_by == "scheduler-b"
-    assert [s.what for s in found.steps] == ["due", "shard taken", "dispatched"]
+    assert [s.what for s in found.steps] == ["due", "shard taken", "claimed"]
     # The next occurrence the dispatch scheduled: not due yet, on the shard scheduler-b holds.
     ahead = await explain_occurrence(
         as_api, job_id, tenant="acme", at=due + 10 * S, now=due + 5 * S

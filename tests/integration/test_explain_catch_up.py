@@ -16,8 +16,10 @@ import pytest
 from horae import broker
 from horae.models import JobSource, JobSpec
 from horae.store import jobs
+from horae.store.executions import Claimed
 from tests.integration.test_catch_up import SHARD, TEN, executions, floor10, scheduler_back
 from tests.integration.test_cli import horae
+from tests.support import transitions
 from tests.support.groups import job_in
 
 pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
@@ -41,8 +43,19 @@ async def test_explain_names_the_catch_up_window_and_the_replay_after_an_outage(
 
     rows = await executions(pool, ids["All"])
     outside = [r["occurrence_at"] for r in rows if r["status"] == "skipped"]
-    replays = [r["occurrence_at"] for r in rows if r["status"] == "queued"]
+    # Published, left scheduled for a worker; the newest scheduled row is the next occurrence.
+    replays = [r["occurrence_at"] for r in rows if r["status"] == "scheduled"][:-1]
     assert outside[0] == first and replays, rows
+    # A worker claims the oldest replay.
+    oldest = await pool.fetchrow(
+        "SELECT id, due_at FROM executions WHERE job_id = $1 AND occurrence_at = $2",
+        ids["All"], replays[0],
+    )  # fmt: skip
+    async with pool.acquire() as conn:
+        claimed = await transitions.claim(conn, oldest["id"], oldest["due_at"], owner="w1",
+                                          now=datetime.now(UTC), lease=timedelta(minutes=1),
+                                          tenant="acme")  # fmt: skip
+    assert isinstance(claimed, Claimed)
     forbidden = [
         r["occurrence_at"]
         for r in await executions(pool, ids["Forbid"])
@@ -64,14 +77,14 @@ async def test_explain_names_the_catch_up_window_and_the_replay_after_an_outage(
     assert [line.split()[2] for line in shown[2:]] == ["due", "shard", "skipped"]
 
     shown = explained(ids["All"], replays[0])
-    assert shown[0].startswith("dispatched "), shown
+    assert shown[0].startswith("started "), shown
     assert " s late, replayed by catch-up after a gap: the occurrence before, " in shown[0]
     window = "catch-up policy All runs the missed occurrences of a gap due within its window of 1m"
     assert window in shown[0], shown
-    assert shown[0].endswith("; attempt 1 queued, not claimed yet"), shown
+    assert shown[0].endswith("; attempt 1 running on worker w1"), shown
     late = float(shown[0].split()[1])
-    # The oldest within the 1m window (at most 60 s old at the judging), dispatched at once.
-    assert 50 < late < 65, shown
+    # The oldest within the 1m window (at most 60 s old at the judging), claimed soon after.
+    assert 50 < late < 75, shown
 
     shown = explained(ids["Forbid"], forbidden[0])
     assert shown[0].startswith(

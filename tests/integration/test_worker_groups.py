@@ -144,9 +144,9 @@ async def test_a_shard_moved_between_dispatch_and_claim_runs_once_in_its_new_gro
 ) -> None:
     calls: list[uuid.UUID] = []
     async with a_worker(db_url, broker_url, broker_prefix, recording(calls), "30") as served:
-        # Dispatched in `main`: the row queued there, its message (twice: a redelivery) in the
-        # queue. Then shard 2 moves to `second`, with the queued row; the worker's catalog
-        # still places it in `main`.
+        # Dispatched in `main`: the row published there (left scheduled), its message (twice:
+        # a redelivery) in the queue. Then shard 2 moves to `second`, with the row; the
+        # worker's catalog still places it in `main`.
         message = await one_off(groups[MAIN], 2)
         epoch = await dispatch.take_shard(groups[MAIN], 2, "scheduler-a", datetime.now(UTC))
         due = Due(message.execution_id, message.job_id, "t", TASK, 2, message.due_at,
@@ -156,7 +156,7 @@ async def test_a_shard_moved_between_dispatch_and_claim_runs_once_in_its_new_gro
         await served.publisher.publish_batch([message])
         before = served.worker.store.catalog.version
         await move_shards(db_url, [2], SECOND)
-        assert await rows_of(groups[SECOND], message.job_id) == [(1, "queued")]
+        assert await rows_of(groups[SECOND], message.job_id) == [(1, "scheduled")]
         assert served.worker.store.catalog.group_of(2) == MAIN
 
         consuming = asyncio.create_task(consume_on_a_stale_catalog(served))

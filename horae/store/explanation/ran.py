@@ -280,14 +280,15 @@ def explain_rows(f: Facts) -> Explanation:
                 base,
                 outcome="in_progress",
                 reason=None,
-                verdict=f"due at {when(r.due_at)}, being dispatched: shard {r.shard}, {held}",
+                verdict=f"due at {when(r.due_at)}, being dispatched or claimed: shard {r.shard},"
+                f" {held}",
             )
         return replace(
             base,
             outcome="overdue",
             reason=None,
-            verdict=f"due {secs(f.now - r.due_at)} ago and not dispatched yet:"
-            f" shard {r.shard}, {held}",
+            verdict=f"due {secs(f.now - r.due_at)} ago and not claimed yet (published and"
+            f" waiting for a worker, or not dispatched yet): shard {r.shard}, {held}",
         )
     timing, cause, late, change = _lateness(f, first, due)
     outcome = "ran_on_time" if cause == "on_time" else "ran_late"
