@@ -8,9 +8,10 @@ import signal
 import time
 from datetime import UTC, datetime, timedelta
 
+from tests.support.held import HeldWatch
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
-from tests.support.scheduling import drain, falling_due, holders, lease_versions, pending
+from tests.support.scheduling import Published, falling_due, holders, lease_versions
 from tests.support.store_rows import StoreRows
 from tests.support.wait import readiness, until, until_ready
 
@@ -114,24 +115,29 @@ async def test_sigkill_hands_shards_over_and_every_execution_is_dispatched(
     takeover = await all_held_by(control_plane, namespace, survivors)
     assert takeover <= LEASE + RENEW + 1.0, f"takeover took {takeover:.1f}s"
 
-    async def none_pending() -> bool:
-        return await pending(stored) == 0
-
-    await until(none_pending, timeout=30, what="every execution dispatched")
-    rows = await stored.fetch("SELECT id, shard, status, dispatch_epoch FROM executions")
-    assert len(rows) == len(job_ids)
-    assert {r["status"] for r in rows} == {"queued"}
     # No pool serves their tenant: the messages wait in <prefix>.held.
-    messages = await drain(broker_url, f"{broker_prefix}.held")
-    assert {str(r["id"]) for r in rows} <= set(messages), "an execution was never published"
+    published = Published(broker_url, broker_prefix)
+    await until(lambda: published.every_execution(stored), timeout=30,
+                what="every execution dispatched")  # fmt: skip
+    rows = await stored.fetch("SELECT id, shard, status FROM executions")
+    assert len(rows) == len(job_ids)
+    assert {r["status"] for r in rows} == {"scheduled"}, "no worker: left for a claim"
+    messages = published.seen
     duplicated = {m for m, n in messages.items() if n > 1}
     dup_shards = {r["shard"] for r in rows if str(r["id"]) in duplicated}
-    assert dup_shards <= victim_shards, "only the crashed replica's last batch may repeat"
+    # The survivors publish the crashed replica's unclaimed executions once more (they
+    # cannot know what it published); nothing of the survivors' own shards repeats.
+    assert dup_shards <= victim_shards, "only the crashed replica's executions may repeat"
     print(f"takeover {takeover:.2f}s; {len(duplicated)} duplicate messages")
 
 
 async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_shards_up(
-    control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows
+    control_plane: ControlPlane,
+    namespace: str,
+    processes: Processes,
+    stored: StoreRows,
+    broker_url: str,
+    broker_prefix: str,
 ) -> None:
     a = processes.start("scheduler", "scheduler")
     processes.start("scheduler", "scheduler")
@@ -146,31 +152,35 @@ async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_sha
 
     old = await until(epochs_of_a, timeout=10, what="shard_epochs to show the 32/32 split")
 
-    a.signal(signal.SIGSTOP)
-    try:
-        await all_held_by(control_plane, namespace, {"scheduler-1"})
-        await falling_due(stored, 200, start=timedelta(seconds=1), spread=timedelta(seconds=2))
-    finally:
-        a.signal(signal.SIGCONT)
+    async with HeldWatch(broker_url, broker_prefix) as held:
+        a.signal(signal.SIGSTOP)
+        try:
+            await all_held_by(control_plane, namespace, {"scheduler-1"})
+            await falling_due(stored, 200, start=timedelta(seconds=1), spread=timedelta(seconds=2))
+        finally:
+            a.signal(signal.SIGCONT)
 
-    async def none_pending() -> bool:
-        return await pending(stored) == 0
+        async def all_published() -> bool:
+            ids = {r["id"] for r in await stored.fetch("SELECT id FROM executions")}
+            return len(ids) == 200 and ids <= set(held.arrived)
 
-    await until(none_pending, timeout=30, what="every execution dispatched")
+        await until(all_published, timeout=30, what="every execution dispatched")
+        # It drops the stale Leases, rejoins, and may get a fair share again: only under new
+        # epochs (taking a shard, it publishes its unclaimed executions once more).
+        balance = await balanced(control_plane, namespace, ["scheduler-0", "scheduler-1"])
+        await asyncio.sleep(1)
 
-    # It drops the stale Leases, rejoins, and may get a fair share again: only under new epochs.
-    held = await balanced(control_plane, namespace, ["scheduler-0", "scheduler-1"])
-    current = {
-        (r["shard"], r["epoch"])
-        for r in await stored.fetch(
-            "SELECT shard, epoch FROM shard_epochs WHERE shard = ANY($1::smallint[])",
-            sorted(held["scheduler-0"]),
-        )
-    }
-    assert current.isdisjoint(old), "a shard kept its stale epoch after the pause"
-    rows = await stored.fetch("SELECT shard, dispatch_epoch FROM executions")
-    stale = [r for r in rows if (r["shard"], r["dispatch_epoch"]) in old]
-    assert stale == [], "queued under an epoch the replica had lost"
+    regained = await stored.fetch(
+        "SELECT shard, epoch, taken_at FROM shard_epochs WHERE shard = ANY($1::smallint[])",
+        sorted(balance["scheduler-0"]),
+    )
+    assert {(r["shard"], r["epoch"]) for r in regained}.isdisjoint(old), (
+        "a shard kept its stale epoch after the pause"
+    )
+    # Before it took any shard again, it published nothing: every execution went out once.
+    back = min((r["taken_at"] for r in regained), default=datetime.now(UTC))
+    again = [i for i, times in held.arrived.items() if len(times) > 1 and times[1] < back]
+    assert again == [], "published under an epoch the replica had lost"
     assert a.alive()
 
 

@@ -19,6 +19,7 @@ from horae.models import ExecutionMessage, JobSource, JobSpec, RetryPolicy
 from horae.store import jobs, tenants
 from tests.support.invocations import invocations
 from tests.support.kube import free_port
+from tests.support.metrics import scrape, value
 from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
 from tests.support.queues import ready_messages
 from tests.support.scheduling import drain
@@ -392,20 +393,21 @@ async def test_a_long_handler_is_acked_at_claim_and_a_short_one_after_its_outcom
     await until(both_done, timeout=30, what="both handlers to succeed")
 
 
-async def test_queued_executions_of_paused_or_edited_jobs_never_reach_the_handler(
+async def test_published_executions_of_paused_or_edited_jobs_never_reach_the_handler(
     processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str,
-    tmp_path: Path,
+    tmp_path: Path, shared_default_pool: str,
 ) -> None:  # fmt: skip
     log = tmp_path / "calls.jsonl"
-    scheduler = processes.start("scheduler", "scheduler")
+    port = free_port()
+    scheduler = processes.start("scheduler", "scheduler", env={"HORAE_METRICS_PORT": str(port)})
     paused = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
     edited = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=2)
 
-    async def both_queued() -> bool:
-        n = await stored.count("SELECT count(*) FROM executions WHERE status = 'queued'")
-        return n == 2
+    async def both_published() -> bool:  # (the rows stay scheduled until claimed)
+        samples = await scrape(f"http://127.0.0.1:{port}/metrics")
+        return value(samples, "horae_dispatched_total") == 2
 
-    await until(both_queued, timeout=20, what="both executions on the queue")
+    await until(both_published, timeout=20, what="both executions on the queue")
     scheduler.stop()
     now = datetime.now(UTC)
     async with stored.on_job(paused["id"]) as conn:
@@ -415,13 +417,17 @@ async def test_queued_executions_of_paused_or_edited_jobs_never_reach_the_handle
                             now=now)  # fmt: skip
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
 
-    async def drained() -> bool:
-        n = await stored.count(
-            "SELECT count(*) FROM executions WHERE status = 'cancelled' AND error_kind = 'stale'"
-        )
-        return n == 2
+    # Both published executions are still scheduled: the pause and the edit cancel them at
+    # once, and their messages, delivered once a worker runs, find nothing to claim.
+    found = await stored.fetch("SELECT status::text FROM executions WHERE job_version = 1"
+                               " AND job_id = ANY($1)", [paused["id"], edited["id"]])  # fmt: skip
+    assert [r["status"] for r in found] == ["cancelled", "cancelled"]
 
-    await until(drained, timeout=20, what="both stale executions cancelled at claim")
+    async def delivered() -> bool:
+        return await ready_messages(broker_url, shared_default_pool) == 0
+
+    await until(delivered, timeout=20, what="both messages taken by the worker")
+    await asyncio.sleep(1)  # (a handler would have started by now)
     assert invocations(log) == []
 
 

@@ -19,6 +19,7 @@ from horae.store import jobs
 from tests.support.db_roles import LoginRoles
 from tests.support.invocations import invocations
 from tests.support.kube import free_port
+from tests.support.metrics import scrape, value
 from tests.support.processes import Processes
 from tests.support.store_rows import StoreRows
 from tests.support.wait import until, until_ready
@@ -34,7 +35,9 @@ async def test_executions_whose_claims_failed_on_the_connection_start_once_postg
     processes: Processes, stored: StoreRows, db_url: str, login_roles: LoginRoles, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
-    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": str(LEAD)})
+    scheduler_port = free_port()
+    lead = {"HORAE_DISPATCH_LEAD_SECONDS": str(LEAD), "HORAE_METRICS_PORT": str(scheduler_port)}
+    processes.start("scheduler", "scheduler", env=lead)
     port = free_port()
     processes.start("worker", "worker", "--tasks", TASKS, "--concurrency", "8",
                     env={"HORAE_TEST_LOG": str(log), "HORAE_METRICS_PORT": str(port)})  # fmt: skip
@@ -51,9 +54,9 @@ async def test_executions_whose_claims_failed_on_the_connection_start_once_postg
     ]  # fmt: skip
     await stored.create(new, now=now)
 
-    async def published() -> bool:
-        sql = "SELECT count(*) FROM executions WHERE tenant = 't' AND status = 'queued'"
-        return await stored.count(sql) == COUNT
+    async def published() -> bool:  # (the rows stay scheduled until claimed)
+        samples = await scrape(f"http://127.0.0.1:{scheduler_port}/metrics")
+        return value(samples, "horae_dispatched_total") == COUNT
 
     await until(published, timeout=LEAD - 2, interval=0.1, what="all published ahead")
     role = login_roles.names["worker"]
@@ -71,7 +74,7 @@ async def test_executions_whose_claims_failed_on_the_connection_start_once_postg
         await asyncio.sleep((last_due - datetime.now(UTC)).total_seconds() + 3)
         assert (
             await stored.count(
-                "SELECT count(*) FROM executions WHERE tenant = 't' AND status = 'queued'"
+                "SELECT count(*) FROM executions WHERE tenant = 't' AND status = 'scheduled'"
             )
             == COUNT
         ), "nothing was claimed while the worker could not reach Postgres"

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
 import aio_pika
+import asyncpg
 import pydantic
 
 from horae.models import ExecutionBatch, ExecutionMessage, JobSource, JobSpec
@@ -46,8 +47,24 @@ async def falling_due(
     return await stored.create(new, now=now)
 
 
-async def pending(stored: StoreRows) -> int:
-    return await stored.count("SELECT count(*) FROM executions WHERE status = 'scheduled'")
+class Published:
+    """What the scheduler published to the held queue so far (no pool serves the tests'
+    tenant `t`): each look drains the queue into `seen` (execution id -> messages)."""
+
+    def __init__(self, broker_url: str, prefix: str) -> None:
+        self._url = broker_url
+        self._queue = f"{prefix}.held"
+        self.seen: Counter[str] = Counter()
+
+    async def every_execution(self, stored: StoreRows) -> bool:
+        """Whether every execution in the store went out (the rows stay `scheduled`: no
+        worker claims them). False while the broker or the database is unreachable."""
+        try:
+            self.seen += await drain(self._url, self._queue)
+            ids = {str(r["id"]) for r in await stored.fetch("SELECT id FROM executions")}
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, aio_pika.AMQPException):
+            return False
+        return bool(ids) and ids <= set(self.seen)
 
 
 async def drain(broker_url: str, queue: str) -> Counter[str]:
