@@ -232,7 +232,7 @@ def backfills_get(backfill: BackfillArgument, output: OneOutputOption = "table")
 
 @backfills_app.command("cancel")
 def backfills_cancel(backfill: BackfillArgument, output: OneOutputOption = "table") -> None:
-    """Cancel a backfill: nothing more is created; its executions not dispatched yet end
+    """Cancel a backfill: nothing more is created; its executions not claimed yet end
     cancelled, those running finish."""
     from horae.errors import NotFound
     from horae.store import routing

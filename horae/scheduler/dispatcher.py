@@ -130,9 +130,9 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
         self._gate = TenantGate()
-        self._published: dict[tuple[uuid.UUID, datetime], tuple[int, float]] = {}
-        """(id, due_at) -> (shard, monotonic time of its last publish) of the executions
-        this replica published and has not yet seen claimed (`unclaimed`)."""
+        self._published: dict[tuple[uuid.UUID, datetime], tuple[int, float, bool]] = {}
+        """(id, due_at) -> (shard, monotonic time of its last publish, looked up since) of
+        the executions this replica published and has not yet seen claimed (`unclaimed`)."""
         self._buffered: dict[tuple[uuid.UUID, datetime], datetime] = {}
         """BufferOne executions held behind a running one (in the heap, still `scheduled`)
         whose next occurrence is scheduled already, with when each is looked at again."""
@@ -176,14 +176,21 @@ class Dispatcher:
         self, conn: Conn, now: datetime, redelivery: timedelta, *, check_after: timedelta
     ) -> list[Due]:
         """What this replica published that is still unclaimed after `redelivery` (counted
-        from the later of its publish and its due time), for the reaper to publish again; the
-        rest of what it published `check_after` ago or more (and due as long ago) is looked
-        up once: those claimed or ended meanwhile are forgotten."""
+        from the later of its publish and its due time), for the reaper to publish again.
+        Each published execution is looked up once `check_after` past both instants (most
+        have been claimed by then, and are forgotten), and those still unclaimed once more
+        after `redelivery`: so a backlog the workers have not reached yet costs two look-ups
+        per execution, not one every pass."""
         clock = time.monotonic()
+
+        def due_for_a_look(key: tuple[uuid.UUID, datetime], at: float, looked: bool) -> bool:
+            wait = redelivery if looked else check_after
+            return clock - at >= wait.total_seconds() and now - key[1] >= wait
+
         looked = [
-            key
-            for key, (_, at) in self._published.items()
-            if clock - at >= check_after.total_seconds() and now - key[1] >= check_after
+            (*key, shard)
+            for key, (shard, at, seen) in self._published.items()
+            if due_for_a_look(key, at, seen)
         ]
         if not looked:
             return []
@@ -193,13 +200,16 @@ class Dispatcher:
             if d.shard in self.epochs
         }
         again: list[Due] = []
-        for key in looked:
+        for id_, due_at, _ in looked:
+            key = (id_, due_at)
             d = waiting.get(key)
             sent = self._published.get(key)
             if d is None or sent is None:
                 self._published.pop(key, None)
             elif clock - sent[1] >= redelivery.total_seconds() and now - key[1] >= redelivery:
                 again.append(d)
+            else:
+                self._published[key] = (sent[0], sent[1], True)
         return again
 
     def republished(self, dues: Sequence[Due]) -> None:
@@ -207,7 +217,7 @@ class Dispatcher:
         clock = time.monotonic()
         for d in dues:
             if (d.id, d.due_at) in self._published:
-                self._published[d.id, d.due_at] = (d.shard, clock)
+                self._published[d.id, d.due_at] = (d.shard, clock, True)
 
     def resize(self, max_rows: int) -> None:
         """Hold at most `max_rows` from now on (a replica's cap is split over its groups, and
@@ -433,7 +443,7 @@ class Dispatcher:
         sent = time.monotonic()
         for plan in rounds.values():
             for d in plan.published:
-                self._published[d.id, d.due_at] = (d.shard, sent)
+                self._published[d.id, d.due_at] = (d.shard, sent, False)
         await self._settle(set(plans) - set(rounds), rounds)
         for plan in rounds.values():
             for d in plan.held:

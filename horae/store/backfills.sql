@@ -37,7 +37,7 @@ WHERE id = $1 AND ($2::text IS NULL OR tenant = $2) AND state = 'running'
 RETURNING id
 
 -- name: cancel_backfill_executions
--- A cancelled backfill's executions not dispatched yet end cancelled.
+-- A cancelled backfill's executions not claimed yet (published or not) end cancelled.
 UPDATE executions SET status = 'cancelled', finished_at = $2, error_kind = 'cancelled',
        error_message = 'backfill cancelled'
 WHERE backfill = $1 AND status = 'scheduled'

@@ -183,14 +183,16 @@ async def live_of_jobs(
 
 @translated
 async def still_scheduled(
-    conn: Conn, keys: Sequence[tuple[uuid.UUID, datetime]], chunk: int = 10_000
+    conn: Conn, keys: Sequence[tuple[uuid.UUID, datetime, int]], chunk: int = 5_000
 ) -> list[Due]:
-    """Which of these executions ((id, due_at)) are still `scheduled`: published, not
-    claimed."""
+    """Which of these executions ((id, due_at, shard)) are still `scheduled`: published,
+    not claimed."""
     found: list[Due] = []
     for i in range(0, len(keys), chunk):
         part = keys[i : i + chunk]
-        rows = await conn.fetch(Q["still_scheduled"], [k[0] for k in part], [k[1] for k in part])
+        rows = await conn.fetch(
+            Q["still_scheduled"], [k[0] for k in part], [k[1] for k in part], [k[2] for k in part]
+        )
         found += [Due(**dict(r)) for r in rows]
     return found
 

@@ -104,12 +104,13 @@ RETURNING e.id
 -- executions, with the worker holding each; and their executions still scheduled and due by
 -- $2 (published and not claimed yet, or waiting behind a running one, or due this round:
 -- the caller, which knows what it published, tells them apart), through
--- executions_job_status.
+-- executions_job_status (its predicate in the text, so that every plan may use it).
 SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner, attempt FROM executions
 WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'running')
 UNION ALL
 SELECT id, job_id, due_at, occurrence_at, status::text, lease_owner, attempt FROM executions
-WHERE job_id = ANY($1::uuid[]) AND status = 'scheduled' AND due_at <= $2
+WHERE job_id = ANY($1::uuid[]) AND status = 'scheduled' AND status NOT IN ('queued', 'running')
+  AND due_at <= $2
 
 -- name: request_cancel
 -- Fenced (lock_epochs): end the executions a Replace occurrence replaces, locked in id order
@@ -158,11 +159,17 @@ WHERE e.shard = fence.shard AND e.status = 'queued'
   AND (e.id, e.due_at) IN (SELECT * FROM unnest($3::uuid[], $4::timestamptz[]))
 
 -- name: still_scheduled
--- Which of these executions (published by this replica) no worker has claimed yet (reaper).
+-- Which of these executions (id, due_at, shard: published by this replica) no worker has
+-- claimed yet (reaper): one look-up of its key each (LIMIT keeps the subquery a nested
+-- loop's inner side, never a scan of every scheduled row to join with), one partition.
 SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt
-FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, due_at)
-JOIN executions e ON e.id = u.id AND e.due_at = u.due_at
-WHERE e.status = 'scheduled'
+FROM unnest($1::uuid[], $2::timestamptz[], $3::smallint[]) AS u(id, due_at, shard)
+CROSS JOIN LATERAL (
+    SELECT x.id, x.job_id, x.tenant, x.task, x.shard, x.due_at, x.occurrence_at, x.attempt
+    FROM executions x
+    WHERE x.id = u.id AND x.due_at = u.due_at AND x.shard = u.shard AND x.status = 'scheduled'
+    LIMIT 1
+) AS e
 
 -- name: expired_running
 -- Running executions of these shards whose lease ran out before $2 (reaper), with their policy.

@@ -235,7 +235,7 @@ async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
     )
     assert (queued, fenced) == (1, set())
     # Published, left scheduled: what the reaper looks up (and republishes when unclaimed).
-    assert await dispatch.still_scheduled(scheduler, [(due.id, due.due_at)]) == [due]
+    assert await dispatch.still_scheduled(scheduler, [(due.id, due.due_at, shard)]) == [due]
     # Rows an earlier release marked queued: none here, and the reaper may touch them.
     assert await dispatch.stale_queued(scheduler, [shard], NOW + timedelta(hours=1), 10) == []
     await dispatch.touch_queued(scheduler, shard, epoch, [due], NOW)

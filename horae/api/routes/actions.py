@@ -118,8 +118,8 @@ async def get_backfill(backfill_id: uuid.UUID, tenant: MayGet, store: StoreDep) 
 async def cancel_backfill(
     backfill_id: uuid.UUID, tenant: MayUpdate, store: StoreDep
 ) -> BackfillOut:
-    """Stop a backfill: nothing more is created, its executions not dispatched yet end
-    `cancelled` ("backfill cancelled"); those queued or running finish. Cancelling one that
-    ended answers it as it is."""
+    """Stop a backfill: nothing more is created, its executions not claimed yet (published
+    or not) end `cancelled` ("backfill cancelled"); those running finish. Cancelling one
+    that ended answers it as it is."""
     row = await routing.cancel_backfill(store, backfill_id, now=utc_now(), tenant=tenant)
     return BackfillOut.from_row(row)

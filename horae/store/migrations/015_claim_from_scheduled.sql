@@ -1,5 +1,5 @@
--- Dispatch no longer marks what it published `queued` (docs/architecture.md, "Execution
--- states"): a published execution stays `scheduled` until a worker claims it, so an
+-- Dispatch no longer marks what it published `queued` (docs/architecture.md, "The path of
+-- one execution"): a published execution stays `scheduled` until a worker claims it, so an
 -- execution writes one row version fewer (its heap tuple, an entry in every index that all
 -- versions enter, a row lock). Rows marked `queued` by earlier releases are still claimed,
 -- republished and shown as they were.

@@ -283,7 +283,9 @@ def test_a_pending_occurrence_is_not_due_yet_or_overdue() -> None:
     assert explain(facts(pending, now=DUE + 0.5 * S)).outcome == "in_progress"
     overdue = explain(facts(pending, now=DUE + 30 * S))
     assert overdue.outcome == "overdue"
-    assert overdue.verdict.startswith("due 30.0 s ago and not dispatched yet")
+    assert overdue.verdict.startswith(
+        "due 30.0 s ago and not claimed yet (published and waiting for a worker, or not"
+    )
 
 
 def test_a_manual_run_at_the_instant_is_explained_as_one() -> None:
