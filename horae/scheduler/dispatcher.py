@@ -130,16 +130,17 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
         self._gate = TenantGate()
-        self._published: dict[tuple[uuid.UUID, datetime], tuple[int, float, bool]] = {}
-        """(id, due_at) -> (shard, monotonic time of its last publish, looked up since) of
-        the executions this replica published and has not yet seen claimed (`unclaimed`)."""
+        self._published: dict[int, dict[tuple[uuid.UUID, datetime], tuple[float, bool]]] = {}
+        """Per owned shard, (id, due_at) -> (monotonic time of its last publish, looked up
+        since) of the executions this replica published and has not yet seen claimed
+        (`unclaimed`). Dropped with the shard: its next owner publishes those again."""
         self._buffered: dict[tuple[uuid.UUID, datetime], datetime] = {}
         """BufferOne executions held behind a running one (in the heap, still `scheduled`)
         whose next occurrence is scheduled already, with when each is looked at again."""
 
     def published(self) -> set[tuple[uuid.UUID, datetime]]:
         """(id, due_at) of what this replica published and has not yet seen claimed."""
-        return set(self._published)
+        return {key for keys in self._published.values() for key in keys}
 
     def held(self) -> list[Due]:
         """The executions waiting in the timer heap, soonest first."""
@@ -164,13 +165,8 @@ class Dispatcher:
     async def lose(self, shard: int) -> None:
         self.epochs.pop(shard, None)
         self._gained.discard(shard)
-        self._unpublish({shard})
+        self._published.pop(shard, None)
         metrics.report_owned(self.group, len(self.epochs))
-
-    def _unpublish(self, shards: set[int]) -> None:
-        """Forget what was published for `shards` (no longer ours: their next owner
-        publishes what is still unclaimed)."""
-        self._published = {k: v for k, v in self._published.items() if v[0] not in shards}
 
     async def unclaimed(
         self, conn: Conn, now: datetime, redelivery: timedelta, *, check_after: timedelta
@@ -189,35 +185,36 @@ class Dispatcher:
 
         looked = [
             (*key, shard)
-            for key, (shard, at, seen) in self._published.items()
+            for shard, keys in self._published.items()
+            for key, (at, seen) in keys.items()
             if due_for_a_look(key, at, seen)
         ]
         if not looked:
             return []
-        waiting = {
-            (d.id, d.due_at): d
-            for d in await store.still_scheduled(conn, looked)
-            if d.shard in self.epochs
-        }
+        waiting = {(d.id, d.due_at): d for d in await store.still_scheduled(conn, looked)}
         again: list[Due] = []
-        for id_, due_at, _ in looked:
+        for id_, due_at, shard in looked:
+            keys = self._published.get(shard, {})  # (the shard may be gone meanwhile)
             key = (id_, due_at)
+            sent = keys.get(key)
+            if sent is None:
+                continue
             d = waiting.get(key)
-            sent = self._published.get(key)
-            if d is None or sent is None:
-                self._published.pop(key, None)
-            elif clock - sent[1] >= redelivery.total_seconds() and now - key[1] >= redelivery:
+            if d is None:
+                del keys[key]  # claimed (or ended) meanwhile
+            elif due_for_a_look(key, sent[0], True):
                 again.append(d)
             else:
-                self._published[key] = (sent[0], sent[1], True)
+                keys[key] = (sent[0], True)
         return again
 
     def republished(self, dues: Sequence[Due]) -> None:
         """`dues` were published again now (the reaper): their redelivery timeout restarts."""
         clock = time.monotonic()
         for d in dues:
-            if (d.id, d.due_at) in self._published:
-                self._published[d.id, d.due_at] = (d.shard, clock, True)
+            keys = self._published.get(d.shard, {})
+            if (d.id, d.due_at) in keys:
+                keys[d.id, d.due_at] = (clock, True)
 
     def resize(self, max_rows: int) -> None:
         """Hold at most `max_rows` from now on (a replica's cap is split over its groups, and
@@ -250,7 +247,8 @@ class Dispatcher:
         added = 0
         for due in rows:
             key = (due.id, due.due_at)
-            if key not in self._known and key not in self._published and due.shard in self.epochs:
+            published = self._published.get(due.shard, ())
+            if key not in self._known and key not in published and due.shard in self.epochs:
                 self._known.add(key)
                 heapq.heappush(self._heap, (self._publish_at(due), due.id.int, due))
                 added += 1
@@ -441,9 +439,12 @@ class Dispatcher:
             return
         self._forget(batch)
         sent = time.monotonic()
-        for plan in rounds.values():
+        for shard, plan in rounds.items():
+            if shard not in self.epochs:
+                continue  # lost while the round ran: its next owner publishes again
+            keys = self._published.setdefault(shard, {})
             for d in plan.published:
-                self._published[d.id, d.due_at] = (d.shard, sent, False)
+                keys[d.id, d.due_at] = (sent, False)
         await self._settle(set(plans) - set(rounds), rounds)
         for plan in rounds.values():
             for d in plan.held:
@@ -541,7 +542,11 @@ class Dispatcher:
                 by_shard[d.shard].append(d)
             for shard, dues in by_shard.items():
                 plans[shard] = await decide(
-                    conn, dues, now, waiting=self._buffered.keys(), published=self._published
+                    conn,
+                    dues,
+                    now,
+                    waiting=self._buffered.keys(),
+                    published=self._published.get(shard, {}),
                 )
         held = [d for plan in plans.values() for d in plan.held]
         if held:
@@ -557,7 +562,7 @@ class Dispatcher:
             log.warning("fenced out of shard %d; dropping it", shard, extra={"shard": shard})
             metrics.fenced_writes.inc()
             self.epochs.pop(shard, None)
-            self._unpublish({shard})
+            self._published.pop(shard, None)
             await self._on_fenced(shard)
         for shard, plan in rounds.items():
             if shard not in fenced:

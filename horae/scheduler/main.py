@@ -103,9 +103,8 @@ def build(
         reaper = Reaper(
             database,
             publisher,
-            epochs=lambda: dispatcher.epochs,
+            dispatcher,
             redelivery_timeout=cfg.redelivery_timeout,
-            published=dispatcher,
             dead_webhook=cfg.dead_webhook,
         )
         feeder = Feeder(database, epochs=lambda: dispatcher.epochs)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -49,19 +48,18 @@ class Reaper:
         self,
         pool: Database,
         publisher: Publisher,
+        dispatcher: Dispatcher,
         *,
-        epochs: Callable[[], dict[int, int]],
         redelivery_timeout: timedelta,
-        published: Dispatcher | None = None,
         check_after: timedelta = CHECK_AFTER,
         period: timedelta = timedelta(seconds=5),
         dead_webhook: str | None = None,
     ) -> None:
         self._pool = pool
-        self._published = published
+        self._dispatcher = dispatcher
+        """The group's dispatcher: the shards it holds (their epochs) and what it published."""
         self._check_after = check_after
         self._publisher = publisher
-        self._epochs = epochs
         self._redelivery = redelivery_timeout
         self._period = period.total_seconds()
         self._webhook = alerts.DeadWebhook(dead_webhook)
@@ -70,21 +68,19 @@ class Reaper:
 
     async def sweep(self) -> tuple[int, int]:
         """One pass; returns (republished, leases lost)."""
-        epochs = dict(self._epochs())
+        epochs = dict(self._dispatcher.epochs)
         if not epochs:
             return 0, 0
         shards = sorted(epochs)
         async with self._pool.acquire() as conn:
             await self._clock.sync(conn)
             now = self._clock.now()
-            unclaimed: list[Due] = []
-            if self._published is not None:
-                unclaimed = await self._published.unclaimed(
-                    conn, now, self._redelivery, check_after=self._check_after
-                )
-                if unclaimed:
-                    await self._publisher.publish_batch([message(d) for d in unclaimed])
-                    self._published.republished(unclaimed)
+            unclaimed = await self._dispatcher.unclaimed(
+                conn, now, self._redelivery, check_after=self._check_after
+            )
+            if unclaimed:
+                await self._publisher.publish_batch([message(d) for d in unclaimed])
+                self._dispatcher.republished(unclaimed)
             stale = await store.stale_queued(conn, shards, now - self._redelivery, BATCH)
             if stale:
                 await self._publisher.publish_batch([message(d) for d in stale])

@@ -8,10 +8,9 @@ import signal
 import time
 from datetime import UTC, datetime, timedelta
 
-from tests.support.held import HeldWatch
 from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
-from tests.support.scheduling import Published, falling_due, holders, lease_versions
+from tests.support.scheduling import HeldWatch, Published, falling_due, holders, lease_versions
 from tests.support.store_rows import StoreRows
 from tests.support.wait import readiness, until, until_ready
 
@@ -168,7 +167,6 @@ async def test_a_paused_replica_past_its_lease_cannot_dispatch_and_gives_its_sha
         # It drops the stale Leases, rejoins, and may get a fair share again: only under new
         # epochs (taking a shard, it publishes its unclaimed executions once more).
         balance = await balanced(control_plane, namespace, ["scheduler-0", "scheduler-1"])
-        await asyncio.sleep(1)
 
     regained = await stored.fetch(
         "SELECT shard, epoch, taken_at FROM shard_epochs WHERE shard = ANY($1::smallint[])",

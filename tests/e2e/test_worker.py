@@ -423,11 +423,11 @@ async def test_published_executions_of_paused_or_edited_jobs_never_reach_the_han
                                " AND job_id = ANY($1)", [paused["id"], edited["id"]])  # fmt: skip
     assert [r["status"] for r in found] == ["cancelled", "cancelled"]
 
-    async def delivered() -> bool:
-        return await ready_messages(broker_url, shared_default_pool) == 0
+    async def acked() -> bool:  # taken off the queue, and let go (a claim finds them ended)
+        ready = await ready_messages(broker_url, shared_default_pool)
+        return ready == 0 and await asyncio.to_thread(unacked, broker_url, shared_default_pool) == 0
 
-    await until(delivered, timeout=20, what="both messages taken by the worker")
-    await asyncio.sleep(1)  # (a handler would have started by now)
+    await until(acked, timeout=20, what="both messages taken by the worker and acked")
     assert invocations(log) == []
 
 

@@ -16,7 +16,7 @@ from horae import broker
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store.db import Database
 from tests.integration.test_dispatcher import job_in_shard
-from tests.support.held import drain_held
+from tests.support.scheduling import messages
 from tests.support.wait import until
 
 pytestmark = pytest.mark.one_group  # one group's dispatcher on its database
@@ -52,7 +52,9 @@ async def test_a_round_failing_with_an_unclassified_error_does_not_stop_dispatch
     try:
 
         async def published() -> bool:
-            return {job_id} == {m.job_id for m in await drain_held(broker_url, broker_prefix)}
+            return {job_id} == {
+                m.job_id for m in await messages(broker_url, f"{broker_prefix}.held")
+            }
 
         await until(published, timeout=20, interval=0.2, what="the execution dispatched")
         assert calls >= 2, "dispatched in a later round, after the failed one"

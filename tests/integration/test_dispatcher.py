@@ -26,6 +26,7 @@ from horae.store.db import Database, connect
 from horae.store.executions import Claimed
 from tests.support import transitions
 from tests.support.groups import job_in
+from tests.support.scheduling import messages
 from tests.support.wait import until
 
 # One group's dispatcher on its database (a dispatcher per group: test_scheduler_groups).
@@ -220,8 +221,7 @@ async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_du
             job_id, published, due_ago,
         )  # fmt: skip
     await d.gain(1)
-    reaper = Reaper(Database(pool), publisher, epochs=lambda: d.epochs,
-                    redelivery_timeout=timedelta(seconds=10))  # fmt: skip
+    reaper = Reaper(Database(pool), publisher, d, redelivery_timeout=timedelta(seconds=10))
     assert await reaper.sweep() == (2, 0)
 
     connection = await broker.connect(broker_url)
@@ -275,21 +275,13 @@ async def test_what_the_dispatcher_published_stays_scheduled_and_only_the_unclai
     await d.refresh()
     assert d.held() == [], "a re-read loaded what was published"
     await asyncio.sleep(1.1)
-    reaper = Reaper(Database(pool), publisher, epochs=lambda: d.epochs, published=d,
-                    redelivery_timeout=timedelta(seconds=1), check_after=timedelta())  # fmt: skip
+    reaper = Reaper(Database(pool), publisher, d, redelivery_timeout=timedelta(seconds=1),
+                    check_after=timedelta())  # fmt: skip
     assert await reaper.sweep() == (2, 0)
     assert await reaper.sweep() == (0, 0), "republished again before its timeout ran out"
     assert {k[0] for k in d.published()} == {r["id"] for r in rows if r["job_id"] != ids[0]}
 
-    connection = await broker.connect(broker_url)
-    try:
-        channel = await connection.channel()
-        queue = await channel.get_queue(broker.Names(broker_prefix).held)  # no pool: held
-        sent: list[uuid.UUID] = []
-        while (got := await queue.get(no_ack=True, fail=False)) is not None:
-            sent += [e.job_id for e in ExecutionBatch.model_validate_json(got.body).executions]
-    finally:
-        await connection.close()
+    sent = [m.job_id for m in await messages(broker_url, f"{broker_prefix}.held")]  # no pool
     assert sorted(sent) == sorted([ids[0], ids[1], ids[1], ids[2], ids[2]])
 
 

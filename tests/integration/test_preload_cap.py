@@ -16,7 +16,7 @@ from horae.models import JobSource, JobSpec
 from horae.scheduler.dispatcher import Dispatcher
 from horae.store import jobs
 from horae.store.db import Database
-from tests.support.held import drain_held
+from tests.support.scheduling import messages
 from tests.support.wait import until
 
 # One group's dispatcher on its database (the cap split over groups: test_scheduler_groups).
@@ -67,7 +67,7 @@ async def test_a_capped_replica_never_holds_more_than_its_cap_and_dispatches_eve
         await asyncio.gather(*loops, return_exceptions=True)
     assert d.peak == 500, f"held {d.peak} at most"
     assert REGISTRY.get_sample_value("horae_preload_peak") == 500
-    sent = await drain_held(broker_url, broker_prefix)
+    sent = await messages(broker_url, f"{broker_prefix}.held")
     assert len(sent) == 5000 and len({m.execution_id for m in sent}) == 5000, "each once"
     # the earliest due first: nothing waited while one due over a second later went out
     latest = sent[0].due_at

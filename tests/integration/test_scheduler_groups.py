@@ -27,8 +27,8 @@ from horae.store.groups import MAIN, Store
 from horae.store.moves import move_shards
 from tests.support.db_roles import LoginRoles
 from tests.support.groups import SECOND, SECOND_DB, drop_database, job_in, split_store
-from tests.support.held import HeldWatch
 from tests.support.kube import ControlPlane
+from tests.support.scheduling import HeldWatch
 from tests.support.wait import until
 
 

@@ -67,23 +67,57 @@ class Published:
         return bool(ids) and ids <= set(self.seen)
 
 
-async def drain(broker_url: str, queue: str) -> Counter[str]:
-    """Take every message off `queue`; count the executions they carry, by execution id."""
-    seen: Counter[str] = Counter()
+async def messages(broker_url: str, queue: str) -> list[ExecutionMessage]:
+    """Take every message off `queue`: the executions they carry, in the order published."""
+    found: list[ExecutionMessage] = []
     connection = await aio_pika.connect(broker_url)
     try:
         channel = await connection.channel()
         q = await channel.declare_queue(queue, passive=True)
-        while True:
-            msg = await q.get(no_ack=True, fail=False)
-            if msg is None:
-                break
-            try:
-                executions = ExecutionBatch.model_validate_json(msg.body).executions
-            except pydantic.ValidationError:
-                executions = [ExecutionMessage.model_validate_json(msg.body)]
-            for execution in executions:
-                seen[str(execution.execution_id)] += 1
+        while (msg := await q.get(no_ack=True, fail=False)) is not None:
+            found += _executions(msg.body)
     finally:
         await connection.close()
-    return seen
+    return found
+
+
+async def drain(broker_url: str, queue: str) -> Counter[str]:
+    """Take every message off `queue`; count the executions they carry, by execution id."""
+    return Counter(str(m.execution_id) for m in await messages(broker_url, queue))
+
+
+def _executions(body: bytes) -> list[ExecutionMessage]:
+    try:
+        return ExecutionBatch.model_validate_json(body).executions
+    except pydantic.ValidationError:
+        return [ExecutionMessage.model_validate_json(body)]
+
+
+class HeldWatch:
+    """Consumes the held queue (`<prefix>.held`: no WorkerPool serves the tests' tenants)
+    while open: every execution that arrives, with when (`arrived`: execution id -> arrival
+    times), so a test without workers sees what the scheduler published, how often, when."""
+
+    def __init__(self, broker_url: str, prefix: str) -> None:
+        self._url = broker_url
+        self._queue = f"{prefix}.held"
+        self._connection: aio_pika.abc.AbstractConnection | None = None
+        self.arrived: dict[uuid.UUID, list[datetime]] = {}
+
+    async def __aenter__(self) -> HeldWatch:
+        self._connection = await aio_pika.connect(self._url)
+        channel = await self._connection.channel()
+        queue = await channel.declare_queue(self._queue, passive=True)
+
+        async def note(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            at = datetime.now(UTC)
+            for e in _executions(message.body):
+                self.arrived.setdefault(e.execution_id, []).append(at)
+            await message.ack()
+
+        await queue.consume(note)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._connection is not None:
+            await self._connection.close()
