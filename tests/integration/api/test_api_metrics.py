@@ -40,12 +40,18 @@ class Api:
         return Path(entry.split(b"=", 1)[1].decode())
 
     def server_processes(self) -> list[int]:
-        """The pids of uvicorn's server processes (children of `horae api`'s)."""
+        """The pids of uvicorn's server processes (children of `horae api`'s), but one that
+        exits while they are read (a killed one being reaped)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
-        pids = [int(pid) for pid in children.split()]
-        return [
-            p for p in pids if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()
-        ]
+        return [int(pid) for pid in children.split() if _serves(int(pid))]
+
+
+def _serves(pid: int) -> bool:
+    """Whether `pid` is a live server process, not multiprocessing's resource tracker."""
+    try:
+        return b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (ProcessLookupError, FileNotFoundError):
+        return False  # gone meanwhile
 
 
 def start_api(db_url: str, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
