@@ -239,10 +239,24 @@ SELECT horae_record_runs($1::uuid[], $2::execution_status[], $3::bool[], $4::uui
                          $6::timestamptz)
 
 -- name: job_executions
--- A job's executions, newest first, before a cursor (due_at, id).
-SELECT * FROM executions
-WHERE job_id = $1
-  AND ($2::timestamptz IS NULL OR (due_at, id) < ($2, $3::uuid))
+-- A job's executions, newest first, before a cursor (due_at, id): the newest of each status
+-- (one probe of executions_job_status per status but queued and running, whose predicate
+-- is in the text so that every plan may use it; queued and running ones through
+-- executions_job_live), merged. No read of the job's whole history.
+SELECT * FROM (
+    SELECT e.* FROM unnest(enum_range(NULL::execution_status)) AS s(status)
+    CROSS JOIN LATERAL (
+        SELECT * FROM executions x
+        WHERE x.job_id = $1 AND x.status = s.status AND x.status NOT IN ('queued', 'running')
+          AND ($2::timestamptz IS NULL OR (x.due_at, x.id) < ($2, $3::uuid))
+        ORDER BY x.due_at DESC, x.id DESC
+        LIMIT $4) e
+    WHERE s.status NOT IN ('queued', 'running')
+    UNION ALL
+    SELECT * FROM executions
+    WHERE job_id = $1 AND status IN ('queued', 'running')
+      AND ($2::timestamptz IS NULL OR (due_at, id) < ($2, $3::uuid))
+) a
 ORDER BY due_at DESC, id DESC
 LIMIT $4
 
@@ -286,33 +300,62 @@ SELECT id, cancel_requested FROM horae_heartbeat($1, $2, $3, $4::uuid[])
 SELECT pg_advisory_xact_lock_shared(hashtext('horae_catalog'))
 
 -- name: recent_of_job
--- A job's newest executions that were dispatched or resolved (what Execution mirrors show).
-SELECT * FROM executions
-WHERE job_id = $1 AND status <> 'scheduled'
+-- A job's newest executions that were dispatched or resolved (what Execution mirrors show):
+-- the newest of each ended status through executions_job_status, and the queued and running
+-- ones through executions_job_live, merged.
+SELECT * FROM (
+    SELECT e.* FROM unnest(enum_range(NULL::execution_status)) AS s(status)
+    CROSS JOIN LATERAL (
+        SELECT * FROM executions x
+        WHERE x.job_id = $1 AND x.status = s.status
+          AND x.status NOT IN ('scheduled', 'queued', 'running')
+        ORDER BY x.due_at DESC, x.id DESC
+        LIMIT $2) e
+    WHERE s.status NOT IN ('scheduled', 'queued', 'running')
+    UNION ALL
+    SELECT * FROM executions WHERE job_id = $1 AND status IN ('queued', 'running')
+) a
 ORDER BY due_at DESC, id DESC
 LIMIT $2
 
 -- name: recent_of_job_by_outcome
 -- A job's queued and running executions, its $2 newest succeeded ones and its $3 newest that
--- ended otherwise (what Execution mirrors show under CronJob-style history limits).
+-- ended otherwise (what Execution mirrors show under CronJob-style history limits); each
+-- status through its own probe of executions_job_status.
 (SELECT * FROM executions WHERE job_id = $1 AND status IN ('queued', 'running'))
 UNION ALL
-(SELECT * FROM executions WHERE job_id = $1 AND status = 'succeeded'
+(SELECT * FROM executions
+ WHERE job_id = $1 AND status = 'succeeded' AND status NOT IN ('queued', 'running')
  ORDER BY due_at DESC, id DESC LIMIT $2)
 UNION ALL
-(SELECT * FROM executions
- WHERE job_id = $1 AND status IN ('failed', 'timed_out', 'dead', 'cancelled', 'skipped')
+(SELECT * FROM (
+    SELECT e.* FROM unnest('{failed, timed_out, dead, cancelled, skipped}'::execution_status[])
+         AS s(status)
+    CROSS JOIN LATERAL (
+        SELECT * FROM executions x
+        WHERE x.job_id = $1 AND x.status = s.status AND x.status NOT IN ('queued', 'running')
+        ORDER BY x.due_at DESC, x.id DESC
+        LIMIT $3) e
+ ) a
  ORDER BY due_at DESC, id DESC LIMIT $3)
 
 -- name: job_run_times
 -- When a job's newest dispatched scheduled occurrence was due (nominally: manual runs and
--- retries left out) and when its newest succeeded execution finished (a ScheduledJob's
--- status.lastScheduleTime and status.lastSuccessfulTime).
-SELECT (SELECT occurrence_at FROM executions
-        WHERE job_id = $1 AND attempt = 1 AND NOT manual
-          AND (enqueued_at IS NOT NULL OR started_at IS NOT NULL)
-        ORDER BY due_at DESC LIMIT 1) AS last_schedule,
-       (SELECT finished_at FROM executions WHERE job_id = $1 AND status = 'succeeded'
+-- retries left out; newest by occurrence, through executions_occurrence and, for a
+-- cancelled one, executions_occurrence_rest) and when its newest succeeded execution
+-- finished (through executions_job_status): a ScheduledJob's status.lastScheduleTime and
+-- status.lastSuccessfulTime.
+SELECT greatest(
+           (SELECT occurrence_at FROM executions
+            WHERE job_id = $1 AND attempt = 1 AND status <> 'cancelled' AND NOT manual
+              AND (enqueued_at IS NOT NULL OR started_at IS NOT NULL)
+            ORDER BY occurrence_at DESC LIMIT 1),
+           (SELECT occurrence_at FROM executions
+            WHERE job_id = $1 AND attempt = 1 AND status = 'cancelled' AND NOT manual
+              AND (enqueued_at IS NOT NULL OR started_at IS NOT NULL)
+            ORDER BY occurrence_at DESC LIMIT 1)) AS last_schedule,
+       (SELECT finished_at FROM executions
+        WHERE job_id = $1 AND status = 'succeeded' AND status NOT IN ('queued', 'running')
         ORDER BY due_at DESC, id DESC LIMIT 1) AS last_success
 
 -- name: shard_moved_out

@@ -60,8 +60,12 @@ WHERE job_id = $1 AND status IN ('queued', 'running')
 -- executions (a worker's outcome, a dispatch round, the reaper) locks them first and their
 -- jobs after, so a change of the job (pause, cancel, edit) that locked the job first and then
 -- its executions deadlocked with them.
+-- (Scheduled ones through executions_job_status, queued and running ones through
+-- executions_job_live: the two arms name each index's predicate.)
 SELECT 1 FROM executions
-WHERE job_id = $1 AND status IN ('scheduled', 'queued', 'running')
+WHERE job_id = $1
+  AND ((status = 'scheduled' AND status NOT IN ('queued', 'running'))
+       OR status IN ('queued', 'running'))
   AND ($2::text IS NULL OR tenant = $2)
 ORDER BY id
 FOR UPDATE
@@ -166,9 +170,18 @@ SELECT id FROM jobs WHERE id = ANY($1::uuid[])
 
 -- name: latest_attempt
 -- The latest attempt of one occurrence of a job (due no earlier than a day before it).
-SELECT id, attempt, status FROM executions
-WHERE job_id = $1 AND occurrence_at = $2 AND due_at >= $2 - interval '1 day'
-ORDER BY attempt DESC LIMIT 1
+-- (first attempts through executions_occurrence, the others through
+-- executions_occurrence_rest, as explain's occurrence_rows reads them).
+SELECT id, attempt, status FROM (
+    (SELECT id, attempt, status, due_at FROM executions
+     WHERE job_id = $1 AND occurrence_at = $2 AND due_at >= $2 - interval '1 day'
+       AND attempt = 1 AND status <> 'cancelled')
+    UNION ALL
+    (SELECT id, attempt, status, due_at FROM executions
+     WHERE job_id = $1 AND occurrence_at = $2 AND due_at >= $2 - interval '1 day'
+       AND (attempt > 1 OR status = 'cancelled'))
+) a
+ORDER BY attempt DESC, due_at DESC LIMIT 1
 
 -- name: lock_tenant_quotas
 -- Serialise quota checks of these tenants (in the given order: sorted) for the transaction.
