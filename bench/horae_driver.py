@@ -6,6 +6,7 @@ through the job API (`POST /jobs:batch`), run by real `horae` processes on this 
     .venv/bin/python -m bench.horae_driver --scenario failover --rate 1000
     .venv/bin/python -m bench.horae_driver --scenario worker-faults --rate 1000
     .venv/bin/python -m bench.horae_driver --scenario sustained --rate 2000 --groups 2
+    .venv/bin/python -m bench.horae_driver --scenario cron --rate 2000 --seconds 60
 
 `--groups 2` splits the store over the two local PostgreSQL clusters (bench.harness:
 the odd shards in group `second`, on HORAE_SECOND_DATABASE_URL's cluster) before anything
@@ -20,7 +21,11 @@ handlers each (a no-op). Start lag is `started_at - due_at` from the executions 
 stderr and one `Result` JSON line on stdout per scenario (three for `failover`: a
 scheduler SIGKILLed and restarted in place, one SIGKILLed and replaced by a new pod, and a
 rolling restart; two for `worker-faults`: a worker SIGKILLed
-and a worker frozen with SIGSTOP for 10 s).
+and a worker frozen with SIGSTOP for 10 s). `cron` is the recurring load instead of
+one-offs: `--rate` jobs firing every second (`* * * * * *`), so each run's next occurrence
+is the scheduler's insert and each run rewrites its job's row (its next fire time, its
+latest outcome); its Result counts every run of the jobs (a Horae-only scenario: the peers'
+load is one-offs).
 """
 
 from __future__ import annotations
@@ -107,23 +112,29 @@ async def owns_shards(stores: Stores, identity: str, timeout: float = 30) -> Non
     log(f"{identity} holds no shard after {timeout:g} s")
 
 
-async def create(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
-    """Each tenant's arrivals as that tenant, in batches, the tenants concurrently."""
+async def post_jobs(
+    http: aiohttp.ClientSession, by_tenant: dict[str, list[dict[str, object]]]
+) -> None:
+    """Each tenant's job specs as that tenant, in batches, the tenants concurrently."""
 
-    async def as_tenant(tenant: str, mine: list[Arrival]) -> None:
+    async def as_tenant(tenant: str, jobs: list[dict[str, object]]) -> None:
         headers = {"Authorization": f"Bearer {TOKEN}-{tenant}"}
-        jobs = [{"task": "bench.noop", "run_at": a.due.isoformat(), "payload": {"seq": a.seq}}
-                for a in mine]  # fmt: skip
         for i in range(0, len(jobs), BATCH):
             body = {"jobs": jobs[i : i + BATCH]}
             async with http.post("/jobs:batch", json=body, headers=headers) as r:
                 if r.status != 201:
                     raise SystemExit(f"POST /jobs:batch answered {r.status}: {await r.text()}")
 
-    by_tenant: dict[str, list[Arrival]] = {}
+    await asyncio.gather(*(as_tenant(t, jobs) for t, jobs in by_tenant.items()))
+
+
+async def create(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
+    """Each tenant's arrivals as one-offs of that tenant."""
+    by_tenant: dict[str, list[dict[str, object]]] = {}
     for a in arrivals:
-        by_tenant.setdefault(a.tenant, []).append(a)
-    await asyncio.gather(*(as_tenant(t, mine) for t, mine in by_tenant.items()))
+        spec = {"task": "bench.noop", "run_at": a.due.isoformat(), "payload": {"seq": a.seq}}
+        by_tenant.setdefault(a.tenant, []).append(spec)
+    await post_jobs(http, by_tenant)
 
 
 async def feed(http: aiohttp.ClientSession, arrivals: list[Arrival]) -> None:
@@ -421,10 +432,87 @@ async def run_worker_faults(rate: int, freeze: float) -> None:
               flush=True)  # fmt: skip
 
 
+async def drained(stores: Stores) -> None:
+    """Until no execution is running."""
+    while True:
+        if not await stores.sum("SELECT count(*) FROM executions WHERE status = 'running'"):
+            return
+        await asyncio.sleep(0.5)
+
+
+async def run_cron(jobs: int, seconds: int) -> None:
+    """`jobs` cron jobs firing every second (10 tenants), created through the API; runs for
+    `seconds` from their first fire time, then the scheduler is stopped (SIGTERM) and the
+    runs it published finish. Every figure covers every run: start lags, CPU and WAL per
+    execution, and how many of the jobs rows' updates were HOT (no index entry)."""
+    async with horae_system("cron", 1) as system:
+        start_horae(system, schedulers=1, workers=2, concurrency=64)
+        stores = await Stores.open(system.groups)
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{PORT}") as http:
+                await ready(stores, http, system)
+                before = await stores.usage()
+                cpu_before = cpu_snapshot(system.pids())
+                await post_jobs(http, {
+                    t: [{"task": "bench.noop", "cron": "* * * * * *", "payload": {"seq": i}}
+                        for i in range(n, jobs, len(TENANTS))]
+                    for n, t in enumerate(TENANTS)
+                })  # fmt: skip
+                first_due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+            log(f"cron: {jobs} jobs firing every second from {first_due:%H:%M:%S}")
+            watch, watching = PgWatch(stores, first_due), asyncio.Event()
+            sampling = asyncio.create_task(watch.run(watching))
+            try:
+                await asyncio.sleep((first_due - datetime.now(UTC)).total_seconds() + seconds)
+                scheduler_cpu = cpu_snapshot(system.pids())["scheduler-0"]  # before it ends
+                system.signal("scheduler-0", signal.SIGTERM)
+                await asyncio.to_thread(system.wait, "scheduler-0")
+                stopped = datetime.now(UTC)
+                await asyncio.sleep(3)  # the last published runs: claimed
+                await drained(stores)
+            finally:
+                watching.set()
+                await sampling
+            cpu = cpu_delta(
+                cpu_before, cpu_snapshot(system.pids()) | {"scheduler-0": scheduler_cpu}
+            )
+            done = await succeeded(stores)
+            finished = sum(done.values())
+            await asyncio.sleep(1)  # the statistics of the last transactions
+            window = await stores.since(before)
+            wal = sum(window.wal_bytes.values())
+            updates, hot = (await stores.concat(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'jobs'"
+            ))[0]  # fmt: skip
+            await log_top_statements(stores)
+            # every run that started, and every one due 2 s before the scheduler stopped
+            # (those due after it were not published) that did not
+            lag, starts, _ = await lags(stores, first_due)
+            missed = await stores.sum(
+                "SELECT count(*) FROM executions WHERE started_at IS NULL AND due_at < $1",
+                stopped - timedelta(seconds=2),
+            )
+            peak = system.peak_rss_mib()
+        finally:
+            await stores.close()
+    series = watch.per_second()
+    for line in pgwatch.report(series, lag, starts):
+        log(line)
+    notes = (f"{processes(1, 1)}; {jobs} cron jobs every second for {seconds} s; {finished} "
+             f"succeeded; WAL {wal / max(1, finished) / 1024:.2f} KiB per execution; jobs rows "
+             f"updated {updates:,} times, {hot:,} of them HOT; "
+             f"{pgwatch.summary(series)}")  # fmt: skip
+    print(result("cron", len(lag) + missed, lag, starts, rate=jobs, peak_rss_mib=peak,
+                 statements_per_execution=sum(window.statements.values()) / max(1, finished),
+                 cpu_seconds=cpu, notes=notes, groups=figures(window, done),
+                 postgres=series).to_json(), flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scenario", required=True,
-                        choices=["sustained", "top", "failover", "worker-faults"])  # fmt: skip
+                        choices=["sustained", "top", "failover", "worker-faults",
+                                 "cron"])  # fmt: skip
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=120)
     parser.add_argument("--count", type=int, default=20_000)
@@ -442,7 +530,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.one_cluster and (args.groups != 2 or args.scenario != "sustained"):
         parser.error("--one-cluster: with --groups 2 and --scenario sustained only")
-    if args.groups != 1 and args.scenario in ("failover", "worker-faults"):
+    if args.groups != 1 and args.scenario in ("failover", "worker-faults", "cron"):
         parser.error("--groups: sustained and top only")
     if args.scenario == "sustained":
         asyncio.run(run_sustained(args.rate, args.seconds, groups=args.groups,
@@ -451,6 +539,8 @@ def main() -> None:
         asyncio.run(run_top(args.count, args.lead, args.groups))
     elif args.scenario == "failover":
         asyncio.run(run_failover(args.rate, args.lease))
+    elif args.scenario == "cron":
+        asyncio.run(run_cron(args.rate, args.seconds))
     else:
         asyncio.run(run_worker_faults(args.rate, args.freeze))
 
