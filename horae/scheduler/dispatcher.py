@@ -430,7 +430,7 @@ class Dispatcher:
         plans, batch = await self._plan(batch, ours, now)
         epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
         try:
-            rounds, recorded, took = await self._publish_and_record(plans, epochs)
+            rounds, recorded, took = await self._record_and_publish(plans, epochs)
         except Exception:
             log.exception("dispatch failed; the batch stays scheduled and is re-read")
             self._forget(batch)
@@ -456,29 +456,36 @@ class Dispatcher:
             *took,
         )
 
-    async def _publish_and_record(
+    async def _record_and_publish(
         self, plans: dict[int, Plan], epochs: dict[int, int]
     ) -> tuple[dict[int, ShardDispatch], int, tuple[float, float]]:
-        """Publish the plans of the shards still ours and record them, all in one fenced
-        transaction (`store.fenced`): a shard taken meanwhile, by another replica or by a
-        move to another store group, waits for it, so its next owner reads what this round
-        decided (skips, next occurrences) and publishes again only what is still unclaimed.
+        """Record the plans of the shards still ours in one fenced transaction
+        (`store.fenced`: a shard taken meanwhile, by another replica or by a move to
+        another store group, waits for it, so its next owner reads what this round decided:
+        skips, ended predecessors, next occurrences), then, once it is committed, publish
+        them. So a worker claiming a cron job's execution finds its next occurrence
+        scheduled already, and never waits for this round's transaction to learn whether
+        it must schedule it itself (it did before: claims waited on rounds, and the two
+        batched inserts deadlocked). A crash or a failed publish after the commit leaves
+        the rows `scheduled` and unpublished: they are read and published again (their
+        record is idempotent); a shard taken between the commit and the publish is
+        published by both owners (a duplicate message, which the claim drops).
         (The rounds recorded, executions published, (publish, record) seconds.)"""
         started = time.monotonic()
         async with self._pool.acquire() as conn, store.fenced(conn, epochs) as held:
             rounds = {s: self._round(epochs[s], plans[s]) for s in sorted(held)}
-            to_publish = [d for plan in rounds.values() for d in plan.published]
-            if to_publish:
-                await self._publisher.publish_batch([message(d) for d in to_publish])
-            published = utc_now()
-            publish_took = time.monotonic() - started
-            for d in to_publish:
-                # A BufferOne execution that waited is late by its wait: from its last look.
-                since = self._buffered.get((d.id, d.due_at), self._publish_at(d))
-                metrics.dispatch_lag.observe((published - since).total_seconds())
-            recorded = await store.record_round(conn, rounds, published)
-        record_took = time.monotonic() - started - publish_took
+            recorded = await store.record_round(conn, rounds, utc_now())
+        record_took = time.monotonic() - started
         metrics.dispatch_record.labels(self.group).observe(record_took)
+        to_publish = [d for plan in rounds.values() for d in plan.published]
+        if to_publish:
+            await self._publisher.publish_batch([message(d) for d in to_publish])
+        published = utc_now()
+        for d in to_publish:
+            # A BufferOne execution that waited is late by its wait: from its last look.
+            since = self._buffered.get((d.id, d.due_at), self._publish_at(d))
+            metrics.dispatch_lag.observe((published - since).total_seconds())
+        publish_took = time.monotonic() - started - record_took
         await self._stop_replaced(recorded)
         return rounds, recorded.published, (publish_took, record_took)
 

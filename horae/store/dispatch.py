@@ -248,9 +248,9 @@ async def fenced(conn: Conn, epochs: Mapping[int, int]) -> AsyncIterator[set[int
     """A transaction holding our `epochs` (shard -> epoch) share-locked throughout: yields
     the shards still ours (a shard missing moved on: another replica took it, or it moved
     to another store group). A replica taking a shard, or a move, waits for the
-    transaction, so what the caller publishes inside it for those shards, and then records
-    (`record_round`), is never published again by the shard's next owner. Errors raised in
-    the block (a failed publish) roll it back and pass as they are."""
+    transaction, so what the caller records inside it for those shards (`record_round`)
+    is what the shard's next owner reads. Errors raised in the block roll it back and pass
+    as they are."""
     tx = conn.transaction()
     order = sorted(epochs)
     async with translating():
@@ -275,10 +275,11 @@ async def fenced(conn: Conn, epochs: Mapping[int, int]) -> AsyncIterator[set[int
 async def record_round(conn: Conn, shards: Mapping[int, ShardDispatch], now: datetime) -> Recorded:
     """Inside `fenced`, for shards it answered: record skipped occurrences, end replaced
     predecessors (`request_cancel`), and schedule cron jobs' next occurrences (of the
-    published and held ones). The published executions themselves are not written: they
-    stay `scheduled` until a worker claims them (which one may have done already), so an
-    execution costs no row version between its insert and its claim. Their next
-    occurrences are scheduled idempotently."""
+    ones to publish and the held ones), before anything is published: the dispatcher
+    publishes once this is committed. The executions to publish are not written: they
+    stay `scheduled` until a worker claims them, so an execution costs no row version
+    between its insert and its claim. Their next occurrences are scheduled idempotently
+    (a round published already, whose rows were read again, records them again)."""
     ours = [shards[s] for s in sorted(shards)]
     published = [d for plan in ours for d in plan.published]
     skipped = [s for plan in ours for s in plan.skipped]

@@ -26,7 +26,7 @@ from horae.store.db import Database, connect
 from horae.store.executions import Claimed
 from tests.support import transitions
 from tests.support.groups import job_in
-from tests.support.scheduling import messages
+from tests.support.scheduling import HeldWatch, messages
 from tests.support.wait import until
 
 # One group's dispatcher on its database (a dispatcher per group: test_scheduler_groups).
@@ -283,6 +283,48 @@ async def test_what_the_dispatcher_published_stays_scheduled_and_only_the_unclai
 
     sent = [m.job_id for m in await messages(broker_url, f"{broker_prefix}.held")]  # no pool
     assert sorted(sent) == sorted([ids[0], ids[1], ids[1], ids[2], ids[2]])
+
+
+async def test_a_round_is_published_only_once_its_record_is_committed(
+    pool: asyncpg.Pool, d: Dispatcher, broker_url: str, broker_prefix: str
+) -> None:
+    # A cron job firing every second. While another transaction holds its jobs row, the
+    # round that dispatches its first occurrence cannot record the next one (its next fire
+    # time is written there): nothing of that round is published meanwhile. Once the row
+    # is free the round commits and publishes, so a worker claiming the execution finds the
+    # next occurrence scheduled already, never a round in flight to wait for.
+    job_id = job_in(1)
+    async with pool.acquire() as conn:
+        await jobs.create_job(conn, JobSpec(task="t", cron="* * * * * *"), tenant="t",
+                              source=JobSource.API, shards=64, now=datetime.now(UTC),
+                              job_id=job_id)  # fmt: skip
+    first = await pool.fetchrow("SELECT id, due_at FROM executions WHERE job_id = $1", job_id)
+    await d.gain(1)
+    await d.refresh()
+    stop = asyncio.Event()
+    async with HeldWatch(broker_url, broker_prefix) as held, pool.acquire() as blocker:
+        blocking = blocker.transaction()
+        await blocking.start()
+        await blocker.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        loop = asyncio.ensure_future(d.run_dispatch(stop))
+        await asyncio.sleep((first["due_at"] - datetime.now(UTC)).total_seconds() + 1.5)
+        assert held.arrived == {}, "published before its round was recorded"
+        assert not d.published()
+        await blocking.rollback()
+
+        async def out() -> bool:
+            return first["id"] in held.arrived
+
+        await until(out, timeout=10, what="the first occurrence published")
+        stop.set()
+        await loop
+    after = await pool.fetchrow(
+        "SELECT created_at FROM executions WHERE job_id = $1 AND occurrence_at > $2"
+        " ORDER BY occurrence_at LIMIT 1", job_id, first["due_at"],
+    )  # fmt: skip
+    assert after is not None, "the next occurrence was not scheduled"
+    assert after["created_at"] < held.arrived[first["id"]][0]
+    assert len(held.arrived[first["id"]]) == 1
 
 
 class CreatingListener(ShardListener):
