@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from horae.errors import ConfigError
 
 MAX_DISPATCH_LEAD = 10.0
+MAX_DISPATCH_INTERVAL = 1.0
+"""Seconds: the longest interval between dispatch rounds (HORAE_DISPATCH_INTERVAL_SECONDS)."""
 """Seconds: the longest dispatch lead. A worker holds an early execution's message (and a
 prefetch slot) until it is due."""
 
@@ -171,6 +173,14 @@ class SchedulerSettings:
     MAX_DISPATCH_LEAD. Off by default: a held message keeps its prefetch slot (prefetch =
     concurrency), and at a sustained rate the held executions cost workers CPU (see
     docs/performance.md)."""
+    dispatch_interval: timedelta = timedelta(milliseconds=50)
+    """HORAE_DISPATCH_INTERVAL_SECONDS: dispatch rounds start at most this often (0.05, the
+    default); what falls due between two goes out in the next one, so a steady rate
+    travels in fewer, fuller messages (up to 100 executions of a tenant and task each)
+    rather than a message or two per execution: at 2,000 one-offs a second it cut the CPU
+    per execution, every process with PostgreSQL and RabbitMQ, by about 40 %, for about
+    12 ms more median start lag (docs/performance.md). 0: a round as soon as anything is
+    due. At most MAX_DISPATCH_INTERVAL."""
     dead_webhook: str | None = None
     """HORAE_DEAD_WEBHOOK_URL: POST a JSON event here for each execution the reaper finds
     dead (its last attempt's worker stopped heartbeating); workers send the others."""
@@ -305,6 +315,13 @@ class Settings:
                 redelivery_timeout=env_seconds(env, "HORAE_REDELIVERY_TIMEOUT_SECONDS", 60),
                 dispatch_lead=env_seconds(
                     env, "HORAE_DISPATCH_LEAD_SECONDS", 0, zero=True, most=MAX_DISPATCH_LEAD
+                ),
+                dispatch_interval=env_seconds(
+                    env,
+                    "HORAE_DISPATCH_INTERVAL_SECONDS",
+                    0.05,
+                    zero=True,
+                    most=MAX_DISPATCH_INTERVAL,
                 ),
                 dead_webhook=_url(env, "HORAE_DEAD_WEBHOOK_URL"),
                 identity=identity or sched_defaults.identity,

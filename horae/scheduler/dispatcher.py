@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 import time
 import uuid
 from collections import defaultdict
@@ -88,6 +89,7 @@ class Dispatcher:
         lease_valid: Callable[[int], bool],
         on_fenced: Callable[[int], Awaitable[None]],
         lead: timedelta = timedelta(),
+        interval: timedelta = timedelta(),
         max_rows: int = 100_000,
         group: str = MAIN,
     ) -> None:
@@ -101,6 +103,8 @@ class Dispatcher:
         self._lease_valid = lease_valid
         self._on_fenced = on_fenced
         self._lead = lead
+        self._interval = interval.total_seconds()
+        """The shortest time between the starts of two rounds (HORAE_DISPATCH_INTERVAL_SECONDS)."""
         self._max_rows = max_rows
         self._page = min(PRELOAD_PAGE, max_rows)
         self.peak = 0
@@ -374,12 +378,22 @@ class Dispatcher:
 
     # -- dispatch ------------------------------------------------------------
     async def run_dispatch(self, stop: asyncio.Event) -> None:
+        last_round, full = -math.inf, False
         while not stop.is_set():
             self._wake.clear()
+            if self._heap and self._heap[0][0] <= utc_now():
+                # Something is due: no sooner than the interval after the last round, so what
+                # falls due meanwhile goes out with it, in fuller messages (a backlog, which
+                # fills rounds, goes out round after round).
+                rest = last_round + self._interval - time.monotonic()
+                if rest > 0 and not full:
+                    await asyncio.sleep(rest)
+                last_round = time.monotonic()
             now = utc_now()
             batch: list[Due] = []
             while self._heap and self._heap[0][0] <= now and len(batch) < BATCH_LIMIT:
                 batch.append(heapq.heappop(self._heap)[2])
+            full = len(batch) >= BATCH_LIMIT
             if batch:
                 try:
                     await self._dispatch(batch)

@@ -94,6 +94,7 @@ def build(
             max_rows=cfg.preload_max_rows,
             refresh_period=cfg.refresh_period,
             lead=cfg.dispatch_lead,
+            interval=cfg.dispatch_interval,
             lease_valid=lambda s: shard_leases.valid(s),
             on_fenced=fenced,
             group=group,

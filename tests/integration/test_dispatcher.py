@@ -35,7 +35,7 @@ pytestmark = pytest.mark.one_group
 
 def dispatcher(
     pool: asyncpg.Pool, publisher: broker.Publisher, lease_valid: Callable[[int], bool],
-    lead: timedelta = timedelta(),
+    lead: timedelta = timedelta(), interval: timedelta = timedelta(),
 ) -> Dispatcher:  # fmt: skip
     """A dispatcher that is never fenced out, its leases valid while `lease_valid` says."""
 
@@ -44,7 +44,7 @@ def dispatcher(
 
     return Dispatcher(Database(pool), publisher, identity="d", window=timedelta(seconds=60),
                       refresh_period=timedelta(seconds=2), lease_valid=lease_valid,
-                      on_fenced=never_fenced, lead=lead)  # fmt: skip
+                      on_fenced=never_fenced, lead=lead, interval=interval)  # fmt: skip
 
 
 @pytest_asyncio.fixture
@@ -325,6 +325,38 @@ async def test_a_round_is_published_only_once_its_record_is_committed(
     assert after is not None, "the next occurrence was not scheduled"
     assert after["created_at"] < held.arrived[first["id"]][0]
     assert len(held.arrived[first["id"]]) == 1
+
+
+async def test_what_falls_due_within_the_dispatch_interval_goes_out_in_one_message(
+    pool: asyncpg.Pool, publisher: broker.Publisher, broker_url: str, broker_prefix: str
+) -> None:
+    # Rounds at most every 0.5 s: of four one-offs of one tenant due 0.1 s apart, the first
+    # goes out at its due time, alone; the other three fall due before the next round may
+    # start, and go out together, in one message, when it does (not before they are due).
+    d = dispatcher(pool, publisher, lambda s: True, interval=timedelta(seconds=0.5))
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    ids = [await job_in_shard(pool, 1, first + timedelta(seconds=0.1 * i)) for i in range(4)]
+    rows = await pool.fetch("SELECT id, job_id, due_at FROM executions WHERE job_id = ANY($1)"
+                            " ORDER BY due_at", ids)  # fmt: skip
+    await d.gain(1)
+    await d.refresh()
+    stop = asyncio.Event()
+    async with HeldWatch(broker_url, broker_prefix) as held:
+        loop = asyncio.ensure_future(d.run_dispatch(stop))
+
+        async def all_out() -> bool:
+            return all(r["id"] in held.arrived for r in rows)
+
+        await until(all_out, timeout=10, what="the four published")
+        stop.set()
+        await loop
+    arrived = [held.arrived[r["id"]] for r in rows]
+    assert all(len(times) == 1 for times in arrived), arrived
+    alone, *together = [times[0] for times in arrived]
+    assert alone >= rows[0]["due_at"]
+    assert len(set(together)) == 1, "the three due within the interval went out apart"
+    assert together[0] - alone >= timedelta(seconds=0.45)
+    assert together[0] >= rows[-1]["due_at"]
 
 
 class CreatingListener(ShardListener):

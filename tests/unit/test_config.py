@@ -32,6 +32,16 @@ def test_a_bad_dispatch_lead_is_refused_by_name(raw: str, error: str) -> None:
     assert str(refused.value) == error
 
 
+def test_dispatch_rounds_are_50_ms_apart_by_default_and_at_most_a_second() -> None:
+    assert Settings.from_env({}).scheduler.dispatch_interval == timedelta(milliseconds=50)
+    for raw, seconds in (("0", 0), ("0.2", 0.2), ("1", 1)):
+        env = {"HORAE_DISPATCH_INTERVAL_SECONDS": raw}
+        assert Settings.from_env(env).scheduler.dispatch_interval == timedelta(seconds=seconds)
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"HORAE_DISPATCH_INTERVAL_SECONDS": "1.5"})
+    assert str(refused.value) == "HORAE_DISPATCH_INTERVAL_SECONDS: must be at most 1, got '1.5'"
+
+
 def test_workerpools_scale_a_minute_ahead_by_default_and_at_most_ten() -> None:
     assert Settings.from_env({}).operator.scale_ahead == timedelta(seconds=60)
     assert Settings.from_env({"HORAE_SCALE_AHEAD_SECONDS": "0"}).operator.scale_ahead == timedelta(
