@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from horae.models import ExecutionStatus
 from horae.store import reads as store
 from horae.store.queries import Q
-from tests.support.plans import reads
+from tests.support.plans import nodes, reads
 
 pytestmark = pytest.mark.one_group  # query plans of one database
 
@@ -24,14 +23,6 @@ SELECT gen_random_uuid(), $1, 't', 'x', 0, d, d, 1, 1, $3::execution_status, d
 FROM generate_series(1, $2) AS i,
      LATERAL (SELECT $4::timestamptz - i * interval '1 minute') AS x(d)
 """
-
-
-def _nodes(plan: Any) -> list[dict[str, Any]]:
-    if isinstance(plan, dict):
-        return [plan, *(n for v in plan.values() for n in _nodes(v))]
-    if isinstance(plan, list):
-        return [n for item in plan for n in _nodes(item)]
-    return []
 
 
 @pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
@@ -56,9 +47,9 @@ async def test_a_status_filter_reads_only_that_status_through_an_index(
             assert await store.for_job(conn, job, status=live) == []
         await conn.execute("RESET plan_cache_mode")
     assert [r.status for r in rows] == ["failed"] * 3
-    nodes = _nodes(raw if isinstance(raw, list) else json.loads(raw))
+    every = nodes(raw if isinstance(raw, list) else json.loads(raw))
     # The old query read the job's 30,003 rows through executions_job and dropped 30,000.
-    removed = sum(n.get("Rows Removed by Filter", 0) for n in nodes)
+    removed = sum(n.get("Rows Removed by Filter", 0) for n in every)
     assert removed == 0, removed
     found = await reads(pool, Q["job_executions_of_status"], *args)
     assert set(found.indexes) == {"executions_job_status"}, found.plan

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from horae.store.queries import Q
-from tests.support.plans import Reads, reads
+from tests.support.plans import Reads, nodes, reads
 
 pytestmark = pytest.mark.one_group  # query plans of one database
 
@@ -43,14 +43,6 @@ SELECT gen_random_uuid(), $1, 'shop', 'x', 0, at, $3, $4, 1, s,
        CASE WHEN s = 'running' THEN at + interval '1 minute' END, $6
 FROM (SELECT $2::timestamptz, $5::execution_status) AS v(at, s)
 """
-
-
-def _nodes(plan: Any) -> list[dict[str, Any]]:
-    if isinstance(plan, dict):
-        return [plan, *(n for v in plan.values() for n in _nodes(v))]
-    if isinstance(plan, list):
-        return [n for item in plan for n in _nodes(item)]
-    return []
 
 
 async def _history(pool: asyncpg.Pool) -> datetime:
@@ -87,8 +79,8 @@ async def _read(pool: asyncpg.Pool, sql: str, *args: object) -> tuple[list[Any],
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
                 raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
-                nodes = _nodes(raw if isinstance(raw, list) else json.loads(raw))
-                dropped = [n.get("Rows Removed by Filter", 0) for n in nodes
+                every = nodes(raw if isinstance(raw, list) else json.loads(raw))
+                dropped = [n.get("Rows Removed by Filter", 0) for n in every
                            if str(n.get("Relation Name")).startswith("executions")]  # fmt: skip
                 removed = max(removed, sum(dropped))
                 got = await conn.fetch(sql, *args)

@@ -19,21 +19,22 @@ class Reads:
     """`executions` partitions with data that the plan reads whole."""
 
 
-def _nodes(plan: Any) -> list[dict[str, Any]]:
+def nodes(plan: Any) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, depth first."""
     if isinstance(plan, dict):
-        return [plan, *(n for v in plan.values() for n in _nodes(v))]
+        return [plan, *(n for v in plan.values() for n in nodes(v))]
     if isinstance(plan, list):
-        return [n for item in plan for n in _nodes(item)]
+        return [n for item in plan for n in nodes(item)]
     return []
 
 
 async def reads(pool: asyncpg.Pool, sql: str, *args: object) -> Reads:
     raw = await pool.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
     plan = raw if isinstance(raw, list) else json.loads(raw)
-    nodes = _nodes(plan)
-    indexes = [n["Index Name"] for n in nodes
+    every = nodes(plan)
+    indexes = [n["Index Name"] for n in every
                if str(n.get("Index Name", "")).startswith("executions")]  # fmt: skip
-    scanned = [n["Relation Name"] for n in nodes if n.get("Node Type") == "Seq Scan"
+    scanned = [n["Relation Name"] for n in every if n.get("Node Type") == "Seq Scan"
                and str(n.get("Relation Name", "")).startswith("executions")]  # fmt: skip
     parents = dict(await pool.fetch(
         "SELECT inhrelid::regclass::text, inhparent::regclass::text FROM pg_inherits"
