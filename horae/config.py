@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 from horae.errors import ConfigError
 
 MAX_DISPATCH_LEAD = 10.0
-MAX_DISPATCH_INTERVAL = 1.0
-"""Seconds: the longest interval between dispatch rounds (HORAE_DISPATCH_INTERVAL_SECONDS)."""
 """Seconds: the longest dispatch lead. A worker holds an early execution's message (and a
 prefetch slot) until it is due."""
+MAX_DISPATCH_INTERVAL = 1.0
+"""Seconds: the longest interval between dispatch rounds (HORAE_DISPATCH_INTERVAL_SECONDS)."""
 
 
 def env_seconds(
@@ -319,7 +319,7 @@ class Settings:
                 dispatch_interval=env_seconds(
                     env,
                     "HORAE_DISPATCH_INTERVAL_SECONDS",
-                    0.05,
+                    SchedulerSettings.dispatch_interval.total_seconds(),
                     zero=True,
                     most=MAX_DISPATCH_INTERVAL,
                 ),

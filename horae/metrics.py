@@ -46,8 +46,8 @@ group_dispatched = Counter(
 )
 dispatch_record = Histogram(
     "horae_dispatch_record_seconds",
-    "How long one dispatch round's record (the fenced transaction marking its executions "
-    "queued) took, by store group.",
+    "How long one dispatch round's record (the fenced transaction recording its skips, "
+    "replacements and next occurrences, committed before it publishes) took, by store group.",
     ["group"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )

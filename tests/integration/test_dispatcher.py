@@ -307,7 +307,18 @@ async def test_a_round_is_published_only_once_its_record_is_committed(
         await blocking.start()
         await blocker.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job_id)
         loop = asyncio.ensure_future(d.run_dispatch(stop))
-        await asyncio.sleep((first["due_at"] - datetime.now(UTC)).total_seconds() + 1.5)
+
+        async def round_held_up() -> bool:  # the round's record waits for the job's row
+            waiting = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )  # fmt: skip
+            return bool(waiting)
+
+        await until(round_held_up, timeout=10, what="the round's record held up")
+        # (an absence: a message confirmed before the record began reaches the consumer
+        # within milliseconds)
+        await asyncio.sleep(0.5)
         assert held.arrived == {}, "published before its round was recorded"
         assert not d.published()
         await blocking.rollback()
