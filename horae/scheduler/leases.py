@@ -27,6 +27,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from horae.errors import LeaseConflict
 from horae.kube import Lease, Leases
@@ -38,6 +39,23 @@ EXPIRY_MARGIN = 0.02
 
 RELEASE_PASSES = 3
 """How many times a stopping replica looks for shard Leases it still holds."""
+
+SESSION_MARGIN = 0.25
+"""Seconds beyond a renew period after which a member whose session ended, and whose
+Lease stands still, is judged gone (its renewals come a renew period apart, give or take
+a slow call)."""
+
+
+class Sessions(Protocol):
+    """What PostgreSQL says of the replicas' processes (`horae.scheduler.members`)."""
+
+    def holding(self) -> bool:
+        """Whether this replica holds its own session lock."""
+        ...
+
+    def ended(self, identity: str) -> bool:
+        """Whether that replica's session was seen to end (its process died)."""
+        ...
 
 
 class NotYet(Exception):
@@ -71,6 +89,7 @@ def member_lease_name(identity: str) -> str:
 class _Seen:
     resource_version: str
     since: float
+    holder: str | None = None
 
 
 class ShardLeases:
@@ -88,6 +107,7 @@ class ShardLeases:
         on_lost: Callable[[int], Awaitable[None]],
         on_tick: Callable[[], None] = lambda: None,
         forget_members_after: float | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self._leases = leases
         self.identity = identity
@@ -108,6 +128,10 @@ class ShardLeases:
         lease duration (it dates a version from its first sight), so its fair share came
         out too small and shards the others shed stayed unowned meanwhile. A replica only
         paused that long creates its member Lease anew when it wakes."""
+        self._sessions = sessions
+        self._quick = renew_period + SESSION_MARGIN
+        """Seconds after its last renewal at which a member whose session ended is judged
+        gone (the lease duration when its session is not known to have ended)."""
         self._on_tick = on_tick
         """Called after each completed tick (the scheduler's readiness: it took part in a
         round of shard Leases, and holds `held`)."""
@@ -127,13 +151,25 @@ class ShardLeases:
 
     def valid(self, shard: int) -> bool:
         """Held, and our member Lease renewed within the lease duration by our own clock
-        (safe to dispatch: no other replica takes a shard of ours before then)."""
+        (safe to dispatch: no other replica takes a shard of ours before then); within
+        the shorter limit while we do not hold our session lock (the others may then
+        judge us by it)."""
         renewed = self._member_renewed
-        return (
-            shard in self.held
-            and renewed is not None
-            and (time.monotonic() - renewed < self._duration)
-        )
+        holding = self._sessions is None or self._sessions.holding()
+        limit = self._duration if holding else self._quick
+        return shard in self.held and renewed is not None and time.monotonic() - renewed < limit
+
+    def members(self) -> set[str]:
+        """The other replicas whose member Leases this replica has seen."""
+        return {seen.holder for seen in self._seen.values() if seen.holder is not None}
+
+    def _ended(self, holder: str | None) -> bool:
+        """Whether that member's session was seen to end (its process died)."""
+        return holder is not None and self._sessions is not None and self._sessions.ended(holder)
+
+    def _limit(self, holder: str | None) -> float:
+        """How long a member Lease must stand still before its holder is judged gone."""
+        return self._quick if self._ended(holder) else self._duration
 
     def observe(self, lease: Lease, at: float) -> None:
         """Date a version of a member Lease seen by a watch at monotonic time `at` (the
@@ -143,14 +179,14 @@ class ShardLeases:
             seen is not None and seen.resource_version == lease.resource_version
         ):
             return
-        self._seen[lease.name] = _Seen(lease.resource_version, at)
+        self._seen[lease.name] = _Seen(lease.resource_version, at, lease.holder)
 
     def _expired(self, lease: Lease, now: float) -> bool:
         seen = self._seen.get(lease.name)
         if seen is None or seen.resource_version != lease.resource_version:
-            self._seen[lease.name] = _Seen(lease.resource_version, now)
+            self._seen[lease.name] = _Seen(lease.resource_version, now, lease.holder)
             return False
-        return now - seen.since > self._duration
+        return now - seen.since > self._limit(lease.holder)
 
     async def tick(self) -> None:
         """One renew period's work: renew our member Lease, count the live members, keep
@@ -174,9 +210,9 @@ class ShardLeases:
         fair = math.ceil(self.shards / self.live_members)
         self.next_expiry = min(
             (
-                seen.since + self._duration
+                expiry
                 for name, seen in self._seen.items()
-                if name != mine and seen.since + self._duration >= now
+                if name != mine and (expiry := seen.since + self._limit(seen.holder)) >= now
             ),
             default=None,
         )
@@ -239,13 +275,15 @@ class ShardLeases:
         return True
 
     def _silent(self, lease: Lease, now: float) -> bool:
-        """Unchanged for `forget_members_after`, as this replica watched it."""
+        """Unchanged for `forget_members_after` as this replica watched it, or for the
+        shorter limit once its holder's session ended."""
         seen = self._seen.get(lease.name)
-        return (
-            seen is not None
-            and seen.resource_version == lease.resource_version
-            and now - seen.since > self._forget_after
-        )
+        if seen is None or seen.resource_version != lease.resource_version:
+            return False
+        after = self._forget_after
+        if self._ended(lease.holder):
+            after = min(after, self._quick)
+        return now - seen.since > after
 
     async def _forget(self, lease: Lease) -> None:
         """Delete the member Lease of a replica gone (that version of it only). Best

@@ -25,8 +25,10 @@ from horae.scheduler.groups import Fenced, GroupParts, ShardRouter
 from horae.scheduler.leases import MEMBER_LABEL, SHARD_LABEL, ShardLeases, frees_shards
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.maintenance import Maintenance
+from horae.scheduler.members import MemberSessions
 from horae.scheduler.reaper import Reaper
 from horae.store.groups import Store, group_url
+from horae.store.members import MemberLocks
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,13 @@ WATCHED = (SHARD_LABEL, MEMBER_LABEL)
 @dataclass(frozen=True)
 class Scheduler:
     """The scheduler's long-running parts, wired to each other: the shard Leases, each store
-    group's dispatcher, listener and reaper (`ShardRouter`), partition maintenance and the
-    allowance rebalancer."""
+    group's dispatcher, listener and reaper (`ShardRouter`), partition maintenance, the
+    allowance rebalancer and the replicas' session locks."""
 
     store: Store
     router: ShardRouter
     shard_leases: ShardLeases
+    sessions: MemberSessions
     maintenance: Maintenance
     allowances: Rebalancer
 
@@ -55,6 +58,7 @@ class Scheduler:
             asyncio.create_task(probes.beat(), name="beat"),
             asyncio.create_task(self.store.follow(stop), name="catalog"),
             *self.router.start(stop),
+            asyncio.create_task(self.sessions.run(stop), name="sessions"),
             asyncio.create_task(self.shard_leases.run(stop), name="leases"),
             asyncio.create_task(self.maintenance.run(stop, period=10.0), name="maintenance"),
             asyncio.create_task(
@@ -69,6 +73,7 @@ class Scheduler:
         await asyncio.gather(*tasks, *self.router.tasks(), return_exceptions=True)
         await self.shard_leases.release_all()
         await self.maintenance.release()
+        await self.sessions.close()
 
 
 def build(
@@ -125,6 +130,7 @@ def build(
         """Ready once this replica has taken part in a round of shard Leases."""
         probes.ready(f"holds {len(shard_leases.held)} of {shards} shards")
 
+    sessions = MemberSessions(MemberLocks(settings.database.url), cfg.identity)
     shard_leases = ShardLeases(
         Leases(api, settings.kube.namespace),
         identity=cfg.identity,
@@ -134,7 +140,10 @@ def build(
         on_gained=gained,
         on_lost=lost,
         on_tick=took_part,
+        sessions=sessions,
     )
+    sessions.members = shard_leases.members
+    sessions.on_ended = shard_leases.wake.set
     router.release = shard_leases.release
     maintenance = Maintenance(
         store,
@@ -143,7 +152,7 @@ def build(
         lease_duration=timedelta(seconds=30),
         ahead_days=settings.database.partitions_ahead_days,
     )
-    return Scheduler(store, router, shard_leases, maintenance, Rebalancer(store))
+    return Scheduler(store, router, shard_leases, sessions, maintenance, Rebalancer(store))
 
 
 def _take_over_the_loop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

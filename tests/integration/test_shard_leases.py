@@ -9,6 +9,8 @@ from collections import Counter
 from horae.kube import Lease, Leases, load_api_client
 from horae.scheduler.leases import ShardLeases, member_lease_name, shard_lease_name
 from horae.scheduler.main import _watch
+from horae.scheduler.members import MemberSessions
+from horae.store.members import MemberLocks
 from tests.support.kube import ControlPlane
 from tests.support.scheduling import lease_versions
 from tests.support.wait import until
@@ -304,3 +306,105 @@ async def test_a_crashed_replicas_shards_move_a_lease_duration_after_its_last_re
         stop.set()
         watch_stop.set()
         await loop
+
+
+def with_session(
+    plane: ControlPlane, namespace: str, name: str, url: str, **kw: object
+) -> tuple[ShardLeases, MemberSessions]:
+    """A replica wired as the scheduler wires one: its session lock in Postgres (as the
+    scheduler's login role), its Lease loop told when another's session ends."""
+    sessions = MemberSessions(MemberLocks(url), name)
+    leases = ShardLeases(
+        Leases(load_api_client(str(plane.kubeconfig)), namespace), identity=name, shards=64,
+        lease_duration=3, renew_period=1.0, on_gained=noop, on_lost=noop, sessions=sessions,
+        **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    sessions.members = leases.members
+    sessions.on_ended = leases.wake.set
+    return leases, sessions
+
+
+async def test_a_replica_whose_process_died_loses_its_shards_a_renew_period_after_its_last_renewal(
+    control_plane: ControlPlane, namespace: str, role_urls: dict[str, str]
+) -> None:
+    """A dead process's Postgres session ends at once, and with it its session lock: the
+    survivor, seeing the lock gone, judges the member gone once its Lease has stood still a
+    renew period (1 s here, plus 0.25), not the lease duration (3 s; at least 2.9 s after
+    the last renewal before, as the test above shows for a replica whose lock it never saw)."""
+    url = role_urls["scheduler"]
+    a, a_sessions = with_session(control_plane, namespace, "a", url)
+    api = load_api_client(str(control_plane.kubeconfig))
+    b, b_sessions = with_session(control_plane, namespace, "b", url)
+    stop, watch_stop = asyncio.Event(), _watch(api, namespace, b, asyncio.get_running_loop())
+    loops = [asyncio.create_task(b.run(stop)), asyncio.create_task(b_sessions.run(stop))]
+    try:
+        await a_sessions.look()
+        assert a_sessions.holding()
+
+        async def split_with_b() -> bool:
+            await a.tick()
+            return len(a.held) == 32 and len(b.held) == 32 and "a" in b.members()
+
+        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each")
+        await asyncio.sleep(0.5)  # b's looks see a's lock held
+        await a.tick()  # a's last renewal; then its process "dies": its session ends
+        renewed = time.monotonic()
+        await a_sessions.close()
+        while len(b.held) < 64:
+            await asyncio.sleep(0.02)
+            assert time.monotonic() - renewed < 10, f"b holds {len(b.held)} after 10 s"
+        took = time.monotonic() - renewed
+        assert 1.25 - 0.1 <= took <= 1.25 + 0.6, f"taken {took:.2f} s after a's last renewal"
+        assert b_sessions.ended("a")
+        members = set(lease_versions(control_plane, namespace, "horae.dev/scheduler-member"))
+        assert members == {member_lease_name("b")}, "a's member Lease deleted when judged gone"
+    finally:
+        stop.set()
+        watch_stop.set()
+        await asyncio.gather(*loops)
+        await b_sessions.close()
+
+
+async def test_a_live_replica_whose_session_lock_is_lost_keeps_its_shards(
+    control_plane: ControlPlane, namespace: str, role_urls: dict[str, str]
+) -> None:
+    """A session ended while the process lives (its connection cut) is not a death: the
+    replica goes on renewing its Lease, so the others leave its shards alone; meanwhile it
+    dispatches only within a renew period (+0.25 s) of its last renewal, the limit by which
+    the others would judge it (and do, once it stops renewing), and it takes its lock again
+    on its next look."""
+    url = role_urls["scheduler"]
+    a, a_sessions = with_session(control_plane, namespace, "a", url)
+    api = load_api_client(str(control_plane.kubeconfig))
+    b, b_sessions = with_session(control_plane, namespace, "b", url)
+    stop, watch_stop = asyncio.Event(), _watch(api, namespace, b, asyncio.get_running_loop())
+    loops = [asyncio.create_task(b.run(stop)), asyncio.create_task(b_sessions.run(stop))]
+    try:
+        await a_sessions.look()
+
+        async def split_with_b() -> bool:
+            await a.tick()
+            return len(a.held) == 32 and len(b.held) == 32 and "a" in b.members()
+
+        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each")
+        await asyncio.sleep(0.5)
+        await a_sessions.close()  # the session ends; a lives on and renews
+        assert not a_sessions.holding()
+        shard = min(a.held)
+        for _ in range(8):  # 4 s: beyond the lease duration
+            await a.tick()
+            assert a.valid(shard)
+            await asyncio.sleep(0.5)
+        assert b_sessions.ended("a"), "b saw a's session end"
+        assert len(a.held) == 32 and len(b.held) == 32, "a's shards stayed a's"
+        await asyncio.sleep(1.3)  # no renewal for longer than the shorter limit
+        assert not a.valid(shard), "without its lock, a stops dispatching after 1.25 s"
+        await a_sessions.look()  # a takes its lock again (b may have judged it gone)
+        assert a_sessions.holding()
+        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each again")
+        assert a.valid(min(a.held))
+    finally:
+        stop.set()
+        watch_stop.set()
+        await asyncio.gather(*loops)
+        await b_sessions.close()
