@@ -6,7 +6,9 @@ members) shard Leases (`horae-shard-NN`), which name their holder and are writte
 take or release a shard; a shard Lease is live while its holder's member Lease is. Expiry
 is judged the way client-go's leader election does: by how long a member Lease's
 resourceVersion has stayed unchanged on this replica's own monotonic clock, so clock skew
-between machines does not matter. Shard Leases without a holder, or whose holder has no
+between machines does not matter; a member whose process PostgreSQL saw die (`Sessions`,
+`horae.scheduler.members`) is judged by a renew period instead of the lease duration.
+Shard Leases without a holder, or whose holder has no
 live member Lease, are free at once: SIGTERM stops dispatching, deletes the member Lease
 and hands the shards back, and the others take them within a few hundred milliseconds.
 
@@ -14,7 +16,8 @@ Before, every shard Lease was renewed every second (64 writes a second to the AP
 and etcd for as long as Horae ran); now a steady installation writes one Lease a second
 per scheduler replica. What makes dispatch safe is unchanged: a replica dispatches a shard
 only while its own last member renewal is younger than the lease duration by its own
-clock, and every dispatch is fenced by the shard's epoch in PostgreSQL.
+clock (a renew period, while it does not hold its session lock), and every dispatch is
+fenced by the shard's epoch in PostgreSQL.
 """
 
 from __future__ import annotations
