@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from horae.kube import Lease, Leases, load_api_client
 from horae.scheduler.leases import ShardLeases, member_lease_name, shard_lease_name
@@ -309,7 +312,7 @@ async def test_a_crashed_replicas_shards_move_a_lease_duration_after_its_last_re
 
 
 def with_session(
-    plane: ControlPlane, namespace: str, name: str, url: str, **kw: object
+    plane: ControlPlane, namespace: str, name: str, url: str
 ) -> tuple[ShardLeases, MemberSessions]:
     """A replica wired as the scheduler wires one: its session lock in Postgres (as the
     scheduler's login role), its Lease loop told when another's session ends."""
@@ -317,11 +320,47 @@ def with_session(
     leases = ShardLeases(
         Leases(load_api_client(str(plane.kubeconfig)), namespace), identity=name, shards=64,
         lease_duration=3, renew_period=1.0, on_gained=noop, on_lost=noop, sessions=sessions,
-        **kw,  # type: ignore[arg-type]
     )  # fmt: skip
     sessions.members = leases.members
     sessions.on_ended = leases.wake.set
     return leases, sessions
+
+
+@dataclass
+class Pair:
+    """Replica a, ticked by the test, and replica b, running as the scheduler runs it (its
+    Lease loop, watch and session looks), holding 32 shards each; b has seen a's lock."""
+
+    a: ShardLeases
+    a_sessions: MemberSessions
+    b: ShardLeases
+    b_sessions: MemberSessions
+
+    async def split(self) -> bool:
+        await self.a.tick()
+        return len(self.a.held) == 32 and len(self.b.held) == 32 and "a" in self.b.members()
+
+
+@asynccontextmanager
+async def pair(plane: ControlPlane, namespace: str, url: str) -> AsyncIterator[Pair]:
+    a, a_sessions = with_session(plane, namespace, "a", url)
+    b, b_sessions = with_session(plane, namespace, "b", url)
+    api = load_api_client(str(plane.kubeconfig))
+    stop, watch_stop = asyncio.Event(), _watch(api, namespace, b, asyncio.get_running_loop())
+    loops = [asyncio.create_task(b.run(stop)), asyncio.create_task(b_sessions.run(stop))]
+    try:
+        await a_sessions.look()
+        assert a_sessions.holding()
+        both = Pair(a, a_sessions, b, b_sessions)
+        await until(both.split, timeout=20, interval=0.3, what="32 shards each")
+        await asyncio.sleep(0.5)  # b's looks (every 0.2 s) see a's lock held
+        yield both
+    finally:
+        stop.set()
+        watch_stop.set()
+        await asyncio.gather(*loops)
+        await b_sessions.close()
+        await a_sessions.close()
 
 
 async def test_a_replica_whose_process_died_loses_its_shards_a_renew_period_after_its_last_renewal(
@@ -331,38 +370,18 @@ async def test_a_replica_whose_process_died_loses_its_shards_a_renew_period_afte
     survivor, seeing the lock gone, judges the member gone once its Lease has stood still a
     renew period (1 s here, plus 0.25), not the lease duration (3 s; at least 2.9 s after
     the last renewal before, as the test above shows for a replica whose lock it never saw)."""
-    url = role_urls["scheduler"]
-    a, a_sessions = with_session(control_plane, namespace, "a", url)
-    api = load_api_client(str(control_plane.kubeconfig))
-    b, b_sessions = with_session(control_plane, namespace, "b", url)
-    stop, watch_stop = asyncio.Event(), _watch(api, namespace, b, asyncio.get_running_loop())
-    loops = [asyncio.create_task(b.run(stop)), asyncio.create_task(b_sessions.run(stop))]
-    try:
-        await a_sessions.look()
-        assert a_sessions.holding()
-
-        async def split_with_b() -> bool:
-            await a.tick()
-            return len(a.held) == 32 and len(b.held) == 32 and "a" in b.members()
-
-        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each")
-        await asyncio.sleep(0.5)  # b's looks see a's lock held
-        await a.tick()  # a's last renewal; then its process "dies": its session ends
+    async with pair(control_plane, namespace, role_urls["scheduler"]) as p:
+        await p.a.tick()  # a's last renewal; then its process "dies": its session ends
         renewed = time.monotonic()
-        await a_sessions.close()
-        while len(b.held) < 64:
+        await p.a_sessions.close()
+        while len(p.b.held) < 64:
             await asyncio.sleep(0.02)
-            assert time.monotonic() - renewed < 10, f"b holds {len(b.held)} after 10 s"
+            assert time.monotonic() - renewed < 10, f"b holds {len(p.b.held)} after 10 s"
         took = time.monotonic() - renewed
         assert 1.25 - 0.1 <= took <= 1.25 + 0.6, f"taken {took:.2f} s after a's last renewal"
-        assert b_sessions.ended("a")
+        assert p.b_sessions.ended("a")
         members = set(lease_versions(control_plane, namespace, "horae.dev/scheduler-member"))
         assert members == {member_lease_name("b")}, "a's member Lease deleted when judged gone"
-    finally:
-        stop.set()
-        watch_stop.set()
-        await asyncio.gather(*loops)
-        await b_sessions.close()
 
 
 async def test_a_live_replica_whose_session_lock_is_lost_keeps_its_shards(
@@ -373,38 +392,19 @@ async def test_a_live_replica_whose_session_lock_is_lost_keeps_its_shards(
     dispatches only within a renew period (+0.25 s) of its last renewal, the limit by which
     the others would judge it (and do, once it stops renewing), and it takes its lock again
     on its next look."""
-    url = role_urls["scheduler"]
-    a, a_sessions = with_session(control_plane, namespace, "a", url)
-    api = load_api_client(str(control_plane.kubeconfig))
-    b, b_sessions = with_session(control_plane, namespace, "b", url)
-    stop, watch_stop = asyncio.Event(), _watch(api, namespace, b, asyncio.get_running_loop())
-    loops = [asyncio.create_task(b.run(stop)), asyncio.create_task(b_sessions.run(stop))]
-    try:
-        await a_sessions.look()
-
-        async def split_with_b() -> bool:
-            await a.tick()
-            return len(a.held) == 32 and len(b.held) == 32 and "a" in b.members()
-
-        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each")
-        await asyncio.sleep(0.5)
-        await a_sessions.close()  # the session ends; a lives on and renews
-        assert not a_sessions.holding()
-        shard = min(a.held)
+    async with pair(control_plane, namespace, role_urls["scheduler"]) as p:
+        await p.a_sessions.close()  # the session ends; a lives on and renews
+        assert not p.a_sessions.holding()
+        shard = min(p.a.held)
         for _ in range(8):  # 4 s: beyond the lease duration
-            await a.tick()
-            assert a.valid(shard)
+            await p.a.tick()
+            assert p.a.valid(shard)
             await asyncio.sleep(0.5)
-        assert b_sessions.ended("a"), "b saw a's session end"
-        assert len(a.held) == 32 and len(b.held) == 32, "a's shards stayed a's"
+        assert p.b_sessions.ended("a"), "b saw a's session end"
+        assert len(p.a.held) == 32 and len(p.b.held) == 32, "a's shards stayed a's"
         await asyncio.sleep(1.3)  # no renewal for longer than the shorter limit
-        assert not a.valid(shard), "without its lock, a stops dispatching after 1.25 s"
-        await a_sessions.look()  # a takes its lock again (b may have judged it gone)
-        assert a_sessions.holding()
-        await until(split_with_b, timeout=20, interval=0.3, what="32 shards each again")
-        assert a.valid(min(a.held))
-    finally:
-        stop.set()
-        watch_stop.set()
-        await asyncio.gather(*loops)
-        await b_sessions.close()
+        assert not p.a.valid(shard), "without its lock, a stops dispatching after 1.25 s"
+        await p.a_sessions.look()  # a takes its lock again (b may have judged it gone)
+        assert p.a_sessions.holding()
+        await until(p.split, timeout=20, interval=0.3, what="32 shards each again")
+        assert p.a.valid(min(p.a.held))
