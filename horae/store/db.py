@@ -157,9 +157,9 @@ Notify = Callable[[object, int, str, object], None]
 """Called with (the connection, the sender's pid, the channel, the payload) per NOTIFY."""
 
 
-class Listener:
-    """One connection that LISTENs on channels; `open` again after it was lost (`closed`):
-    notifications sent meanwhile are gone."""
+class OneConnection:
+    """A handle on one connection of its own, for session state (LISTEN, a session lock):
+    `open` again after it was lost (`closed`)."""
 
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
@@ -174,8 +174,19 @@ class Listener:
 
     def _open_conn(self) -> asyncpg.Connection[asyncpg.Record]:
         if self._conn is None:
-            raise StoreUnavailable("the listener's connection is closed")
+            raise StoreUnavailable(f"the {type(self).__name__} connection is closed")
         return self._conn
+
+    @translated
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            await conn.close()
+
+
+class Listener(OneConnection):
+    """One connection that LISTENs on channels; notifications sent while it was lost are
+    gone."""
 
     @translated
     async def listen(self, channel: str, notify: Notify) -> None:
@@ -189,9 +200,3 @@ class Listener:
     async def ping(self) -> None:
         """A round trip: notices a connection that died quietly."""
         await self._open_conn().execute(Q["ping"])
-
-    @translated
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            await conn.close()

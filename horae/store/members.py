@@ -13,35 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import asyncpg
-
-from horae.errors import StoreUnavailable
 from horae.store.boundary import translated
-from horae.store.db import connect
+from horae.store.db import OneConnection
 from horae.store.queries import Q
 
 POLL_TIMEOUT = 2.0
 """Seconds a look at the locks may take before the connection is judged lost."""
 
 
-class MemberLocks:
+class MemberLocks(OneConnection):
     """One connection that holds this replica's session lock and looks at the others'."""
-
-    def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
-
-    @translated
-    async def open(self) -> None:
-        self._conn = await connect(self._dsn)
-
-    def closed(self) -> bool:
-        return self._conn is None or self._conn.is_closed()
-
-    def _open_conn(self) -> asyncpg.Connection[asyncpg.Record]:
-        if self._conn is None or self._conn.is_closed():
-            raise StoreUnavailable("the member lock's connection is closed")
-        return self._conn
 
     @translated
     async def take(self, identity: str) -> bool:
@@ -59,9 +40,3 @@ class MemberLocks:
             Q["member_locks_held"], list(identities), timeout=POLL_TIMEOUT
         )
         return {r["identity"] for r in rows}
-
-    @translated
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            await conn.close()
