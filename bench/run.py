@@ -161,7 +161,7 @@ def spread(values: list[float | None], unit: str = "s", digits: int = 3) -> str:
     xs = [x for x in values if x is not None and not math.isnan(x)]
     if not xs:
         return NONE
-    if unit == "/s":  # a rate: 3,000/s (2,500-3,750, 3 runs)
+    if unit == "/s":  # a rate: 3,000/s (2,500 to 3,750, 3 runs)
         median, low, high = (f"{x:,.0f}" for x in (statistics.median(xs), min(xs), max(xs)))
         median += unit
     else:
@@ -413,32 +413,32 @@ def top(args: argparse.Namespace) -> None:
 def sustained(args: argparse.Namespace) -> None:
     runs: list[Run] = []
     capacity: dict[str, list[Result | None]] = {}
-    at_cpu_rate: dict[str, list[Result]] = {}
+    at_cpu_rate: dict[str, list[tuple[int, Result]]] = {}
     systems = [(h, round(HORAE_FIRST_RATE * args.scale)) for h in horaes()]
     systems += [(p, max(10, round(PEERS[p][1] * args.scale))) for p in args.peers]
     cpu_rate = round(CPU_RATE * args.scale)
-    for _ in range(args.repeat):
+    for repeat in range(args.repeat):
         for system, first in systems:
             steps: list[Run] = []
             capacity.setdefault(system, []).append(step_up(system, first, args.seconds, steps))
             runs += steps
             at_cpu_rate.setdefault(system, []).extend(
-                x for r in steps for x in r.results if x.rate == cpu_rate
+                (repeat, x) for r in steps for x in r.results if x.rate == cpu_rate
             )
     save("sustained", {
         "capacity": {k: [light(v) if v else None for v in vs] for k, vs in capacity.items()},
-        "at_cpu_rate": {k: [tagged(0, x) for x in xs] for k, xs in at_cpu_rate.items()},
+        "at_cpu_rate": {k: [tagged(n, x) for n, x in xs] for k, xs in at_cpu_rate.items()},
     })  # fmt: skip
     every = [x for r in runs for x in r.results]
     best = [r for vs in capacity.values() for r in vs[:1] if r is not None]
     body = ["## Capacity (highest rate held: every execution started, p99 start lag <= 1 s)",
             "", "Each figure is the median of the runs (min to max).", "",
-            "| system | sustained capacity | held in every run | p99 at capacity | "
+            "| system | sustained capacity | lowest of the runs | p99 at capacity | "
             f"CPU per execution at {cpu_rate:,}/s | WAL per execution at {cpu_rate:,}/s |",
             "|---|---|---|---|---|---|"]  # fmt: skip
     for system, vs in capacity.items():
         rates = [float(v.rate) if v else 0.0 for v in vs]
-        xs = at_cpu_rate.get(system, [])
+        xs = [x for _, x in at_cpu_rate.get(system, [])]
         body.append(f"| {system} | {spread(list(rates), '/s', 0)} | {min(rates):,.0f}/s | "
                     f"{spread([v.p99 if v else None for v in vs])} | "
                     f"{spread([cpu_ms(x) for x in xs], 'ms', 2)} | "

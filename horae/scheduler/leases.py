@@ -92,7 +92,7 @@ def member_lease_name(identity: str) -> str:
 class _Seen:
     resource_version: str
     since: float
-    holder: str | None = None
+    holder: str | None
 
 
 class ShardLeases:
@@ -164,7 +164,8 @@ class ShardLeases:
 
     def members(self) -> set[str]:
         """The other replicas whose member Leases this replica has seen."""
-        return {seen.holder for seen in self._seen.values() if seen.holder is not None}
+        holders = {seen.holder for seen in self._seen.values()}
+        return {h for h in holders if h is not None and h != self.identity}
 
     def _ended(self, holder: str | None) -> bool:
         """Whether that member's session was seen to end (its process died)."""

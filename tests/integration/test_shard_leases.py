@@ -353,7 +353,11 @@ async def pair(plane: ControlPlane, namespace: str, url: str) -> AsyncIterator[P
         assert a_sessions.holding()
         both = Pair(a, a_sessions, b, b_sessions)
         await until(both.split, timeout=20, interval=0.3, what="32 shards each")
-        await asyncio.sleep(0.5)  # b's looks (every 0.2 s) see a's lock held
+
+        async def b_sees_a() -> bool:
+            return b_sessions.seen_held("a")
+
+        await until(b_sees_a, timeout=5, what="b seeing a's lock held")
         yield both
     finally:
         stop.set()
@@ -395,12 +399,16 @@ async def test_a_live_replica_whose_session_lock_is_lost_keeps_its_shards(
     async with pair(control_plane, namespace, role_urls["scheduler"]) as p:
         await p.a_sessions.close()  # the session ends; a lives on and renews
         assert not p.a_sessions.holding()
+
+        async def b_saw_it_end() -> bool:
+            return p.b_sessions.ended("a")
+
+        await until(b_saw_it_end, timeout=5, what="b seeing a's session end")
         shard = min(p.a.held)
-        for _ in range(8):  # 4 s: beyond the lease duration
+        for _ in range(8):  # a renews every 0.5 s for 4 s: beyond the lease duration
             await p.a.tick()
             assert p.a.valid(shard)
             await asyncio.sleep(0.5)
-        assert p.b_sessions.ended("a"), "b saw a's session end"
         assert len(p.a.held) == 32 and len(p.b.held) == 32, "a's shards stayed a's"
         await asyncio.sleep(1.3)  # no renewal for longer than the shorter limit
         assert not p.a.valid(shard), "without its lock, a stops dispatching after 1.25 s"
