@@ -35,7 +35,7 @@ LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
 LEFT JOIN pg_class p ON p.oid = i.inhparent
 WHERE pg_relation_filenode(c.oid) IS NOT NULL
 """
-RECORD = re.compile(r"rmgr: (\S+)\s+len \(rec/tot\):\s*\d+/\s*(\d+).*?desc: (\S+)")
+RECORD = re.compile(r"rmgr: (\S+)\s+len \(rec/tot\):\s*(\d+)/\s*(\d+).*?desc: (\S+)")
 BLOCK = re.compile(r"rel \d+/(\d+)/(\d+)")
 
 
@@ -61,8 +61,10 @@ def catalog(port: int, database: str) -> tuple[str, dict[str, str]]:
 
 def anatomy(
     dump: str, database: str, names: dict[str, str]
-) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
-    """Bytes and records by (record type, relation) in pg_waldump's text output."""
+) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]], int]:
+    """Bytes and records by (record type, relation) in pg_waldump's text output, and the
+    bytes of full-page images in them (a page's first change after a checkpoint)."""
+    images = 0
     size: Counter[tuple[str, str]] = Counter()
     count: Counter[tuple[str, str]] = Counter()
     for line in dump.splitlines():
@@ -76,10 +78,12 @@ def anatomy(
             relation = names.get(block.group(2), f"relfilenode {block.group(2)}")
         else:
             relation = "(another database)"
-        key = (f"{record.group(1)}/{record.group(3)}", relation)
-        size[key] += int(record.group(2))
+        key = (f"{record.group(1)}/{record.group(4)}", relation)
+        size[key] += int(record.group(3))
         count[key] += 1
-    return size, count
+        if "FPW" in line:
+            images += int(record.group(3)) - int(record.group(2))
+    return size, count, images
 
 
 def drive(
@@ -132,12 +136,13 @@ def main() -> None:
     if seen is None:
         sys.exit("the run's scratch database was never seen")
     db, oid, names = seen
-    size, count = anatomy(dump, oid, names)
+    size, count, images = anatomy(dump, oid, names)
     print(results, end="", flush=True)
     executions = sum(json.loads(line)["started"] for line in results.splitlines()) or 1
     total = sum(size.values())
     print(f"WAL from {start} to {end} ({db}): {total / 2**20:.1f} MiB, {executions} executions "
-          f"started, {total / executions:.0f} bytes per execution", file=sys.stderr)  # fmt: skip
+          f"started, {total / executions:.0f} bytes per execution, {images / executions:.0f} "
+          f"of them full-page images", file=sys.stderr)  # fmt: skip
     print(f"{'record':24} {'relation':34} {'records/exec':>12} {'bytes/exec':>10}", file=sys.stderr)
     for (kind, rel), b in size.most_common(args.rows):
         print(f"{kind:24} {rel:34} {count[kind, rel] / executions:12.2f} "

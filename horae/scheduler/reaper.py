@@ -5,6 +5,9 @@
   a worker until it is due): published again. What this replica published is remembered
   by its dispatcher (`Dispatcher.unclaimed`: the rows stay `scheduled`); rows an earlier
   release marked `queued` are found by their mark.
+- claimed ahead of its due time (no start recorded) and its lease expired, its outcome never
+  recorded (its worker died before it was due, or before recording it): `scheduled` again,
+  as it was due, not an attempt.
 - `running` with an expired lease (the worker stopped heartbeating): a failed
   attempt ("lease lost") with a retry per the job's policy, or `dead` (and a
   copy on the dead-letter queue, and the dead-execution webhook when one is set) when it
@@ -93,6 +96,11 @@ class Reaper:
             if again:
                 metrics.reaped.labels("redelivered").inc(again)
                 log.info("republished %d unclaimed executions", again)
+            returned = await store.return_unstarted(conn, epochs, now)
+            if returned:
+                metrics.reaped.labels("returned").inc(returned)
+                log.info("%d executions claimed ahead were never recorded: scheduled again",
+                         returned)  # fmt: skip
             lost = 0
             for row in await store.expired_running(conn, shards, now, BATCH):
                 policy = RetryPolicy.model_validate(row.retry_policy)

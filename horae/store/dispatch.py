@@ -340,6 +340,17 @@ async def touch_queued(
 
 
 @translated
+async def return_unstarted(conn: Conn, epochs: Mapping[int, int], now: datetime) -> int:
+    """Fenced by `epochs` (shard -> epoch): executions claimed ahead of their due time whose
+    lease ran out before `now` with no outcome recorded go back to `scheduled`, due as they
+    were, not an attempt (the store cannot tell whether a handler began: at least once);
+    their shards are told. How many."""
+    shards = sorted(epochs)
+    rows = await conn.fetch(Q["return_unstarted"], shards, [epochs[s] for s in shards], now)
+    return sum(r["returned"] for r in rows)
+
+
+@translated
 async def expired_running(
     conn: Conn, shards: Sequence[int], now: datetime, limit: int
 ) -> list[ExpiredRun]:

@@ -54,6 +54,15 @@ class Throttled:
 
 
 @dataclass(frozen=True)
+class Early:
+    """Not claimed ahead of its due time: its tenant has a `max_running` limit, which counts
+    running rows, so it is claimed once due. The row is left as it was."""
+
+
+EARLY = Early()
+
+
+@dataclass(frozen=True)
 class Refused:
     """Not this worker's to run: the row's tenant is not one it serves, or the message named
     another tenant than the row's. The row is left as it was."""
@@ -72,7 +81,7 @@ class ClaimRequest:
     tenant: str
 
 
-Answer = Claimed | Throttled | Refused | None
+Answer = Claimed | Throttled | Refused | Early | None
 
 
 def _refusal(request: ClaimRequest, tenant: str, serves: Collection[str]) -> Refused:
@@ -105,10 +114,13 @@ async def claim_many(
     executions of) or is not the tenant the message named: the row is left untouched;
     `Throttled` when the row's tenant already runs its `max_running` executions (the
     execution goes back to `scheduled` 1-1.5 `throttle_delay` later, without using an
-    attempt). Tenants and limits are the rows' own, so a message naming another tenant can
-    neither reach a handler nor escape its tenant's limit. Limits are counted from the
-    running rows themselves, so a killed worker leaks no slot: its executions stop counting
-    when the reaper ends them. The claim itself is `horae_claim` (migration 004),
+    attempt). An execution not yet due at `now` is claimed ahead: its lease runs from its
+    due time and it has no start time until its outcome is recorded (`Finish.started_at`);
+    `Early` for one of a tenant with a limit (left alone: claim it once due). Tenants and
+    limits are the rows' own, so a message naming another tenant can neither reach a
+    handler nor escape its tenant's limit. Limits are counted from the running rows
+    themselves, so a killed worker leaks no slot: its executions stop counting when the
+    reaper ends them. The claim itself is `horae_claim` (migration 004),
     the only way a worker's database role reaches a row.
     """
     answers: dict[uuid.UUID, Answer] = {}
@@ -130,6 +142,8 @@ async def claim_many(
                 answers[row["id"]] = _refusal(asked[row["id"]], row["tenant"], serves)
             elif row["outcome"] == "throttled":
                 answers[row["id"]] = Throttled(row["due_at"])
+            elif row["outcome"] == "early":
+                answers[row["id"]] = EARLY
             else:
                 answers[row["id"]] = Claimed(**{f: row[f] for f in _CLAIMED_FIELDS})
         # Claimed before the scheduler recorded its dispatch, which may never happen (it
@@ -191,6 +205,8 @@ class Finish:
     error_message: str | None = None
     result: Any = None
     retry_at: datetime | None = None
+    started_at: datetime | None = None
+    """When its handler began (by Postgres's clock); None keeps the claim's stamp."""
 
 
 @translated
@@ -199,8 +215,9 @@ async def finish_many(
 ) -> list[bool]:
     """Record terminal outcomes (and retry executions, and the jobs' latest runs: their
     consecutive failures, and a pause by their failure policy) in one call of
-    `horae_finish` (migration 004, as 011 left it). An answer is False when `owner` no
-    longer held that execution (its lease was lost): nothing is recorded for it."""
+    `horae_finish` (migration 004, as 017 left it: with when each handler began). An answer
+    is False when `owner` no longer held that execution (its lease was lost): nothing is
+    recorded for it."""
     rows = await conn.fetch(
         Q["finish"],
         [f.claimed.id for f in outcomes],
@@ -214,6 +231,7 @@ async def finish_many(
         owner,
         now,
         now + NOTIFY_WITHIN,
+        [f.started_at for f in outcomes],
     )
     recorded = {row["id"] for row in rows}
     return [f.claimed.id in recorded for f in outcomes]

@@ -172,13 +172,42 @@ CROSS JOIN LATERAL (
 ) AS e
 
 -- name: expired_running
--- Running executions of these shards whose lease ran out before $2 (reaper), with their policy.
+-- Running executions of these shards whose lease ran out before $2 (reaper), with their policy:
+-- those that started (a claim ahead of the due time has no start time until its outcome is
+-- recorded: `return_unstarted`), and those asked to stop.
 SELECT e.id, e.job_id, e.tenant, e.task, e.shard, e.due_at, e.occurrence_at, e.attempt,
        e.job_version, e.lease_owner, j.retry_policy, j.name AS job_name, e.manual
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard = ANY($1::smallint[]) AND e.status = 'running' AND e.lease_until < $2
+  AND (e.started_at IS NOT NULL OR e.cancel_requested)
 ORDER BY e.lease_until
 LIMIT $3
+
+-- name: return_unstarted
+-- Fenced ($1 shards, $2 their epochs): executions claimed ahead of their due time whose lease
+-- ran out before $3 with no outcome recorded (their worker died before they were due, or
+-- before it recorded them): the store cannot tell whether a handler began, so each goes back
+-- to `scheduled` as it was due, not an attempt; its shard is told. How many per shard.
+WITH fence AS (
+    SELECT s.shard FROM shard_epochs s
+    JOIN unnest($1::smallint[], $2::bigint[]) AS u(shard, epoch)
+      ON s.shard = u.shard AND s.epoch = u.epoch
+    ORDER BY s.shard
+    FOR SHARE OF s
+), target AS (
+    SELECT e.id, e.due_at FROM executions e JOIN fence f ON e.shard = f.shard
+    WHERE e.status = 'running' AND e.lease_until < $3 AND e.started_at IS NULL
+      AND NOT e.cancel_requested
+    ORDER BY e.id
+    FOR UPDATE OF e SKIP LOCKED
+), returned AS (
+    UPDATE executions e SET status = 'scheduled', lease_owner = NULL, lease_until = NULL
+    FROM target t
+    WHERE e.id = t.id AND e.due_at = t.due_at
+    RETURNING e.shard
+)
+SELECT r.shard, count(*)::int AS returned, pg_notify('horae_shard_' || r.shard::text, 'returned')
+FROM returned r GROUP BY r.shard
 
 -- name: lose_lease
 -- Fenced: a running execution whose lease is still expired becomes a failed (or dead)
@@ -213,9 +242,11 @@ SELECT horae_schedule_next($1, $2::uuid[], $3::timestamptz[], $4::uuid[], $5::ti
                            $6::timestamptz[], $7, $8)
 
 -- name: finish
--- Record a worker's outcomes, retries and jobs' latest runs in one statement (horae_finish).
+-- Record a worker's outcomes (with when each handler began), retries and jobs' latest runs in
+-- one statement (horae_finish).
 SELECT id FROM horae_finish($1::uuid[], $2::timestamptz[], $3::execution_status[], $4::text[],
-                            $5::text[], $6::jsonb[], $7::timestamptz[], $8::uuid[], $9, $10, $11)
+                            $5::text[], $6::jsonb[], $7::timestamptz[], $8::uuid[], $9, $10, $11,
+                            $12::timestamptz[])
     AS f(id)
 
 -- name: tenant_limits

@@ -1,8 +1,9 @@
 """The execution layer: hold an execution until due, run its handler, record its outcome.
 
 Given one execution of a message and a way to claim it (both from the message layer),
-`Executions` holds it until it is due by Postgres's clock, claims it within the
-concurrency limit, runs its task's handler with its `TaskContext` and under its timeout,
+`Executions` claims one that arrived ahead of its due time at once (its lease runs from the
+due time) and holds it until due by Postgres's clock, or claims one already due within the
+concurrency limit; then runs its task's handler with its `TaskContext` and under its timeout,
 turns how it ended into an outcome (`outcome.classify`) and records that (a dead one is
 also copied to the dead-letter queue and announced to the webhook). Heartbeats extend the
 leases of the executions it holds and cancel those whose job asked for it; `stop` cancels
@@ -20,7 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from horae import alerts, broker, metrics
@@ -30,7 +31,7 @@ from horae.domain.limits import RESULT_DROPPED_KEY, stored_result
 from horae.errors import PermanentError
 from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
-from horae.store.executions import Claimed
+from horae.store.executions import Claimed, Early
 from horae.store.groups import Store
 from horae.worker.failures import OUTCOME_RETRIED, retrying
 from horae.worker.outcome import Outcome, classify
@@ -39,8 +40,17 @@ from horae.worker.sdk import TaskContext, TaskDefinition, serving
 
 log = logging.getLogger(__name__)
 
-Claim = Callable[[], Awaitable[Claimed | None]]
-"""Claims the execution being run: its row, or None when there is nothing to run."""
+Claim = Callable[[], Awaitable[Claimed | Early | None]]
+"""Claims the execution being run: its row; None when there is nothing to run; `Early` when it
+is not claimed before its due time (a limited tenant's)."""
+
+OUTCOMES_DEFERRED = 0.5
+"""The longest outcomes wait for a burst of starts (`StartsFirst`), in seconds."""
+
+EARLY_TRIES = 20
+"""How often a claim made once due by this worker's clock is tried again, `EARLY_RETRY` apart,
+when the claim found it not yet due (the clock re-measured in between)."""
+EARLY_RETRY = 0.05
 
 EARLY_STOPS = 1024
 """How many stop requests for executions not running here are remembered, in case one of
@@ -49,6 +59,44 @@ them was claimed and its handler is about to start (the claim's answer still on 
 HOLD_LIMIT = timedelta(seconds=60)
 """The longest a worker holds an execution that arrived before its due time: the scheduler's
 dispatch lead (at most 10 s) plus room for a scheduler whose clock runs ahead."""
+
+
+class StartsFirst:
+    """Outcomes wait while a burst of executions, due, waits for handler slots: in a burst
+    (more due at once than the worker's concurrency, e.g. a top of the hour claimed ahead)
+    the worker's loop and the database spend the instant on starting handlers, and the
+    outcomes' writes come after, in fuller batches. They wait at most `OUTCOMES_DEFERRED`
+    at a time, so a worker that stays saturated still records."""
+
+    def __init__(self, concurrency: int) -> None:
+        self._burst = concurrency
+        self._queued = 0
+        self._gate: asyncio.Future[None] | None = None
+        """Unresolved while outcomes wait."""
+
+    def queued(self) -> None:
+        """One more execution, due, waits for a slot."""
+        self._queued += 1
+        if self._queued > self._burst and (self._gate is None or self._gate.done()):
+            loop = asyncio.get_running_loop()
+            self._gate = gate = loop.create_future()
+            loop.call_later(OUTCOMES_DEFERRED, self._open, gate)
+
+    def dequeued(self) -> None:
+        """It has its slot (or gave up waiting)."""
+        self._queued -= 1
+        if self._queued == 0 and self._gate is not None:
+            self._open(self._gate)
+
+    async def gone(self) -> None:
+        """Returns once no burst waits to start (or `OUTCOMES_DEFERRED` after it began)."""
+        if self._gate is not None and not self._gate.done():
+            await self._gate
+
+    @staticmethod
+    def _open(gate: asyncio.Future[None]) -> None:
+        if not gate.done():
+            gate.set_result(None)
 
 
 class Executions:
@@ -70,6 +118,10 @@ class Executions:
         self._clock = clock
         self._handlers: dict[uuid.UUID, tuple[int, asyncio.Task[Any]]] = {}
         """The handlers running, by execution id, with their executions' shards."""
+        self._waiting: dict[uuid.UUID, int] = {}
+        """Executions claimed ahead of their due time, waiting for it, with their shards."""
+        self._stopping = False
+        """Stopping: an execution claimed ahead is handed back, not started."""
         self._held: dict[uuid.UUID, int] = {}
         """Executions claimed and not yet recorded, with their shards: the only ones
         heartbeats keep. One whose claim's answer or outcome's write was lost (Postgres
@@ -82,6 +134,7 @@ class Executions:
         """Stop requests for executions whose handlers had not started (`EARLY_STOPS`)."""
         self._webhook = alerts.DeadWebhook(settings.dead_webhook)
         self._finishes = GroupCommits(self._finish_batch)
+        self._starts = StartsFirst(settings.concurrency)
 
     def timeout_of(self, claimed: Claimed) -> timedelta | None:
         """How long the handler of `claimed` may run: its job's timeout, else its task's;
@@ -92,18 +145,49 @@ class Executions:
         return definition.timeout if definition and definition.timeout else None
 
     async def run(self, body: ExecutionMessage, claim: Claim) -> None:
-        """Hold `body` until it is due, claim it (`claim`), run its handler and record the
-        outcome. Raises what the claim raised; cancelled, records nothing."""
-        await self._until_due(body)
+        """Run `body`: claimed at once when it arrived ahead of its due time (`claim`; its
+        lease runs from the due time, and no handler slot is held meanwhile), else once due
+        and within the concurrency limit; its handler started once due by Postgres's clock;
+        its outcome recorded with when the handler began. Raises what the claim raised;
+        cancelled, records nothing."""
+        claimed: Claimed | None = None
+        if self._ahead(body):
+            answer = await claim()
+            if answer is None:
+                return
+            if isinstance(answer, Claimed):
+                claimed = answer
+                self._held[claimed.id] = claimed.shard
+                self._waiting[claimed.id] = claimed.shard
+        try:
+            await self._until_due(body)
+        finally:
+            if claimed is not None:
+                self._waiting.pop(claimed.id, None)
+        if claimed is not None and self._stopping:
+            return  # handed back by `stop_handlers`, never started here
         # A slot is a running handler: the outcome's write happens after it is given back
         # (the message stays unacked until then, so prefetch still bounds the backlog).
-        async with self._slots:
-            ran = await self._claim_and_run(claim)
+        self._starts.queued()
+        try:
+            await self._slots.acquire()
+        finally:
+            self._starts.dequeued()
+        try:
+            ran = await self._claim_and_run(body, claim, claimed)
+        finally:
+            self._slots.release()
         if ran is not None:
             try:
+                await self._starts.gone()
                 await self._record(body, *ran)
             finally:
                 self._held.pop(ran[0].id, None)
+
+    def _ahead(self, body: ExecutionMessage) -> bool:
+        """Whether `body` arrived before its due time, within `HOLD_LIMIT` of it."""
+        early = (body.due_at - self._clock.now()).total_seconds()
+        return 0 < early <= HOLD_LIMIT.total_seconds()
 
     async def _until_due(self, body: ExecutionMessage) -> None:
         """Hold an execution published ahead of its due time (the scheduler's dispatch lead),
@@ -126,24 +210,41 @@ class Executions:
             await asyncio.sleep(early)
             early = (body.due_at - self._clock.now()).total_seconds()
 
-    async def _claim_and_run(self, claim: Claim) -> tuple[Claimed, Outcome] | None:
-        """Claim and run the handler; None when there was nothing to run (throttled,
-        duplicate or stale)."""
-        claimed = await claim()
+    async def _claim_and_run(
+        self, body: ExecutionMessage, claim: Claim, claimed: Claimed | None
+    ) -> tuple[Claimed, Outcome, datetime] | None:
+        """Claim (unless `claimed` ahead) and run the handler: the execution, how it ended and
+        when its handler began; None when there was nothing to run (throttled, duplicate or
+        stale)."""
         if claimed is None:
-            return None
-        self._held[claimed.id] = claimed.shard
-        metrics.start_lag.observe((self._clock.now() - claimed.due_at).total_seconds())
+            claimed = await self._claim_due(body, claim)
+            if claimed is None:
+                return None
+            self._held[claimed.id] = claimed.shard
+        began = self._clock.now()
+        metrics.start_lag.observe((began - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
         started = time.monotonic()
         try:
-            return claimed, await self._attempt(claimed)
+            return claimed, await self._attempt(claimed), began
         except BaseException:
             self._held.pop(claimed.id, None)
             raise
         finally:
             metrics.in_flight.dec()
             metrics.run_duration.observe(time.monotonic() - started)
+
+    async def _claim_due(self, body: ExecutionMessage, claim: Claim) -> Claimed | None:
+        """Claim `body`, due by this worker's clock. A claim that found it not yet due by the
+        clock as re-measured meanwhile (`Early`) is tried again a moment later; given up
+        after `EARLY_TRIES` (the row left `scheduled` for the reaper to publish again)."""
+        for _ in range(EARLY_TRIES):
+            answer = await claim()
+            if not isinstance(answer, Early):
+                return answer
+            await asyncio.sleep(EARLY_RETRY)
+        log.warning("execution %s: still not due by the claim's clock", body.execution_id)
+        return None
 
     async def _attempt(self, claimed: Claimed) -> Outcome:
         """Run the handler of `claimed` and classify how it ended."""
@@ -220,10 +321,12 @@ class Executions:
                 self._handlers.pop(claimed.id, None)
         return None, returned
 
-    async def _record(self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome) -> None:
-        """Write the outcome (only if this claim still holds the execution); dead-letter and
-        alert on a dead one."""
-        if not await self._write(claimed, outcome):
+    async def _record(
+        self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome, began: datetime
+    ) -> None:
+        """Write the outcome, and when the handler `began` (only if this claim still holds the
+        execution); dead-letter and alert on a dead one."""
+        if not await self._write(claimed, outcome, began):
             return
         if outcome.status == "dead":
             await self._report_dead(body, claimed, outcome)
@@ -231,7 +334,7 @@ class Executions:
         if outcome.retry_at is not None:
             metrics.retries.inc()
 
-    async def _write(self, claimed: Claimed, outcome: Outcome) -> bool:
+    async def _write(self, claimed: Claimed, outcome: Outcome, began: datetime) -> bool:
         """Whether the outcome was recorded (in the group of its shard, or the group the shard
         moved to meanwhile): False when the claim no longer held the execution, or the write
         failed for as long as the lease lasts."""
@@ -242,6 +345,7 @@ class Executions:
             outcome.error_message,
             result=outcome.result,
             retry_at=outcome.retry_at,
+            started_at=began,
         )
         # Postgres restarting or the connection cut: try again while the lease lasts (after
         # that the reaper has ended the attempt and the write would find nothing to record).
@@ -333,7 +437,9 @@ class Executions:
         """Cancel the handlers of these executions, whose rows are marked `cancel_requested`
         (a heartbeat's answer, or the scheduler's message on the control queue): each ends
         `cancelled` (`cancel_requested`). One not running here is remembered a while, in
-        case its claim's answer is still on its way. Returns how many handlers it cancelled."""
+        case its claim's answer is still on its way or it was claimed ahead of its due time
+        (it then ends `cancelled` without its handler starting). Returns how many handlers it
+        cancelled."""
         stopped = 0
         for execution_id in execution_ids:
             running = self._handlers.get(execution_id)
@@ -342,7 +448,7 @@ class Executions:
                     self._cancel_requested.add(execution_id)
                     running[1].cancel()
                     stopped += 1
-            elif execution_id not in self._held:
+            else:  # not started yet: claimed ahead, or its claim's answer on its way
                 self._early_stops[execution_id] = None
                 while len(self._early_stops) > EARLY_STOPS:
                     self._early_stops.popitem(last=False)
@@ -361,9 +467,12 @@ class Executions:
     async def stop_handlers(self) -> dict[uuid.UUID, int]:
         """Cancel the handlers still running (nothing is recorded for them) and give them
         `stop_wait` to end (a cancelled handler's `finally` may still clean up); the
-        executions whose handlers have ended, which may now run elsewhere, with their shards.
+        executions whose handlers have ended, which may now run elsewhere, with their shards,
+        and those claimed ahead of their due times (never started here from now on).
         One that has not ended keeps its lease until this process exits, and the reaper
         recovers it."""
+        self._stopping = True
+        waiting = dict(self._waiting)
         handlers = dict(self._handlers)
         for _, handler in handlers.values():
             handler.cancel()
@@ -377,4 +486,4 @@ class Executions:
                 len(handlers) - len(ended),
                 wait,
             )
-        return ended
+        return ended | waiting

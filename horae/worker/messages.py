@@ -243,10 +243,15 @@ class Messages:
 
     async def _claim(
         self, body: ExecutionMessage, reach_ack_point: Callable[[], None]
-    ) -> Claimed | None:
+    ) -> Claimed | store.Early | None:
         """Claim `body`'s execution in the group of its job's shard (or where that shard moved
-        to meanwhile); None when there is nothing to run (throttled, duplicate or stale).
-        Raises `ForeignExecution` when the claim refused it."""
+        to meanwhile); None when there is nothing to run (throttled, duplicate or stale),
+        `Early` when it is not claimed ahead of its due time (a limited tenant's). Raises
+        `ForeignExecution` when the claim refused it.
+
+        One claimed ahead of its due time reaches its ack point with the claim: from then on
+        its lease (from the due time) and the reaper keep it, so its message no longer holds
+        a prefetch slot while it waits."""
         request = store.ClaimRequest(body.execution_id, body.due_at, body.tenant)
         claimed = await self._routes.follow(
             self._routes.shard_of_job(body.job_id),
@@ -269,7 +274,9 @@ class Messages:
         if claimed is None:
             log.info("execution %s: duplicate or stale, dropped", body.execution_id)
             return None
-        if self._acks_at_claim(claimed):
+        if isinstance(claimed, store.Early):
+            return claimed
+        if self._acks_at_claim(claimed) or self._clock.now() < claimed.due_at:
             reach_ack_point()
         return claimed
 

@@ -95,7 +95,20 @@ async def test_the_same_message_twice_runs_the_handler_once(
     assert len(invocations(log)) == 1
 
 
-async def test_a_message_published_before_its_due_time_is_held_until_then(
+async def claimed_ahead(stored: StoreRows, row: asyncpg.Record) -> asyncpg.Record:
+    """`row`'s execution once a worker has claimed it ahead of its due time (before that, a
+    failure: the test is too slow to see it)."""
+
+    async def running() -> asyncpg.Record | None:
+        got = await stored.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
+        return got if got["status"] == "running" else None
+
+    held = await until(running, timeout=10, interval=0.1, what="the claim ahead")
+    assert datetime.now(UTC) < row["due_at"], "claimed only once due"
+    return held
+
+
+async def test_a_message_published_before_its_due_time_is_claimed_at_once_and_run_when_due(
     processes: Processes,
     stored: StoreRows,
     broker_url: str,
@@ -104,27 +117,91 @@ async def test_a_message_published_before_its_due_time_is_held_until_then(
     shared_default_pool: str,
 ) -> None:
     # The scheduler publishes up to its dispatch lead early (a scheduler whose clock runs
-    # ahead, earlier still): the worker claims and runs the execution only once it is due.
+    # ahead, earlier still): the worker claims the execution as the message arrives, its
+    # lease counted from the due time, and acks the message, so that what a burst due at one
+    # instant costs is spent before it; the handler starts once due by Postgres's clock, and
+    # that start is what the row records.
     log = tmp_path / "calls.jsonl"
     processes.start("worker", "worker", "--tasks", TASKS, env={"HORAE_TEST_LOG": str(log)})
-    row, msg = await echo_message(stored, due_in=4)
+    row, msg = await echo_message(stored, due_in=10)
     await publish(broker_url, broker_prefix, msg)
+    held = await claimed_ahead(stored, row)
+    assert held["started_at"] is None, "a claim ahead is not a start"
+    assert held["lease_until"] == row["due_at"] + timedelta(seconds=30), "lease from the due time"
 
-    async def delivered() -> bool:  # the worker holds it: none left ready in the queue
-        return await ready_messages(broker_url, shared_default_pool) == 0
+    async def acked() -> bool:  # while it waits, its message holds no prefetch slot
+        ready = await ready_messages(broker_url, shared_default_pool)
+        return ready == 0 and await asyncio.to_thread(unacked, broker_url, shared_default_pool) == 0
 
-    await until(delivered, timeout=10, what="the message delivered to the worker")
-    held = await stored.fetchrow(
-        "SELECT status::text, started_at FROM executions WHERE id = $1", row["id"]
-    )
-    assert (held["status"], held["started_at"]) == ("scheduled", None), "claimed before due"
+    await until(acked, timeout=8, interval=0.5, what="the message acked at the claim")
+    assert datetime.now(UTC) < row["due_at"] and invocations(log) == [], "started early"
     [done] = await terminal(stored, row["job_id"], 1)
     assert done["status"] == "succeeded"
-    assert done["started_at"] >= row["due_at"]
     [call] = invocations(log)
     lag = call["at"] - row["due_at"].timestamp()
     # (the worker reads Postgres's clock to within half a loopback round trip)
     assert -0.005 <= lag < 1.0, f"handler started {lag:.3f} s after its due time"
+    recorded = done["started_at"].timestamp() - call["at"]
+    assert -0.05 <= recorded <= 0.05, f"recorded start {recorded:.3f} s off the handler's"
+
+
+async def test_a_worker_killed_holding_a_claim_ahead_leaves_it_to_another_not_as_an_attempt(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # Killed after claiming ahead and before the due time: no handler began, though the store
+    # cannot know that. Once the lease (from the due time) has run out, the reaper makes the
+    # execution scheduled again as it was due, and another worker runs it: one attempt, one
+    # handler call, the heir's.
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
+    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
+    victim = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
+    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    held = await claimed_ahead(stored, row)
+    assert held["lease_owner"] == victim.identity
+    victim.kill()
+    heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    [done] = await terminal(stored, job["id"], 1, timeout=40)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    assert done["started_at"] >= row["due_at"] + timedelta(seconds=3), "before the lease ran out"
+    assert [c["worker"] for c in invocations(log)] == [heir.identity]
+
+
+async def test_a_job_cancelled_after_its_execution_was_claimed_ahead_never_starts(
+    processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str, tmp_path: Path
+) -> None:
+    # A cancel committed after the claim ahead reaches the worker with its next heartbeat
+    # (every lease/3): before the due time, the handler never starts and the execution ends
+    # cancelled.
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
+    processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    row, msg = await echo_message(stored, due_in=8)
+    await publish(broker_url, broker_prefix, msg)
+    await claimed_ahead(stored, row)
+    async with stored.on_job(row["job_id"]) as conn:
+        await jobs.cancel_job(conn, row["job_id"], now=datetime.now(UTC))
+    [done] = await terminal(stored, row["job_id"], 1, timeout=20)
+    assert (done["status"], done["error_kind"]) == ("cancelled", "cancel_requested")
+    assert invocations(log) == []
+
+
+async def test_sigterm_hands_back_a_claim_ahead_as_it_was_due(
+    processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str
+) -> None:
+    # A stopping worker does not wait for what it claimed ahead: past the grace period it gives
+    # it back, `scheduled` and due as it was (never earlier), with no owner, and exits 0.
+    env = {"HORAE_SHUTDOWN_GRACE_SECONDS": "1"}
+    leaving = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    row, msg = await echo_message(stored, due_in=20)
+    await publish(broker_url, broker_prefix, msg)
+    await claimed_ahead(stored, row)
+    leaving.signal(signal.SIGTERM)
+    assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
+    back = await stored.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
+    assert (back["status"], back["due_at"], back["lease_owner"], back["attempt"]) == (
+        "scheduled", row["due_at"], None, 1)  # fmt: skip
 
 
 async def test_retryable_three_times_then_succeeds_with_one_idempotency_key(

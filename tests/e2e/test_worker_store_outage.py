@@ -1,8 +1,9 @@
-"""A worker cut off from Postgres when the messages it holds fall due: each claim fails on
-the connection, and the message goes back to the queue a second later
-(`horae.worker.messages.REQUEUE_AFTER`), again and again, until a claim gets through. So
-the executions start within seconds of Postgres being reachable again. (Before, such a
-message was rejected, and its executions waited for the reaper's 60 s redelivery.)"""
+"""A worker cut off from Postgres when its messages arrive (ahead of their due times, to be
+claimed at once) and fall due: each claim fails on the connection, and the message goes
+back to the queue a second later (`horae.worker.messages.REQUEUE_AFTER`), again and again,
+until a claim gets through. So the executions start within seconds of Postgres being
+reachable again. (Before, such a message was rejected, and its executions waited for the
+reaper's 60 s redelivery.)"""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ TASKS = "tests/e2e/tasks.py"
 # Only the worker's role is cut off, in the one database of the test's store.
 pytestmark = [pytest.mark.usefixtures("shared_default_pool"), pytest.mark.one_group]
 COUNT = 20
-LEAD = 5  # seconds: the scheduler publishes this far ahead, so the messages wait at the worker
+LEAD = 5  # seconds: the scheduler publishes this far ahead, and the worker claims on arrival
 
 
 async def test_executions_whose_claims_failed_on_the_connection_start_once_postgres_is_back(
@@ -44,7 +45,7 @@ async def test_executions_whose_claims_failed_on_the_connection_start_once_postg
     assert (await until_ready(port)).startswith("consuming")
 
     now = datetime.now(UTC)
-    first_due = now + timedelta(seconds=LEAD - 1)
+    first_due = now + timedelta(seconds=LEAD + 3)  # published 3 s from now: after the cut
     new = [
         jobs.NewJob(
             spec=JobSpec(task="e2e.echo", run_at=first_due + timedelta(seconds=i / COUNT)),
@@ -53,12 +54,6 @@ async def test_executions_whose_claims_failed_on_the_connection_start_once_postg
         for i in range(COUNT)
     ]  # fmt: skip
     await stored.create(new, now=now)
-
-    async def published() -> bool:  # (the rows stay scheduled until claimed)
-        samples = await scrape(f"http://127.0.0.1:{scheduler_port}/metrics")
-        return value(samples, "horae_dispatched_total") == COUNT
-
-    await until(published, timeout=LEAD - 2, interval=0.1, what="all published ahead")
     role = login_roles.names["worker"]
     admin = await asyncpg.connect(db_url)
     try:
@@ -70,6 +65,13 @@ async def test_executions_whose_claims_failed_on_the_connection_start_once_postg
             role,
         )
         assert cut > 0, "the worker had connections to cut"
+        assert datetime.now(UTC) < first_due - timedelta(seconds=LEAD), "cut after the publish"
+
+        async def published() -> bool:  # (the rows stay scheduled until claimed)
+            samples = await scrape(f"http://127.0.0.1:{scheduler_port}/metrics")
+            return value(samples, "horae_dispatched_total") == COUNT
+
+        await until(published, timeout=LEAD + 3, interval=0.1, what="all published ahead")
         last_due = first_due + timedelta(seconds=1)
         await asyncio.sleep((last_due - datetime.now(UTC)).total_seconds() + 3)
         assert (

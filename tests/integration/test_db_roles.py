@@ -153,7 +153,8 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     assert await executions.release_running(worker, owner="w1", ids=[again.id], now=NOW) == 1
     assert await pool.fetchval("SELECT status FROM executions WHERE id = $1",
                                again.id) == "scheduled"  # fmt: skip
-    [third] = await claims(worker, [ClaimRequest(again.id, NOW, "acme")])
+    # handed back as due as it was (never earlier): its retry time
+    [third] = await claims(worker, [ClaimRequest(again.id, retry_at, "acme")])
     assert isinstance(third, Claimed)
     assert await transitions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
                                    now=NOW, result={"ok": 1})  # fmt: skip
@@ -250,6 +251,35 @@ async def test_the_scheduler_role_dispatches_reaps_and_schedules_next(
         await scheduler.execute("UPDATE jobs SET payload = '{}' WHERE id = $1", job_id)
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await scheduler.fetch("SELECT * FROM tenants")
+
+
+async def test_the_scheduler_role_gives_back_a_claim_ahead_whose_worker_never_recorded_it(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    # Claimed by the worker role a minute before its due time, then its lease (from the due
+    # time) runs out with no outcome: the reaper's statement, as the scheduler role, makes it
+    # `scheduled` again as it was due, with no owner and no attempt used; fenced by the epoch.
+    scheduler = as_role["scheduler"]
+    job_id = await api_job(as_role["api"], JobSpec(task="t", run_at=NOW + timedelta(minutes=1)))
+    row = await first_execution(pool, job_id)
+    epoch = await dispatch.take_shard(scheduler, row["shard"], "s1", NOW)
+    [claimed] = await claims(as_role["worker"], [request(row)])
+    assert isinstance(claimed, Claimed)
+    held = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
+    assert (held["status"], held["started_at"]) == ("running", None)
+    assert held["lease_until"] == row["due_at"] + LEASE, "a claim ahead leases from its due time"
+    lapsed = row["due_at"] + LEASE + timedelta(seconds=1)
+    shard = row["shard"]
+    assert await dispatch.return_unstarted(scheduler, {shard: epoch}, lapsed - LEASE) == 0
+    assert await dispatch.return_unstarted(scheduler, {shard: epoch + 1}, lapsed) == 0, "fenced"
+    assert await dispatch.expired_running(scheduler, [shard], lapsed, 10) == [], (
+        "an unstarted claim is no failed attempt"
+    )
+    assert await dispatch.return_unstarted(scheduler, {shard: epoch}, lapsed) == 1
+    again = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
+    assert (again["status"], again["lease_owner"], again["lease_until"], again["started_at"],
+            again["due_at"], again["attempt"]) == ("scheduled", None, None, None,
+                                                   row["due_at"], 1)  # fmt: skip
 
 
 async def test_the_api_role_runs_the_job_lifecycle(

@@ -23,6 +23,8 @@ from tests.support.wait import until
 pytestmark = pytest.mark.one_group
 
 NOW = datetime.now(UTC).replace(microsecond=0)
+DUE = NOW + timedelta(minutes=1)
+"""When `one_offs`' executions are due."""
 
 
 def cron_spec(expr: str = "*/10 * * * * *") -> JobSpec:
@@ -289,12 +291,88 @@ async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.P
         found = await one_offs(conn, 5)
         answers = await executions.claim_many(
             conn, [executions.ClaimRequest(r["id"], r["due_at"], "acme") for r in found],
-            owner="w1", now=NOW, lease=timedelta(seconds=30), serves={"acme"},
+            owner="w1", now=DUE, lease=timedelta(seconds=30), serves={"acme"},
         )  # fmt: skip
     assert sum(isinstance(a, executions.Claimed) for a in answers) == 2
     assert sum(isinstance(a, executions.Throttled) for a in answers) == 3
     statuses = sorted(r["status"] for r in await pool.fetch("SELECT status FROM executions"))
     assert statuses == ["running"] * 2 + ["scheduled"] * 3
+
+
+async def test_a_claim_ahead_of_the_due_time_leases_from_it_and_records_the_real_start(
+    pool: asyncpg.Pool,
+) -> None:
+    # Claimed a minute early (the worker got the message with the scheduler's lead): the
+    # row is running with no start time, its lease counted from its due time; a heartbeat
+    # never shortens that lease; the outcome records when the handler began.
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        [row] = await one_offs(conn, 1)
+        claimed = await transitions.claim(
+            conn, row["id"], row["due_at"], owner="w1", now=NOW, lease=lease, tenant="acme"
+        )
+        assert isinstance(claimed, executions.Claimed)
+        held = await conn.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
+        assert (held["status"], held["lease_owner"], held["started_at"]) == ("running", "w1", None)
+        assert held["lease_until"] == row["due_at"] + lease
+        beat = await executions.heartbeat(conn, owner="w1", now=NOW, lease=lease, ids=[row["id"]])
+        assert beat.extended == {row["id"]}
+        assert (
+            await conn.fetchval("SELECT lease_until FROM executions WHERE id = $1", row["id"])
+            == row["due_at"] + lease
+        ), "the heartbeat shortened a lease counted from the due time"
+        began = row["due_at"] + timedelta(milliseconds=40)
+        outcome = executions.Finish(claimed, ExecutionStatus.SUCCEEDED, started_at=began)
+        assert await executions.finish_many(conn, [outcome], owner="w1", now=began) == [True]
+        done = await conn.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
+    assert (done["status"], done["started_at"]) == ("succeeded", began)
+
+
+async def test_a_limited_tenants_execution_is_claimed_only_once_due(pool: asyncpg.Pool) -> None:
+    # A tenant's limit counts running rows: one claimed ahead would take a slot before it runs.
+    # So the claim answers Early and leaves the row as it was; once due it is claimed.
+    async with pool.acquire() as conn:
+        await tenants.set_tenant_limit(conn, "acme", 5)
+        [limited] = await one_offs(conn, 1)
+        [free] = await one_offs(conn, 1, tenant="free")
+        answers = await executions.claim_many(
+            conn, [executions.ClaimRequest(r["id"], r["due_at"], r["tenant"])
+                   for r in (limited, free)],
+            owner="w1", now=NOW, lease=timedelta(seconds=30), serves={"acme", "free"},
+        )  # fmt: skip
+        assert answers[0] == executions.EARLY
+        assert isinstance(answers[1], executions.Claimed), "an unlimited tenant's is claimed ahead"
+        after = await conn.fetchrow("SELECT * FROM executions WHERE id = $1", limited["id"])
+        assert dict(after) == dict(limited), "a row answered Early is left untouched"
+        lease = timedelta(seconds=30)
+        due = await transitions.claim(
+            conn, limited["id"], limited["due_at"], owner="w1", now=DUE, lease=lease, tenant="acme"
+        )
+        assert isinstance(due, executions.Claimed)
+        started = await conn.fetchval(
+            "SELECT started_at FROM executions WHERE id = $1", limited["id"]
+        )
+    assert started == DUE
+
+
+async def test_a_hand_back_never_makes_an_execution_due_earlier(pool: asyncpg.Pool) -> None:
+    # A stopping worker gives back what it claimed ahead: due as it was, not "now".
+    lease = timedelta(seconds=30)
+    async with pool.acquire() as conn:
+        [ahead, overdue] = await one_offs(conn, 2)
+        for row in (ahead, overdue):
+            when = NOW if row is ahead else DUE
+            claimed = await transitions.claim(
+                conn, row["id"], row["due_at"], owner="w1", now=when, lease=lease, tenant="acme"
+            )
+            assert isinstance(claimed, executions.Claimed)
+        later = DUE + timedelta(seconds=5)
+        assert await executions.release_running(conn, owner="w1", ids=[ahead["id"]], now=NOW) == 1
+        assert await executions.release_running(conn, owner="w1", ids=[overdue["id"]],
+                                                now=later) == 1  # fmt: skip
+        dues = dict(await conn.fetch(
+            "SELECT id, due_at FROM executions WHERE status = 'scheduled'"))  # fmt: skip
+    assert dues == {ahead["id"]: ahead["due_at"], overdue["id"]: later}
 
 
 async def waiting_for_a_lock(pool: asyncpg.Pool, conn: asyncpg.Connection, what: str) -> None:
@@ -428,12 +506,12 @@ async def test_a_message_lying_about_its_tenant_cannot_exceed_the_row_tenants_li
         running, waiting = await one_offs(conn, 2)
         lease = timedelta(seconds=30)
         first = await transitions.claim(
-            conn, running["id"], running["due_at"], owner="w0", now=NOW, lease=lease, tenant="acme"
+            conn, running["id"], running["due_at"], owner="w0", now=DUE, lease=lease, tenant="acme"
         )
         assert isinstance(first, executions.Claimed)
         lying = executions.ClaimRequest(waiting["id"], waiting["due_at"], "free")
         [answer] = await executions.claim_many(
-            conn, [lying], owner="w1", now=NOW, lease=lease, serves={"acme", "free"}
+            conn, [lying], owner="w1", now=DUE, lease=lease, serves={"acme", "free"}
         )
     assert isinstance(answer, executions.Refused) and answer.tenant == "acme"
     counted = "SELECT count(*) FROM executions WHERE tenant = 'acme' AND status = 'running'"

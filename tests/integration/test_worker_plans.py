@@ -47,7 +47,7 @@ async def test_heartbeat_outcome_and_hand_back_read_by_primary_key(pool: asyncpg
         "release_running": (Q["release_running"], "w3", ids, now),
         "finish": (
             Q["finish"], ids, dues, ["succeeded"] * n, [None] * n, [None] * n, [None] * n,
-            [None] * n, [None] * n, "w3", now, now,
+            [None] * n, [None] * n, "w3", now, now, [now] * n,
         ),
     }  # fmt: skip
     for name, (sql, *args) in statements.items():
