@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from horae.errors import ConfigError
 
 MAX_DISPATCH_LEAD = 10.0
-"""Seconds: the longest dispatch lead. A worker holds an early execution's message (and a
-prefetch slot) until it is due."""
+"""Seconds: the longest dispatch lead (the burst lead included). A worker claims an early
+execution as it arrives and holds it, without a handler slot, until it is due."""
 MAX_DISPATCH_INTERVAL = 1.0
 """Seconds: the longest interval between dispatch rounds (HORAE_DISPATCH_INTERVAL_SECONDS)."""
 
@@ -165,14 +165,22 @@ class SchedulerSettings:
     redelivery_timeout: timedelta = timedelta(seconds=60)
     """HORAE_REDELIVERY_TIMEOUT_SECONDS: a queued execution unclaimed this long is republished."""
     dispatch_lead: timedelta = timedelta(0)
-    """HORAE_DISPATCH_LEAD_SECONDS: executions are published up to this long before they are
-    due (0, the default: at the due moment); a worker holds one until it is due by
-    Postgres's clock, then claims it. A burst due at one instant is so published before it,
-    not during it. Executions of Forbid, Replace and BufferOne jobs are published at the due
-    moment, so that whether the previous occurrence still runs is judged then. At most
-    MAX_DISPATCH_LEAD. Off by default: a held message keeps its prefetch slot (prefetch =
-    concurrency), and at a sustained rate the held executions cost workers CPU (see
-    docs/performance.md)."""
+    """HORAE_DISPATCH_LEAD_SECONDS: every execution is published up to this long before it is
+    due (0, the default: at the due moment, unless in a burst); a worker claims one as it
+    arrives (its lease counted from the due time) and starts it once due by Postgres's
+    clock. Executions of Forbid, Replace and BufferOne jobs are published at the due moment,
+    so that whether the previous occurrence still runs is judged then. At most
+    MAX_DISPATCH_LEAD. Off by default: a worker killed holding claims ahead leaves them to
+    its lease (docs/architecture.md); the burst lead below covers what a lead is for."""
+    burst_lead: timedelta = timedelta(seconds=2)
+    """HORAE_BURST_LEAD_SECONDS: a burst (`burst_size` or more executions due within one
+    quarter second, on this replica's shards) is published this long before it is due, or
+    longer for a larger one (a second per `BURST_CLAIMS_PER_SECOND`), at most
+    MAX_DISPATCH_LEAD: its claims happen before the instant, and at the instant the workers
+    only start handlers. 0 turns it off."""
+    burst_size: int = 1_000
+    """HORAE_BURST_SIZE: executions due within one quarter second that make a burst (1,000:
+    4,000 a second at once, above a sustained rate's share of a replica)."""
     dispatch_interval: timedelta = timedelta(milliseconds=50)
     """HORAE_DISPATCH_INTERVAL_SECONDS: dispatch rounds start at most this often (0.05, the
     default); what falls due between two goes out in the next one, so a steady rate
@@ -316,6 +324,14 @@ class Settings:
                 dispatch_lead=env_seconds(
                     env, "HORAE_DISPATCH_LEAD_SECONDS", 0, zero=True, most=MAX_DISPATCH_LEAD
                 ),
+                burst_lead=env_seconds(
+                    env,
+                    "HORAE_BURST_LEAD_SECONDS",
+                    SchedulerSettings.burst_lead.total_seconds(),
+                    zero=True,
+                    most=MAX_DISPATCH_LEAD,
+                ),
+                burst_size=_int(env, "HORAE_BURST_SIZE", SchedulerSettings.burst_size),
                 dispatch_interval=env_seconds(
                     env,
                     "HORAE_DISPATCH_INTERVAL_SECONDS",

@@ -1,5 +1,6 @@
 """Preload owned shards' windows into a timer heap and publish each execution at its due moment,
-or up to the dispatch lead before it (workers hold an early one until it is due).
+or up to the dispatch lead before it, or the burst lead for a burst (workers claim an early
+one as it arrives and start it once due).
 
 Order of writes per batch, in one transaction fenced by the shards' epochs: the epochs
 share-locked, then publish with confirms (the shards still ours only), then record skipped
@@ -35,7 +36,7 @@ import logging
 import math
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -44,6 +45,7 @@ from horae import metrics
 from horae.batching import GroupCommit
 from horae.broker import Publisher
 from horae.clock import utc_now
+from horae.config import MAX_DISPATCH_LEAD
 from horae.scheduler.limits import TenantGate
 from horae.scheduler.rounds import HOLD_EVERY, Plan, decide, guarded, message
 from horae.store import dispatch as store
@@ -65,9 +67,21 @@ FULL_LOOKBACK = timedelta(days=1)
 """A full re-read starts this far back, so the partitions of older days are pruned..."""
 STOP_TIMEOUT = 1.0
 """Seconds the dispatch loop waits for the broker to take a stop message (best-effort)."""
+BURST_BIN = 0.25
+"""Seconds: executions due within one such slice of time (on this replica's shards of a
+group) count together towards a burst."""
+BURST_CLAIMS_PER_SECOND = 10_000
+"""A burst's lead is at least its size over this many claims a second (about what two
+workers on two cores claim ahead), so a larger burst is published, and claimed, earlier."""
+MOST_LEAD = timedelta(seconds=MAX_DISPATCH_LEAD)
 DEEP_REFRESH_EVERY = 600.0
 """...except every this many seconds (and after gaining a shard), when it reads all history
 for executions overdue since longer ago (e.g. after a long outage)."""
+
+
+def _bin(at: datetime) -> int:
+    """The slice of time (`BURST_BIN`) `at` falls in."""
+    return math.floor(at.timestamp() / BURST_BIN)
 
 
 def _order(entry: tuple[datetime, int, Due]) -> tuple[datetime, int]:
@@ -89,6 +103,8 @@ class Dispatcher:
         lease_valid: Callable[[int], bool],
         on_fenced: Callable[[int], Awaitable[None]],
         lead: timedelta = timedelta(),
+        burst_lead: timedelta = timedelta(),
+        burst_size: int = 1_000,
         interval: timedelta = timedelta(),
         max_rows: int = 100_000,
         group: str = MAIN,
@@ -103,6 +119,14 @@ class Dispatcher:
         self._lease_valid = lease_valid
         self._on_fenced = on_fenced
         self._lead = lead
+        self._burst_lead = burst_lead
+        self._burst_size = burst_size
+        self._first_look = max(lead, MOST_LEAD) if burst_lead else lead
+        """How long before its due time an execution is first looked at (its heap key when
+        added): the longest lead it may get. Then it is published, or put back at its own
+        lead (`_later`)."""
+        self._bins: Counter[int] = Counter()
+        """Executions added per `BURST_BIN` of due time (a row read twice counts twice)."""
         self._interval = interval.total_seconds()
         """The shortest time between the starts of two rounds (HORAE_DISPATCH_INTERVAL_SECONDS)."""
         self._max_rows = max_rows
@@ -113,8 +137,9 @@ class Dispatcher:
         """The last read beyond the cursor stopped for want of room: read on after dispatch."""
         self.epochs: dict[int, int] = {}
         self._heap: list[tuple[datetime, int, Due]] = []
-        """(when to publish, id as an int, execution): its due time, less the lead unless
-        `guarded`. (Ints compare in C; UUIDs in Python, slowly, with many due at once.)"""
+        """(when to publish or look again, id as an int, execution): its due time, less the
+        longest lead it may get unless `guarded`. (Ints compare in C; UUIDs in Python,
+        slowly, with many due at once.)"""
         self._known: set[tuple[uuid.UUID, datetime]] = set()
         """(id, due_at) of the executions in the heap or being dispatched. A row put back
         under its id (throttled, handed back) is due at a new moment, so it is a new key: a
@@ -254,6 +279,8 @@ class Dispatcher:
             published = self._published.get(due.shard, ())
             if key not in self._known and key not in published and due.shard in self.epochs:
                 self._known.add(key)
+                if not guarded(due):
+                    self._bins[_bin(due.due_at)] += 1
                 heapq.heappush(self._heap, (self._publish_at(due), due.id.int, due))
                 added += 1
         if len(self._heap) > self._max_rows:
@@ -283,7 +310,43 @@ class Dispatcher:
         self._capped = True
 
     def _publish_at(self, d: Due) -> datetime:
-        return d.due_at if guarded(d) else d.due_at - self._lead
+        return d.due_at if guarded(d) else d.due_at - self._first_look
+
+    def _lead_of(self, d: Due) -> timedelta:
+        """How long before its due time `d` is published: none when `guarded`; the burst
+        lead (longer for a larger burst) when `burst_size` or more are due in its slice of
+        time; else the dispatch lead."""
+        if guarded(d):
+            return timedelta()
+        if self._burst_lead:
+            size = self._bins[_bin(d.due_at)]
+            if size >= self._burst_size:
+                ahead = max(self._burst_lead, timedelta(seconds=size / BURST_CLAIMS_PER_SECOND))
+                return max(self._lead, min(ahead, MOST_LEAD))
+        return self._lead
+
+    def _later(self, entry: tuple[datetime, int, Due], now: datetime) -> datetime | None:
+        """When an entry taken off the heap at `now` is to be published, if later than that
+        (its own lead is shorter than the one it was first looked at by); else None."""
+        at = entry[2].due_at - self._lead_of(entry[2])
+        return at if at > now and at > entry[0] else None
+
+    def _defer(self, now: datetime) -> None:
+        """Put the heap's first entries that are not to be published yet back at their own
+        publish time, so that a round only starts when something is to be published."""
+        while self._heap and self._heap[0][0] <= now:
+            later = self._later(self._heap[0], now)
+            if later is None:
+                return
+            _, n, d = heapq.heappop(self._heap)
+            heapq.heappush(self._heap, (later, n, d))
+
+    def _prune_bins(self) -> None:
+        """Forget the burst counts of slices long past."""
+        past = _bin(utc_now() - FULL_LOOKBACK)
+        if self._bins and min(self._bins) < past:
+            for b in [b for b in self._bins if b < past]:
+                del self._bins[b]
 
     async def _read(
         self,
@@ -329,6 +392,7 @@ class Dispatcher:
             self._full_needed = False
             self._notified.clear()
             self._last_full = time.monotonic()
+            self._prune_bins()
             start = (utc_now() - FULL_LOOKBACK, MIN_CURSOR[1])
             if time.monotonic() - self._last_deep > DEEP_REFRESH_EVERY:
                 self._last_deep = time.monotonic()
@@ -381,6 +445,7 @@ class Dispatcher:
         last_round, full = -math.inf, False
         while not stop.is_set():
             self._wake.clear()
+            self._defer(utc_now())
             if self._heap and self._heap[0][0] <= utc_now():
                 # Something is due: no sooner than the interval after the last round, so what
                 # falls due meanwhile goes out with it, in fuller messages (a backlog, which
@@ -391,8 +456,16 @@ class Dispatcher:
                 last_round = time.monotonic()
             now = utc_now()
             batch: list[Due] = []
+            deferred: list[tuple[datetime, int, Due]] = []
             while self._heap and self._heap[0][0] <= now and len(batch) < BATCH_LIMIT:
-                batch.append(heapq.heappop(self._heap)[2])
+                entry = heapq.heappop(self._heap)
+                later = self._later(entry, now)
+                if later is None:
+                    batch.append(entry[2])
+                else:
+                    deferred.append((later, entry[1], entry[2]))
+            for entry in deferred:
+                heapq.heappush(self._heap, entry)
             full = len(batch) >= BATCH_LIMIT
             if batch:
                 try:

@@ -99,6 +99,8 @@ def build(
             max_rows=cfg.preload_max_rows,
             refresh_period=cfg.refresh_period,
             lead=cfg.dispatch_lead,
+            burst_lead=cfg.burst_lead,
+            burst_size=cfg.burst_size,
             interval=cfg.dispatch_interval,
             lease_valid=lambda s: shard_leases.valid(s),
             on_fenced=fenced,

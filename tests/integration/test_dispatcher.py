@@ -35,7 +35,7 @@ pytestmark = pytest.mark.one_group
 
 def dispatcher(
     pool: asyncpg.Pool, publisher: broker.Publisher, lease_valid: Callable[[int], bool],
-    lead: timedelta = timedelta(), interval: timedelta = timedelta(),
+    lead: timedelta = timedelta(), interval: timedelta = timedelta(), **burst: Any,
 ) -> Dispatcher:  # fmt: skip
     """A dispatcher that is never fenced out, its leases valid while `lease_valid` says."""
 
@@ -44,7 +44,7 @@ def dispatcher(
 
     return Dispatcher(Database(pool), publisher, identity="d", window=timedelta(seconds=60),
                       refresh_period=timedelta(seconds=2), lease_valid=lease_valid,
-                      on_fenced=never_fenced, lead=lead, interval=interval)  # fmt: skip
+                      on_fenced=never_fenced, lead=lead, interval=interval, **burst)  # fmt: skip
 
 
 @pytest_asyncio.fixture
@@ -200,6 +200,64 @@ async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
     row = await pool.fetchrow("SELECT id, due_at, status::text FROM executions WHERE job_id = $1",
                               allow)  # fmt: skip
     assert row["status"] == "scheduled" and (row["id"], row["due_at"]) in d.published()
+
+
+async def arrivals(
+    broker_url: str, broker_prefix: str, d: Dispatcher, count: int
+) -> dict[uuid.UUID, datetime]:
+    """When each job's execution reached the queue, once `count` have (the dispatcher runs
+    meanwhile, shard 1 its own)."""
+    connection = await broker.connect(broker_url)
+    arrived: dict[uuid.UUID, datetime] = {}
+    try:
+        channel = await connection.channel()
+        queue = await channel.get_queue(broker.Names(broker_prefix).held)  # no pool: held
+
+        async def note(message: broker.IncomingMessage) -> None:
+            for e in ExecutionBatch.model_validate_json(message.body).executions:
+                arrived[e.job_id] = datetime.now(UTC)
+            await message.ack()
+
+        await queue.consume(note)
+        await d.gain(1)
+        await d.refresh()
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(d.run_dispatch(stop))
+
+        async def all_arrived() -> bool:
+            return len(arrived) == count
+
+        await until(all_arrived, timeout=15, what=f"{count} executions published")
+        stop.set()
+        await loop
+    finally:
+        await connection.close()
+    return arrived
+
+
+async def test_a_burst_is_published_its_burst_lead_ahead_and_a_lone_execution_when_due(
+    pool: asyncpg.Pool, publisher: broker.Publisher, broker_url: str, broker_prefix: str
+) -> None:
+    # No dispatch lead, a burst lead of 2 s for 5 or more due within a quarter second: the 5
+    # Allow executions due at one instant go out 2 s early; one due a second later, alone,
+    # and a Forbid one in the burst's instant (judged at its due moment, and not counted),
+    # go out when due.
+    d = dispatcher(pool, publisher, lambda s: True, burst_lead=timedelta(seconds=2),
+                   burst_size=5)  # fmt: skip
+    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0) + timedelta(seconds=1)
+    burst = [await job_in_shard(pool, 1, due) for _ in range(5)]
+    forbid = await job_in_shard(pool, 1, due, policy=ConcurrencyPolicy.FORBID)
+    lone = await job_in_shard(pool, 1, due + timedelta(seconds=1))
+    arrived = await arrivals(broker_url, broker_prefix, d, 7)
+    for job_id in burst:
+        early = (due - arrived[job_id]).total_seconds()
+        assert 1.0 < early <= 2.1, f"a burst's execution was published {early:.3f} s early"
+    assert arrived[forbid] >= due, (
+        f"the Forbid one {(due - arrived[forbid]).total_seconds()} s early"
+    )
+    lone_due = due + timedelta(seconds=1)
+    late = (arrived[lone] - lone_due).total_seconds()
+    assert 0 <= late < 0.5, f"the lone execution was published {late:.3f} s after its due time"
 
 
 async def test_the_reaper_counts_an_unclaimed_message_from_its_publication_or_due_time(

@@ -32,6 +32,32 @@ def test_a_bad_dispatch_lead_is_refused_by_name(raw: str, error: str) -> None:
     assert str(refused.value) == error
 
 
+def test_a_burst_is_1000_due_in_a_quarter_second_published_2_s_ahead_by_default() -> None:
+    scheduler = Settings.from_env({}).scheduler
+    assert (scheduler.burst_lead, scheduler.burst_size) == (timedelta(seconds=2), 1_000)
+    env = {"HORAE_BURST_LEAD_SECONDS": "0", "HORAE_BURST_SIZE": "50"}
+    scheduler = Settings.from_env(env).scheduler
+    assert (scheduler.burst_lead, scheduler.burst_size) == (timedelta(0), 50)
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        (
+            {"HORAE_BURST_LEAD_SECONDS": "11"},
+            "HORAE_BURST_LEAD_SECONDS: must be at most 10, got '11'",
+        ),
+        ({"HORAE_BURST_LEAD_SECONDS": "-1"}, "HORAE_BURST_LEAD_SECONDS: must be >= 0, got '-1'"),
+        ({"HORAE_BURST_SIZE": "0"}, "HORAE_BURST_SIZE: must be >= 1, got '0'"),
+        ({"HORAE_BURST_SIZE": "many"}, "HORAE_BURST_SIZE: expected an integer, got 'many'"),
+    ],
+)
+def test_a_bad_burst_setting_is_refused_by_name(env: dict[str, str], error: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env(env)
+    assert str(refused.value) == error
+
+
 def test_dispatch_rounds_are_50_ms_apart_by_default_and_at_most_a_second() -> None:
     assert Settings.from_env({}).scheduler.dispatch_interval == timedelta(milliseconds=50)
     for raw, seconds in (("0", 0), ("0.2", 0.2), ("1", 1)):
