@@ -47,6 +47,10 @@ is not claimed before its due time (a limited tenant's)."""
 OUTCOMES_DEFERRED = 0.5
 """The longest outcomes wait for a burst of starts (`StartsFirst`), in seconds."""
 
+LEASE_MARGIN = timedelta(seconds=1)
+"""An execution claimed ahead is started only if its lease (as this worker knows it) lasts at
+least this much longer; else the reaper may be giving it to another worker."""
+
 EARLY_TRIES = 20
 """How often a claim made once due by this worker's clock is tried again, `EARLY_RETRY` apart,
 when the claim found it not yet due (the clock re-measured in between)."""
@@ -120,6 +124,9 @@ class Executions:
         """The handlers running, by execution id, with their executions' shards."""
         self._waiting: dict[uuid.UUID, int] = {}
         """Executions claimed ahead of their due time, waiting for it, with their shards."""
+        self._leased: dict[uuid.UUID, datetime] = {}
+        """When the leases of those waiting end, as far as this worker knows (the claim's,
+        then each heartbeat's that extended it)."""
         self._stopping = False
         """Stopping: an execution claimed ahead is handed back, not started."""
         self._held: dict[uuid.UUID, int] = {}
@@ -151,6 +158,7 @@ class Executions:
         its outcome recorded with when the handler began. Raises what the claim raised;
         cancelled, records nothing."""
         claimed: Claimed | None = None
+        leased: datetime | None = None
         if self._ahead(body):
             answer = await claim()
             if answer is None:
@@ -159,13 +167,21 @@ class Executions:
                 claimed = answer
                 self._held[claimed.id] = claimed.shard
                 self._waiting[claimed.id] = claimed.shard
+                self._leased[claimed.id] = claimed.due_at + self._cfg.lease
         try:
             await self._until_due(body)
         finally:
             if claimed is not None:
                 self._waiting.pop(claimed.id, None)
-        if claimed is not None and self._stopping:
-            return  # handed back by `stop_handlers`, never started here
+                leased = self._leased.pop(claimed.id, None)
+        if claimed is not None:
+            if self._stopping:
+                return  # handed back by `stop_handlers`, never started here
+            if leased is None or self._clock.now() > leased - LEASE_MARGIN:
+                # This worker stood still past the lease (frozen, or its loop stalled): the
+                # reaper may have given the execution to another worker. Never started here.
+                await self._give_back(claimed)
+                return
         # A slot is a running handler: the outcome's write happens after it is given back
         # (the message stays unacked until then, so prefetch still bounds the backlog).
         self._starts.queued()
@@ -183,6 +199,27 @@ class Executions:
                 await self._record(body, *ran)
             finally:
                 self._held.pop(ran[0].id, None)
+
+    async def _give_back(self, claimed: Claimed) -> None:
+        """Give back an execution claimed ahead and never started (`scheduled`, due as it
+        was), if still held: best effort; else its lease runs out and the reaper does it."""
+        self._held.pop(claimed.id, None)
+        log.warning("execution %s: its lease may have run out before it was due; given back",
+                    claimed.id)  # fmt: skip
+        try:
+            await self._routes.follow(
+                claimed.shard,
+                lambda group: self._release(group, claimed.id),
+                lambda released: released > 0,
+            )
+        except Exception:
+            log.exception("execution %s: not given back; its lease will run out", claimed.id)
+
+    async def _release(self, group: str, execution_id: uuid.UUID) -> int:
+        async with self._routes.database(group).acquire() as conn:
+            return await store.release_running(
+                conn, owner=self._cfg.identity, ids=[execution_id], now=self._clock.now()
+            )
 
     def _ahead(self, body: ExecutionMessage) -> bool:
         """Whether `body` arrived before its due time, within `HOLD_LIMIT` of it."""
@@ -455,14 +492,15 @@ class Executions:
         return stopped
 
     async def _extend(self, group: str, ids: list[uuid.UUID]) -> store.Beat:
+        now = self._clock.now()
         async with self._routes.database(group).acquire() as conn:
-            return await store.heartbeat(
-                conn,
-                owner=self._cfg.identity,
-                now=self._clock.now(),
-                lease=self._cfg.lease,
-                ids=ids,
+            beat = await store.heartbeat(
+                conn, owner=self._cfg.identity, now=now, lease=self._cfg.lease, ids=ids
             )
+        for execution_id in beat.extended:
+            if execution_id in self._leased:
+                self._leased[execution_id] = max(self._leased[execution_id], now + self._cfg.lease)
+        return beat
 
     async def stop_handlers(self) -> dict[uuid.UUID, int]:
         """Cancel the handlers still running (nothing is recorded for them) and give them

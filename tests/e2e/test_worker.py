@@ -168,6 +168,34 @@ async def test_a_worker_killed_holding_a_claim_ahead_leaves_it_to_another_not_as
     assert [c["worker"] for c in invocations(log)] == [heir.identity]
 
 
+async def test_a_worker_frozen_past_the_lease_of_a_claim_ahead_never_starts_it_on_waking(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # Frozen (SIGSTOP) after claiming ahead, until well past the due time and the lease: the
+    # reaper gives the execution to another worker, which runs it. Woken, the frozen worker
+    # finds its lease gone by its own reckoning and does not start it: one handler call.
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
+    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
+    sleeper = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
+    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    await claimed_ahead(stored, row)
+    sleeper.signal(signal.SIGSTOP)
+    try:
+        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+        [done] = await terminal(stored, job["id"], 1, timeout=40)
+    finally:
+        sleeper.signal(signal.SIGCONT)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+
+    async def woken() -> bool:  # its log says it gave the execution back (not started)
+        return "given back" in sleeper.log() or len(invocations(log)) > 1
+
+    await until(woken, timeout=10, what="the woken worker giving the execution back")
+    assert [c["worker"] for c in invocations(log)] == [heir.identity]
+
+
 async def test_a_job_cancelled_after_its_execution_was_claimed_ahead_never_starts(
     processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str, tmp_path: Path
 ) -> None:
