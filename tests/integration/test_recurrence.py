@@ -45,8 +45,9 @@ async def test_a_throttled_occurrence_is_not_scheduled_again_by_a_repeated_dispa
         job_id, shard, first = await every_ten_seconds(conn)
         epoch = await dispatch.take_shard(conn, shard, "replica-a", NOW)
         await transitions.record_published(conn, shard, epoch, [first], NOW)  # schedules the next
-        held = await transitions.claim(conn, first.id, first.due_at, owner="w1", now=NOW,
-                                      lease=LEASE, tenant="acme")  # fmt: skip
+        # (claimed once due: a limited tenant's execution is not claimed ahead)
+        held = await transitions.claim(conn, first.id, first.due_at, owner="w1",
+                                      now=first.due_at, lease=LEASE, tenant="acme")  # fmt: skip
         assert isinstance(held, executions.Claimed)
         nxt = (await first_attempts(pool, job_id))[1]
         throttled = await transitions.claim(conn, nxt["id"], nxt["due_at"], owner="w2",
