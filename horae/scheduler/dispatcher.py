@@ -570,7 +570,7 @@ class Dispatcher:
         published = utc_now()
         for d in to_publish:
             # A BufferOne execution that waited is late by its wait: from its last look.
-            since = self._buffered.get((d.id, d.due_at), self._publish_at(d))
+            since = self._buffered.get((d.id, d.due_at), d.due_at - self._lead_of(d))
             metrics.dispatch_lag.observe((published - since).total_seconds())
         publish_took = time.monotonic() - started - record_took
         await self._stop_replaced(recorded)

@@ -73,5 +73,5 @@ async def test_two_store_groups_survive_one_down_and_a_move_of_shards(
         print(run.procs.dump())
     assert report.ok, f"the checker found violations (history in {chaos_dir}):\n{text}"
     assert run.moved and len(run.moved) == 16, "the move of a quarter of the shards did not run"
-    assert len(lags) > 50, f"too few executions of the first group ran during the outage: {lags}"
+    assert len(lags) > 20, f"too few executions of the first group ran during the outage: {lags}"
     assert p99 <= LAG_LIMIT, f"start lag p99 {p99:.3f} s while the other group was down"
