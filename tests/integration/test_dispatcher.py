@@ -155,53 +155,6 @@ async def test_rows_held_back_while_a_lease_lapsed_go_out_once_it_is_renewed(
     assert [x.job_id for x in d.held()] == [job_id]
 
 
-async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
-    pool: asyncpg.Pool, publisher: broker.Publisher, broker_url: str, broker_prefix: str
-) -> None:
-    # With a 2 s lead, an Allow job's execution goes out 2 s before it is due (waiting at a
-    # worker); a Forbid job's waits for its due moment, when whether its
-    # predecessor still runs is known.
-    lead = timedelta(seconds=2)
-    d = dispatcher(pool, publisher, lambda s: True, lead=lead)
-    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0) + timedelta(seconds=1)
-    allow = await job_in_shard(pool, 1, due)
-    forbid = await job_in_shard(pool, 1, due, policy=ConcurrencyPolicy.FORBID)
-    connection = await broker.connect(broker_url)
-    arrived: dict[uuid.UUID, datetime] = {}
-    try:
-        channel = await connection.channel()
-        queue = await channel.get_queue(broker.Names(broker_prefix).held)  # no pool: held
-
-        async def note(message: broker.IncomingMessage) -> None:
-            for e in ExecutionBatch.model_validate_json(message.body).executions:
-                arrived[e.job_id] = datetime.now(UTC)
-            await message.ack()
-
-        await queue.consume(note)
-        await d.gain(1)
-        await d.refresh()
-        stop = asyncio.Event()
-        loop = asyncio.ensure_future(d.run_dispatch(stop))
-
-        async def both() -> bool:
-            return len(arrived) == 2
-
-        await until(both, timeout=15, what="both executions published")
-        stop.set()
-        await loop
-    finally:
-        await connection.close()
-    early = (due - arrived[allow]).total_seconds()
-    assert 1.0 < early <= 2.1, f"the Allow execution was published {early:.3f} s early"
-    assert arrived[forbid] >= due, (
-        f"the Forbid one {(due - arrived[forbid]).total_seconds()} s early"
-    )
-    # Published, not claimed (no worker here): left scheduled, remembered as published.
-    row = await pool.fetchrow("SELECT id, due_at, status::text FROM executions WHERE job_id = $1",
-                              allow)  # fmt: skip
-    assert row["status"] == "scheduled" and (row["id"], row["due_at"]) in d.published()
-
-
 async def arrivals(
     broker_url: str, broker_prefix: str, d: Dispatcher, count: int
 ) -> dict[uuid.UUID, datetime]:
@@ -233,6 +186,29 @@ async def arrivals(
     finally:
         await connection.close()
     return arrived
+
+
+async def test_the_lead_publishes_early_except_where_the_due_moment_decides(
+    pool: asyncpg.Pool, publisher: broker.Publisher, broker_url: str, broker_prefix: str
+) -> None:
+    # With a 2 s lead, an Allow job's execution goes out 2 s before it is due (waiting at a
+    # worker); a Forbid job's waits for its due moment, when whether its
+    # predecessor still runs is known.
+    lead = timedelta(seconds=2)
+    d = dispatcher(pool, publisher, lambda s: True, lead=lead)
+    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0) + timedelta(seconds=1)
+    allow = await job_in_shard(pool, 1, due)
+    forbid = await job_in_shard(pool, 1, due, policy=ConcurrencyPolicy.FORBID)
+    arrived = await arrivals(broker_url, broker_prefix, d, 2)
+    early = (due - arrived[allow]).total_seconds()
+    assert 1.0 < early <= 2.1, f"the Allow execution was published {early:.3f} s early"
+    assert arrived[forbid] >= due, (
+        f"the Forbid one {(due - arrived[forbid]).total_seconds()} s early"
+    )
+    # Published, not claimed (no worker here): left scheduled, remembered as published.
+    row = await pool.fetchrow("SELECT id, due_at, status::text FROM executions WHERE job_id = $1",
+                              allow)  # fmt: skip
+    assert row["status"] == "scheduled" and (row["id"], row["due_at"]) in d.published()
 
 
 async def test_a_burst_is_published_its_burst_lead_ahead_and_a_lone_execution_when_due(
