@@ -179,7 +179,7 @@ class SchedulerSettings:
     MAX_DISPATCH_LEAD: its claims happen before the instant, and at the instant the workers
     only start handlers (2 s: 20,000 due at once start with p99 0.5 s instead of 2.7 s).
     0, the default, turns it off: a two-group chaos run with every execution claimed ahead
-    lost executions once in five (docs/reliability.md), not yet understood."""
+    lost executions in 3 runs of 11 (docs/reliability.md), not yet understood."""
     burst_size: int = 1_000
     """HORAE_BURST_SIZE: executions due within one quarter second that make a burst (1,000:
     4,000 a second at once, above a sustained rate's share of a replica)."""

@@ -113,7 +113,7 @@ class Run:
             "HORAE_REDELIVERY_TIMEOUT_SECONDS": "10", "HORAE_SHUTDOWN_GRACE_SECONDS": "5",
             # HORAE_CHAOS_LEAD_SECONDS: every execution published that far ahead and claimed
             # as it arrives, so that the faults meet the early path (0 by default: with 2 s,
-            # one two-group run in five lost executions, docs/reliability.md)
+            # 3 two-group runs in 11 lost executions, docs/reliability.md)
             "HORAE_DISPATCH_LEAD_SECONDS": os.environ.get("HORAE_CHAOS_LEAD_SECONDS", "0"),
             "HORAE_OPERATOR_LEASE_SECONDS": "5", "HORAE_RESYNC_SECONDS": "20",
             "HORAE_DATABASE_POOL_SIZE": "8", "HORAE_CHAOS_HISTORY": str(self.history_dir),
