@@ -122,11 +122,10 @@ class Executions:
         self._clock = clock
         self._handlers: dict[uuid.UUID, tuple[int, asyncio.Task[Any]]] = {}
         """The handlers running, by execution id, with their executions' shards."""
-        self._waiting: dict[uuid.UUID, int] = {}
-        """Executions claimed ahead of their due time, waiting for it, with their shards."""
         self._leased: dict[uuid.UUID, datetime] = {}
-        """When the leases of those waiting end, as far as this worker knows (the claim's,
-        then each heartbeat's that extended it)."""
+        """Executions claimed ahead of their due time and waiting for it (their shards are in
+        `_held`), with when their leases end as far as this worker knows (the claim's, then
+        each heartbeat's that extended it)."""
         self._stopping = False
         """Stopping: an execution claimed ahead is handed back, not started."""
         self._held: dict[uuid.UUID, int] = {}
@@ -166,13 +165,11 @@ class Executions:
             if isinstance(answer, Claimed):
                 claimed = answer
                 self._held[claimed.id] = claimed.shard
-                self._waiting[claimed.id] = claimed.shard
                 self._leased[claimed.id] = claimed.due_at + self._cfg.lease
         try:
             await self._until_due(body)
         finally:
             if claimed is not None:
-                self._waiting.pop(claimed.id, None)
                 leased = self._leased.pop(claimed.id, None)
         if claimed is not None:
             if self._stopping:
@@ -510,7 +507,7 @@ class Executions:
         One that has not ended keeps its lease until this process exits, and the reaper
         recovers it."""
         self._stopping = True
-        waiting = dict(self._waiting)
+        waiting = {i: self._held[i] for i in self._leased if i in self._held}
         handlers = dict(self._handlers)
         for _, handler in handlers.values():
             handler.cancel()
