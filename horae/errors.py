@@ -39,6 +39,10 @@ class ConfigError(HoraeError):
     """A HORAE_* setting is missing or malformed."""
 
 
+class PartFailed(HoraeError):
+    """A long-running part of a process ended on its own; the process stopped (`supervise`)."""
+
+
 class NotFound(HoraeError):
     """The job or execution does not exist, or belongs to another tenant."""
 

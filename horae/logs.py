@@ -6,8 +6,11 @@ in `extra`; payloads and connection strings are never logged.
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
+import signal
 import sys
 from datetime import UTC, datetime
 
@@ -40,3 +43,23 @@ def setup(level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # kopf's DEBUG lines carry whole resources, payloads included: never below INFO.
     logging.getLogger("kopf").setLevel(max(root.level, logging.INFO))
+
+
+def task_stacks() -> str:
+    """Every asyncio task of the running loop with where it waits now, as text."""
+    out = io.StringIO()
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    for task in tasks:
+        out.write(f"--- {task.get_name()}\n")
+        task.print_stack(limit=30, file=out)
+    return out.getvalue()
+
+
+def dump_tasks_on(loop: asyncio.AbstractEventLoop, sig: int = signal.SIGUSR1) -> None:
+    """`kill -USR1 <pid>` logs every task's stack (one WARNING record): what a process
+    that stopped making progress without an error waits on."""
+
+    def dump() -> None:
+        logging.getLogger(__name__).warning("task stacks (on SIGUSR1):\n%s", task_stacks())
+
+    loop.add_signal_handler(sig, dump)

@@ -21,7 +21,7 @@ import typer
 
 from horae import logs
 from horae.config import Settings
-from horae.errors import ConfigError, QuotaExceeded, StoreError
+from horae.errors import ConfigError, PartFailed, QuotaExceeded, StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -118,6 +118,8 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         pass
     except ConfigError as exc:  # a setting the database contradicts, or no installation yet
         raise fail(str(exc)) from None
+    except PartFailed as exc:  # logged with its traceback when it happened
+        raise fail(str(exc), 1) from None
     except QuotaExceeded as exc:  # the operation failed: the tenant is at a quota
         raise fail(str(exc), 1) from None
     except StoreError as exc:  # the operation failed: a database refused it or is down

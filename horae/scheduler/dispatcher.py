@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import logging
 import math
 import time
@@ -86,7 +87,7 @@ def _bin(at: datetime) -> int:
 
 def _order(entry: tuple[datetime, int, Due]) -> tuple[datetime, int]:
     """The preload cursor's order, (due_at, id), of a heap entry."""
-    return entry[2].due_at, entry[1]
+    return entry[2].due_at, entry[2].id.int
 
 
 class Dispatcher:
@@ -137,9 +138,12 @@ class Dispatcher:
         """The last read beyond the cursor stopped for want of room: read on after dispatch."""
         self.epochs: dict[int, int] = {}
         self._heap: list[tuple[datetime, int, Due]] = []
-        """(when to publish or look again, id as an int, execution): its due time, less the
-        longest lead it may get unless `guarded`. (Ints compare in C; UUIDs in Python,
-        slowly, with many due at once.)"""
+        """(when to publish or look again, a number no other entry has, execution): its due
+        time, less the longest lead it may get unless `guarded`. Entries due at the same
+        moment go in the order they were pushed; executions are never compared (they have no
+        order: two entries of one execution at one moment made `heappop` raise, which ended
+        the dispatch loop)."""
+        self._seq = itertools.count()
         self._known: set[tuple[uuid.UUID, datetime]] = set()
         """(id, due_at) of the executions in the heap or being dispatched. A row put back
         under its id (throttled, handed back) is due at a new moment, so it is a new key: a
@@ -281,7 +285,7 @@ class Dispatcher:
                 self._known.add(key)
                 if not guarded(due):
                     self._bins[_bin(due.due_at)] += 1
-                heapq.heappush(self._heap, (self._publish_at(due), due.id.int, due))
+                heapq.heappush(self._heap, (self._publish_at(due), next(self._seq), due))
                 added += 1
         if len(self._heap) > self._max_rows:
             self._trim()
@@ -469,10 +473,9 @@ class Dispatcher:
             full = len(batch) >= BATCH_LIMIT
             if batch:
                 try:
-                    await self._dispatch(batch)
+                    await self._dispatch(batch)  # (which forgets what it does not put back)
                 except Exception:  # the loop must outlive any one failure
                     log.exception("dispatch failed; the batch stays scheduled and is re-read")
-                    self._forget(batch)
                     self._full_needed = True
                     await asyncio.sleep(0.5)
                 self._report_size()
@@ -489,7 +492,7 @@ class Dispatcher:
         """Executions whose tenant runs its `max_running`: back into the heap, unpublished,
         to be looked at again when given (see `limits`)."""
         for d, again in wait:
-            heapq.heappush(self._heap, (again, d.id.int, d))
+            heapq.heappush(self._heap, (again, next(self._seq), d))
         metrics.held_back.inc(len(wait))
         self._wake.set()
 
@@ -498,7 +501,7 @@ class Dispatcher:
         owner of the shard reads them again), to be looked at again `HOLD_EVERY` later."""
         again = now + HOLD_EVERY
         for d in held:
-            heapq.heappush(self._heap, (again, d.id.int, d))
+            heapq.heappush(self._heap, (again, next(self._seq), d))
             if (d.id, d.due_at) in self._buffered:
                 self._buffered[d.id, d.due_at] = again
         if held:
@@ -510,38 +513,47 @@ class Dispatcher:
             self._buffered.pop((d.id, d.due_at), None)
 
     async def _dispatch(self, batch: list[Due]) -> None:
-        ours = self._ours(batch)
-        if not ours:
-            return
-        now = utc_now()
-        plans, batch = await self._plan(batch, ours, now)
-        epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
+        """Publish `batch` (taken off the heap) as one round. However the round ends, every
+        execution of it is forgotten (`_known`: a re-read loads it again if it is still to be
+        dispatched), but those `_plan` put back into the heap."""
+        leaving = batch
         try:
-            rounds, recorded, took = await self._record_and_publish(plans, epochs)
-        except Exception:
-            log.exception("dispatch failed; the batch stays scheduled and is re-read")
-            self._forget(batch)
-            self._full_needed = True
-            await asyncio.sleep(0.5)
-            return
-        self._forget(batch)
-        sent = time.monotonic()
-        for shard, plan in rounds.items():
-            if shard not in self.epochs:
-                continue  # lost while the round ran: its next owner publishes again
-            keys = self._published.setdefault(shard, {})
-            for d in plan.published:
-                keys[d.id, d.due_at] = (sent, False)
-        await self._settle(set(plans) - set(rounds), rounds)
-        for plan in rounds.values():
-            for d in plan.held:
-                self._buffered.setdefault((d.id, d.due_at), now + HOLD_EVERY)
-        log.debug(
-            "dispatched %d (%d recorded): publish %.3fs, record %.3fs",
-            sum(len(r.published) for r in rounds.values()),
-            recorded,
-            *took,
-        )
+            ours = self._ours(batch)
+            if not ours:
+                return
+            now = utc_now()
+            plans, leaving = await self._plan(batch, ours, now)
+            epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
+            try:
+                rounds, recorded, took = await self._record_and_publish(plans, epochs)
+            except Exception:
+                log.exception("dispatch failed; the batch stays scheduled and is re-read")
+                self._forget(leaving)  # (before the re-read)
+                leaving = []
+                self._full_needed = True
+                await asyncio.sleep(0.5)
+                return
+            sent = time.monotonic()
+            for shard, plan in rounds.items():
+                if shard not in self.epochs:
+                    continue  # lost while the round ran: its next owner publishes again
+                keys = self._published.setdefault(shard, {})
+                for d in plan.published:
+                    keys[d.id, d.due_at] = (sent, False)
+            self._forget(leaving)  # (before the first wait: published, or re-read)
+            leaving = []
+            await self._settle(set(plans) - set(rounds), rounds)
+            for plan in rounds.values():
+                for d in plan.held:
+                    self._buffered.setdefault((d.id, d.due_at), now + HOLD_EVERY)
+            log.debug(
+                "dispatched %d (%d recorded): publish %.3fs, record %.3fs",
+                sum(len(r.published) for r in rounds.values()),
+                recorded,
+                *took,
+            )
+        finally:
+            self._forget(leaving)
 
     async def _record_and_publish(
         self, plans: dict[int, Plan], epochs: dict[int, int]
@@ -623,14 +635,11 @@ class Dispatcher:
     ) -> tuple[dict[int, Plan], list[Due]]:
         """Each shard's plan for `ours` (`rounds.decide`), once the tenant gate admitted them;
         those it holds back, and the BufferOne executions held behind a running one, go back
-        to the heap and leave `batch` (returned)."""
+        to the heap and leave `batch` (returned). They go back only once every read has
+        succeeded: a failed plan leaves the heap as it was (the whole batch is re-read)."""
         plans: dict[int, Plan] = {}
         async with self._pool.acquire() as conn:
             go, wait = await self._gate.admit(conn, ours, now)
-            if wait:
-                self._hold_back(wait)
-                waiting = {d for d, _ in wait}
-                batch = [d for d in batch if d not in waiting]
             by_shard: dict[int, list[Due]] = defaultdict(list)
             for d in go:
                 by_shard[d.shard].append(d)
@@ -642,6 +651,10 @@ class Dispatcher:
                     waiting=self._buffered.keys(),
                     published=self._published.get(shard, {}),
                 )
+        if wait:
+            self._hold_back(wait)
+            waiting = {(d.id, d.due_at) for d, _ in wait}
+            batch = [d for d in batch if (d.id, d.due_at) not in waiting]
         held = [d for plan in plans.values() for d in plan.held]
         if held:
             self._hold_buffered(held, now)

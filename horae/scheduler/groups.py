@@ -95,6 +95,8 @@ class ShardRouter:
         self._stop: asyncio.Event | None = None
         self.release: Fenced | None = None
         """Gives a shard's Lease up (the lease loop's); set once the lease loop exists."""
+        self.watch: Callable[[list[asyncio.Task[None]]], None] = lambda _tasks: None
+        """Told of every group's parts' tasks as they start (the process's `Supervisor`)."""
 
     def parts(self, group: str) -> GroupParts:
         """The group's parts, made (and started, once running) at first use."""
@@ -107,6 +109,7 @@ class ShardRouter:
             parts = self._parts[group] = self._build(group, fenced)
             if self._stop is not None:
                 parts.start(self._stop)
+                self.watch(parts.tasks)
             share = max(1, self._max_rows // len(self._parts))
             for each in self._parts.values():
                 each.dispatcher.resize(share)
@@ -126,6 +129,7 @@ class ShardRouter:
         for parts in self._parts.values():
             if not parts.tasks:
                 parts.start(stop)
+                self.watch(parts.tasks)
         return [asyncio.create_task(self.run(stop), name="follow-groups")]
 
     def tasks(self) -> list[asyncio.Task[None]]:

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from horae import broker, metrics
+from horae import broker, logs, metrics
 from horae.config import Settings
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.probes import Probes
@@ -29,6 +29,7 @@ from horae.scheduler.members import MemberSessions
 from horae.scheduler.reaper import Reaper
 from horae.store.groups import Store, group_url
 from horae.store.members import MemberLocks
+from horae.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,13 @@ class Scheduler:
     maintenance: Maintenance
     allowances: Rebalancer
 
-    def start(self, stop: asyncio.Event, probes: Probes) -> list[asyncio.Task[None]]:
-        """Run every part as a task until `stop` is set (the probes' beat until cancelled)."""
-        return [
+    def start(
+        self, stop: asyncio.Event, probes: Probes, supervisor: Supervisor
+    ) -> list[asyncio.Task[None]]:
+        """Run every part as a task until `stop` is set (the probes' beat until cancelled);
+        a part that ends before then stops the process (`supervisor`)."""
+        self.router.watch = supervisor.watch
+        tasks = [
             asyncio.create_task(probes.beat(), name="beat"),
             asyncio.create_task(self.store.follow(stop), name="catalog"),
             *self.router.start(stop),
@@ -65,6 +70,8 @@ class Scheduler:
                 self.allowances.run(stop, lambda: self.maintenance.holder), name="allowances"
             ),
         ]
+        supervisor.watch(tasks)
+        return tasks
 
     async def shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
         """Stop every task (those of groups' parts too), then hand the Leases back."""
@@ -165,6 +172,7 @@ def _take_over_the_loop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) ->
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    logs.dump_tasks_on(loop)
 
 
 def _watch(
@@ -225,7 +233,8 @@ async def run(settings: Settings) -> None:
         store.describe(),
     )
 
-    tasks = scheduler.start(stop, probes)
+    supervisor = Supervisor(stop)
+    tasks = scheduler.start(stop, probes, supervisor)
     await stop.wait()
     probes.unready("stopping")
     held = len(scheduler.shard_leases.held)
@@ -235,3 +244,4 @@ async def run(settings: Settings) -> None:
     await connection.close()
     await store.close()
     api.close()
+    supervisor.check()

@@ -26,12 +26,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from horae import broker, metrics
+from horae import broker, logs, metrics
 from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
 from horae.store.db import WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS
 from horae.store.groups import Store
+from horae.supervise import Supervisor
 from horae.worker import control
 from horae.worker.execution import Executions
 from horae.worker.messages import FOREIGN, Messages
@@ -100,14 +101,17 @@ class Worker:
         if control_queue is not None:
             await control.follow(control_queue, self.executions)
         wound_down = asyncio.Event()
-        heartbeat = asyncio.create_task(self.executions.heartbeat(wound_down))
-        follow = asyncio.create_task(self.store.follow(wound_down))
+        heartbeat = asyncio.create_task(self.executions.heartbeat(wound_down), name="heartbeat")
+        follow = asyncio.create_task(self.store.follow(wound_down), name="catalog")
+        supervisor = Supervisor(stop)  # either ending on its own stops the worker
+        supervisor.watch([heartbeat, follow])
         try:
             await self.messages.consume(queue, stop, probes)
         finally:
             wound_down.set()
             heartbeat.cancel()
             follow.cancel()
+        supervisor.check()
 
 
 async def run(settings: Settings, tasks_module: str) -> None:
@@ -147,6 +151,7 @@ async def run(settings: Settings, tasks_module: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    logs.dump_tasks_on(loop)
     log.info(
         "worker %s runs tasks %s; store groups %s", cfg.identity, sorted(tasks), store.describe()
     )

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -394,8 +395,11 @@ class Run:
 
         try:
             await until(quiet, timeout=cfg.quiesce_timeout, interval=1, what="quiescence")
-        except AssertionError:
-            pass  # what is left is reported as stuck
+        except AssertionError:  # what is left is reported as stuck; what each waits on:
+            for c in self.procs.started:
+                if c.name in ("scheduler", "worker"):
+                    c.signal(signal.SIGUSR1)  # every task's stack into its log
+            await asyncio.sleep(1)
         quiesced_in = time.time() - quiet_from
         stop_observing.set()
         await observer

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from horae.scheduler.groups import take_shard
 from horae.scheduler.leases import NotYet
 from horae.scheduler.listener import ShardListener
 from horae.scheduler.reaper import Reaper
-from horae.store import dispatch, jobs
+from horae.store import dispatch, jobs, tenants
 from horae.store.db import Database, connect
 from horae.store.executions import Claimed
 from tests.support import transitions
@@ -540,3 +541,41 @@ async def test_shards_gained_together_take_their_epochs_and_windows_together_a_b
     await d.refresh()
     held = {x.job_id for x in d.held()}
     assert held == {overdue[s] for s in shards if s != busy}
+
+
+async def test_two_entries_of_one_execution_at_one_moment_do_not_stop_the_dispatch_loop(
+    pool: asyncpg.Pool, d: Dispatcher
+) -> None:
+    # Seen in the two-group chaos run with a dispatch lead: a shard moved into this group
+    # while the other group's dispatcher had published one of its executions ahead; this
+    # dispatcher read the row (id, due) and, its tenant at its limit, held it back; the
+    # worker's claim, once due, throttled the row to a new due time, which a re-read added
+    # too. Both entries held back to the same moment: `heappop` compared the executions,
+    # raised TypeError, and the group's dispatch loop ended (its executions waited for ever).
+    async with pool.acquire() as conn:
+        await tenants.set_tenant_limit(conn, "t", 1)
+    try:
+        running = await job_in_shard(pool, 3, datetime.now(UTC) - timedelta(seconds=1))
+        await pool.execute("UPDATE executions SET status = 'running', lease_owner = 'w',"
+                           " lease_until = now() + interval '1 minute', started_at = now()"
+                           " WHERE job_id = $1", running)  # fmt: skip  # t at its limit
+        await job_in_shard(pool, 1, datetime.now(UTC) - timedelta(seconds=1))
+        await d.gain(1)
+        await d.refresh()
+        [due] = d.held()
+        throttled = dataclasses.replace(due, due_at=due.due_at + timedelta(seconds=1))
+        again = datetime.now(UTC) + timedelta(milliseconds=100)
+        d._hold_back([(due, again), (throttled, again)])  # as the two reads left them
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(d.run_dispatch(stop))
+        await asyncio.sleep(2.5)  # both taken off the heap and held back again, twice
+        assert not loop.done(), loop.exception() if loop.done() else None
+        stop.set()
+        await loop
+        assert {(x.id, x.due_at) for x in d.held()} >= {
+            (due.id, due.due_at),
+            (due.id, throttled.due_at),
+        }
+    finally:
+        async with pool.acquire() as conn:
+            await tenants.set_tenant_limit(conn, "t", None)

@@ -25,6 +25,7 @@ from horae.scheduler.maintenance import Maintenance
 from horae.store import dispatch, jobs, tenants
 from horae.store.groups import MAIN, Store
 from horae.store.moves import move_shards
+from horae.supervise import Supervisor
 from tests.support.db_roles import LoginRoles
 from tests.support.groups import SECOND, SECOND_DB, drop_database, job_in, split_store
 from tests.support.kube import ControlPlane
@@ -58,7 +59,8 @@ async def scheduler(
     probes = Probes()
     parts = build(settings, store, publisher, api, probes)
     stop = asyncio.Event()
-    tasks = parts.start(stop, probes)
+    supervisor = Supervisor(stop)
+    tasks = parts.start(stop, probes, supervisor)
     try:
 
         async def holds_all() -> bool:
@@ -72,6 +74,7 @@ async def scheduler(
         await connection.close()
         await store.close()
         api.close()
+    assert supervisor.failed == []  # no part ended on its own (each test's last check)
 
 
 async def create_due(
