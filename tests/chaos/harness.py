@@ -62,6 +62,10 @@ class Settings:
     scheduler_lease: float = 3.0
     calm: float = 12.0
     quiesce_timeout: float = 120.0
+    lead: float = 0.0
+    """HORAE_CHAOS_LEAD_SECONDS: every execution published this far ahead (the schedulers'
+    HORAE_DISPATCH_LEAD_SECONDS) and claimed as it arrives, so that the faults meet the
+    early path a burst takes (0: at the due moments, as a steady rate goes)."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -71,6 +75,7 @@ class Settings:
             seed=int(env.get("HORAE_CHAOS_SEED") or cls.seed),
             duration=duration,
             jobs=int(env.get("HORAE_CHAOS_JOBS") or 25 * duration),  # 25 creates a second
+            lead=float(env.get("HORAE_CHAOS_LEAD_SECONDS") or cls.lead),
         )
 
 
@@ -112,10 +117,7 @@ class Run:
             "HORAE_EXECUTION_LEASE_SECONDS": str(cfg.lease),
             "HORAE_LEASE_DURATION_SECONDS": str(cfg.scheduler_lease),
             "HORAE_REDELIVERY_TIMEOUT_SECONDS": "10", "HORAE_SHUTDOWN_GRACE_SECONDS": "5",
-            # HORAE_CHAOS_LEAD_SECONDS: every execution published that far ahead and claimed
-            # as it arrives, so that the faults meet the early path (0 by default: with 2 s,
-            # 3 two-group runs in 11 lost executions, docs/reliability.md)
-            "HORAE_DISPATCH_LEAD_SECONDS": os.environ.get("HORAE_CHAOS_LEAD_SECONDS", "0"),
+            "HORAE_DISPATCH_LEAD_SECONDS": str(cfg.lead),
             "HORAE_OPERATOR_LEASE_SECONDS": "5", "HORAE_RESYNC_SECONDS": "20",
             "HORAE_DATABASE_POOL_SIZE": "8", "HORAE_CHAOS_HISTORY": str(self.history_dir),
             # the workers: a shared pool serving the API tenants and the ScheduledJobs'
@@ -426,6 +428,16 @@ class Run:
             "".join(json.dumps(f.__dict__) + "\n" for f in self.faults)
         )
         return report, text
+
+    def parts_failed(self) -> list[str]:
+        """Each process's long-running part that ended on its own (`horae.supervise`: the
+        process stopped itself), as "identity: message", from the processes' logs."""
+        return [
+            f"{c.identity}: {json.loads(line)['msg']}"
+            for c in self.procs.started
+            for line in c.log().splitlines()
+            if '"logger": "horae.supervise"' in line
+        ]
 
     async def move_quarter(self) -> str:
         """Move 16 of the first group's 32 shards to the second, under load."""

@@ -32,12 +32,12 @@ def test_a_bad_dispatch_lead_is_refused_by_name(raw: str, error: str) -> None:
     assert str(refused.value) == error
 
 
-def test_a_burst_is_1000_due_in_a_quarter_second_and_its_lead_is_off_by_default() -> None:
+def test_a_burst_is_1000_due_in_a_quarter_second_published_2_s_ahead_by_default() -> None:
     scheduler = Settings.from_env({}).scheduler
-    assert (scheduler.burst_lead, scheduler.burst_size) == (timedelta(0), 1_000)
-    env = {"HORAE_BURST_LEAD_SECONDS": "2", "HORAE_BURST_SIZE": "50"}
+    assert (scheduler.burst_lead, scheduler.burst_size) == (timedelta(seconds=2), 1_000)
+    env = {"HORAE_BURST_LEAD_SECONDS": "0", "HORAE_BURST_SIZE": "50"}
     scheduler = Settings.from_env(env).scheduler
-    assert (scheduler.burst_lead, scheduler.burst_size) == (timedelta(seconds=2), 50)
+    assert (scheduler.burst_lead, scheduler.burst_size) == (timedelta(0), 50)
 
 
 @pytest.mark.parametrize(
