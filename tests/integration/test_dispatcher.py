@@ -546,12 +546,13 @@ async def test_shards_gained_together_take_their_epochs_and_windows_together_a_b
 async def test_two_entries_of_one_execution_at_one_moment_do_not_stop_the_dispatch_loop(
     pool: asyncpg.Pool, d: Dispatcher
 ) -> None:
-    # Seen in the two-group chaos run with a dispatch lead: a shard moved into this group
-    # while the other group's dispatcher had published one of its executions ahead; this
-    # dispatcher read the row (id, due) and, its tenant at its limit, held it back; the
-    # worker's claim, once due, throttled the row to a new due time, which a re-read added
-    # too. Both entries held back to the same moment: `heappop` compared the executions,
-    # raised TypeError, and the group's dispatch loop ended (its executions waited for ever).
+    # The two-group chaos run with a dispatch lead lost executions this way. The likeliest
+    # path to the two entries: a shard moved into this group while the other group's
+    # dispatcher had published one of its executions ahead; this dispatcher read the row
+    # (id, due) and, its tenant at its limit, held it back; the worker's claim, once due,
+    # throttled the row to a new due time, which a re-read added too. Both entries held
+    # back to the same moment: `heappop` compared the executions, raised TypeError, and
+    # the group's dispatch loop ended (its executions waited for ever).
     async with pool.acquire() as conn:
         await tenants.set_tenant_limit(conn, "t", 1)
     try:
