@@ -219,7 +219,8 @@ async def test_sigterm_hands_back_a_claim_ahead_as_it_was_due(
     processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str
 ) -> None:
     # A stopping worker does not wait for what it claimed ahead: past the grace period it gives
-    # it back, `scheduled` and due as it was (never earlier), with no owner, and exits 0.
+    # it back, `scheduled` and due as it was (a microsecond later, a new key for the scheduler
+    # to publish again; never earlier), with no owner, and exits 0.
     env = {"HORAE_SHUTDOWN_GRACE_SECONDS": "1"}
     leaving = processes.start("worker", "worker", "--tasks", TASKS, env=env)
     row, msg = await echo_message(stored, due_in=20)
@@ -229,7 +230,31 @@ async def test_sigterm_hands_back_a_claim_ahead_as_it_was_due(
     assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
     back = await stored.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
     assert (back["status"], back["due_at"], back["lease_owner"], back["attempt"]) == (
-        "scheduled", row["due_at"], None, 1)  # fmt: skip
+        "scheduled", row["due_at"] + timedelta(microseconds=1), None, 1)  # fmt: skip
+
+
+async def test_a_claim_ahead_handed_back_by_a_stopping_worker_runs_elsewhere_when_due(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # Published 8 s ahead and claimed ahead, then handed back by a worker rolled before its
+    # due time: the scheduler that published it publishes it again, and another worker runs
+    # it on time. Handed back under its old key, the scheduler skipped it as published, and
+    # it waited for the redelivery timeout (60 s).
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_SHUTDOWN_GRACE_SECONDS": "1"}
+    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
+    leaving = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
+    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    await claimed_ahead(stored, row)
+    leaving.signal(signal.SIGTERM)
+    assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
+    heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    [done] = await terminal(stored, job["id"], 1, timeout=40)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    late = (done["started_at"] - row["due_at"]).total_seconds()
+    assert late < 2.0, f"started {late:.2f} s after its due time"
+    assert [c["worker"] for c in invocations(log)] == [heir.identity]
 
 
 async def test_retryable_three_times_then_succeeds_with_one_idempotency_key(

@@ -156,8 +156,10 @@ async def test_the_worker_role_claims_beats_finishes_retries_and_hands_back(
     assert await executions.release_running(worker, owner="w1", ids=[again.id], now=NOW) == 1
     assert await pool.fetchval("SELECT status FROM executions WHERE id = $1",
                                again.id) == "scheduled"  # fmt: skip
-    # handed back as due as it was (never earlier): its retry time
-    [third] = await claims(worker, [ClaimRequest(again.id, retry_at, "acme")])
+    # handed back as due as it was (never earlier; a microsecond later, a new key): its retry
+    # time
+    back = retry_at + timedelta(microseconds=1)
+    [third] = await claims(worker, [ClaimRequest(again.id, back, "acme")])
     assert isinstance(third, Claimed)
     assert await transitions.finish(worker, third, owner="w1", status=ExecutionStatus.SUCCEEDED,
                                    now=NOW, result={"ok": 1})  # fmt: skip
