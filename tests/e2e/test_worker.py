@@ -20,7 +20,7 @@ from horae.store import jobs, tenants
 from tests.support.invocations import invocations
 from tests.support.kube import free_port
 from tests.support.metrics import scrape, value
-from tests.support.processes import HAS_FAKETIME, Processes, clock_offset_env
+from tests.support.processes import HAS_FAKETIME, Component, Processes, clock_offset_env
 from tests.support.queues import ready_messages
 from tests.support.scheduling import drain
 from tests.support.store_rows import StoreRows
@@ -108,6 +108,21 @@ async def claimed_ahead(stored: StoreRows, row: asyncpg.Record) -> asyncpg.Recor
     return held
 
 
+async def published_and_claimed_ahead(
+    processes: Processes, stored: StoreRows, env: dict[str, str]
+) -> tuple[Component, asyncpg.Record]:
+    """A scheduler publishing 8 s ahead, a worker (`env`), and an `e2e.echo` one-off due in
+    10 s, once that worker has claimed it ahead: the worker, and the execution's row as
+    created."""
+    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
+    worker = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
+    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
+    held = await claimed_ahead(stored, row)
+    assert held["lease_owner"] == worker.identity
+    return worker, row
+
+
 async def test_a_message_published_before_its_due_time_is_claimed_at_once_and_run_when_due(
     processes: Processes,
     stored: StoreRows,
@@ -154,15 +169,10 @@ async def test_a_worker_killed_holding_a_claim_ahead_leaves_it_to_another_not_as
     # handler call, the heir's.
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
-    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
-    victim = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
-    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
-    held = await claimed_ahead(stored, row)
-    assert held["lease_owner"] == victim.identity
+    victim, row = await published_and_claimed_ahead(processes, stored, env)
     victim.kill()
     heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    [done] = await terminal(stored, job["id"], 1, timeout=40)
+    [done] = await terminal(stored, row["job_id"], 1, timeout=40)
     assert (done["status"], done["attempt"]) == ("succeeded", 1)
     assert done["started_at"] >= row["due_at"] + timedelta(seconds=3), "before the lease ran out"
     assert [c["worker"] for c in invocations(log)] == [heir.identity]
@@ -176,15 +186,11 @@ async def test_a_worker_frozen_past_the_lease_of_a_claim_ahead_never_starts_it_o
     # finds its lease gone by its own reckoning and does not start it: one handler call.
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
-    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
-    sleeper = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
-    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
-    await claimed_ahead(stored, row)
+    sleeper, row = await published_and_claimed_ahead(processes, stored, env)
     sleeper.signal(signal.SIGSTOP)
     try:
         heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-        [done] = await terminal(stored, job["id"], 1, timeout=40)
+        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
     finally:
         sleeper.signal(signal.SIGCONT)
     assert (done["status"], done["attempt"]) == ("succeeded", 1)
@@ -242,15 +248,11 @@ async def test_a_claim_ahead_handed_back_by_a_stopping_worker_runs_elsewhere_whe
     # it waited for the redelivery timeout (60 s).
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_SHUTDOWN_GRACE_SECONDS": "1"}
-    processes.start("scheduler", "scheduler", env={"HORAE_DISPATCH_LEAD_SECONDS": "8"})
-    leaving = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    job = await create(stored, JobSpec(task="e2e.echo", run_at=datetime.now(UTC)), due_in=10)
-    row = await stored.fetchrow("SELECT * FROM executions WHERE job_id = $1", job["id"])
-    await claimed_ahead(stored, row)
+    leaving, row = await published_and_claimed_ahead(processes, stored, env)
     leaving.signal(signal.SIGTERM)
     assert await asyncio.to_thread(leaving.popen.wait, 15) == 0
     heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-    [done] = await terminal(stored, job["id"], 1, timeout=40)
+    [done] = await terminal(stored, row["job_id"], 1, timeout=40)
     assert (done["status"], done["attempt"]) == ("succeeded", 1)
     late = (done["started_at"] - row["due_at"]).total_seconds()
     assert late < 2.0, f"started {late:.2f} s after its due time"
