@@ -513,47 +513,45 @@ class Dispatcher:
             self._buffered.pop((d.id, d.due_at), None)
 
     async def _dispatch(self, batch: list[Due]) -> None:
-        """Publish `batch` (taken off the heap) as one round. However the round ends, every
-        execution of it is forgotten (`_known`: a re-read loads it again if it is still to be
-        dispatched), but those `_plan` put back into the heap."""
-        leaving = batch
+        """Publish `batch` (taken off the heap) as one round. Every execution of it is
+        forgotten (`_known`: a re-read loads it again if it is still to be dispatched),
+        however the round ends, but those `_plan` put back into the heap."""
+        ours = self._ours(batch)  # (forgets those not ours)
+        if not ours:
+            return
+        now = utc_now()
         try:
-            ours = self._ours(batch)
-            if not ours:
-                return
-            now = utc_now()
-            plans, leaving = await self._plan(batch, ours, now)
-            epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
-            try:
-                rounds, recorded, took = await self._record_and_publish(plans, epochs)
-            except Exception:
-                log.exception("dispatch failed; the batch stays scheduled and is re-read")
-                self._forget(leaving)  # (before the re-read)
-                leaving = []
-                self._full_needed = True
-                await asyncio.sleep(0.5)
-                return
-            sent = time.monotonic()
-            for shard, plan in rounds.items():
-                if shard not in self.epochs:
-                    continue  # lost while the round ran: its next owner publishes again
-                keys = self._published.setdefault(shard, {})
-                for d in plan.published:
-                    keys[d.id, d.due_at] = (sent, False)
-            self._forget(leaving)  # (before the first wait: published, or re-read)
-            leaving = []
-            await self._settle(set(plans) - set(rounds), rounds)
-            for plan in rounds.values():
-                for d in plan.held:
-                    self._buffered.setdefault((d.id, d.due_at), now + HOLD_EVERY)
-            log.debug(
-                "dispatched %d (%d recorded): publish %.3fs, record %.3fs",
-                sum(len(r.published) for r in rounds.values()),
-                recorded,
-                *took,
-            )
-        finally:
-            self._forget(leaving)
+            plans, batch = await self._plan(batch, ours, now)
+        except Exception:
+            self._forget(batch)  # a failed plan puts nothing back
+            raise
+        epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
+        try:
+            rounds, recorded, took = await self._record_and_publish(plans, epochs)
+        except Exception:
+            log.exception("dispatch failed; the batch stays scheduled and is re-read")
+            self._forget(batch)
+            self._full_needed = True
+            await asyncio.sleep(0.5)
+            return
+        self._forget(batch)
+        sent = time.monotonic()
+        for shard, plan in rounds.items():
+            if shard not in self.epochs:
+                continue  # lost while the round ran: its next owner publishes again
+            keys = self._published.setdefault(shard, {})
+            for d in plan.published:
+                keys[d.id, d.due_at] = (sent, False)
+        await self._settle(set(plans) - set(rounds), rounds)
+        for plan in rounds.values():
+            for d in plan.held:
+                self._buffered.setdefault((d.id, d.due_at), now + HOLD_EVERY)
+        log.debug(
+            "dispatched %d (%d recorded): publish %.3fs, record %.3fs",
+            sum(len(r.published) for r in rounds.values()),
+            recorded,
+            *took,
+        )
 
     async def _record_and_publish(
         self, plans: dict[int, Plan], epochs: dict[int, int]

@@ -569,8 +569,13 @@ async def test_two_entries_of_one_execution_at_one_moment_do_not_stop_the_dispat
         d._hold_back([(due, again), (throttled, again)])  # as the two reads left them
         stop = asyncio.Event()
         loop = asyncio.ensure_future(d.run_dispatch(stop))
-        await asyncio.sleep(2.5)  # both taken off the heap and held back again, twice
-        assert not loop.done(), loop.exception() if loop.done() else None
+
+        async def held_back_twice() -> bool:
+            # Each look holds both back again, 0.5 s then 1 s later (the gate's waits).
+            assert not loop.done(), f"the dispatch loop ended: {loop.exception()!r}"
+            return all(when > again + timedelta(seconds=1.4) for when, _, _ in d._heap)
+
+        await until(held_back_twice, timeout=10, interval=0.1, what="two more looks")
         stop.set()
         await loop
         assert {(x.id, x.due_at) for x in d.held()} >= {

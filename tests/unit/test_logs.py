@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from horae import logs
+from tests.support.wait import until
 
 
 async def _waits_forever(gate: asyncio.Event) -> None:
@@ -26,7 +27,11 @@ def test_sigusr1_logs_every_task_with_where_it_waits(caplog: pytest.LogCaptureFi
         try:
             with caplog.at_level(logging.WARNING, logger="horae.logs"):
                 os.kill(os.getpid(), signal.SIGUSR1)
-                await asyncio.sleep(0.05)  # the handler runs in the loop
+
+                async def dumped() -> bool:  # the handler runs in the loop
+                    return any(r.name == "horae.logs" for r in caplog.records)
+
+                await until(dumped, timeout=5, interval=0.01, what="the dump")
         finally:
             loop.remove_signal_handler(signal.SIGUSR1)
             gate.set()
