@@ -516,14 +516,14 @@ class Dispatcher:
         """Publish `batch` (taken off the heap) as one round. Every execution of it is
         forgotten (`_known`: a re-read loads it again if it is still to be dispatched),
         however the round ends, but those `_plan` put back into the heap."""
-        ours = self._ours(batch)  # (forgets those not ours)
-        if not ours:
-            return
         now = utc_now()
         try:
+            ours = self._ours(batch)  # (forgets those not ours)
+            if not ours:
+                return
             plans, batch = await self._plan(batch, ours, now)
         except Exception:
-            self._forget(batch)  # a failed plan puts nothing back
+            self._forget(batch)  # nothing was put back: re-read, as the rest of the round
             raise
         epochs = {shard: self.epochs[shard] for shard in plans if shard in self.epochs}
         try:
