@@ -92,6 +92,9 @@ class ShardRouter:
         """One per shard: its gain, loss and moves between groups happen one at a time (the
         lease loop takes many shards at once)."""
         self._version = store.catalog.version
+        self._moving_out: dict[int, str] = {}
+        """Shards whose dispatch a move fenced out before the catalog placed them elsewhere:
+        the group they are held in (`recheck`)."""
         self._stop: asyncio.Event | None = None
         self.release: Fenced | None = None
         """Gives a shard's Lease up (the lease loop's); set once the lease loop exists."""
@@ -176,8 +179,10 @@ class ShardRouter:
             return
         if await self._moved_out(group, shard):
             # The catalog has not caught up with the move yet: taken in the new group as
-            # soon as it does (`run`), under the Lease held meanwhile.
+            # soon as it does (`run`), under the Lease held meanwhile; or here again, should
+            # the move fail instead (`recheck`).
             log.info("shard %d moved out of store group %s", shard, group, extra={"shard": shard})
+            self._moving_out[shard] = group
         elif self.release is not None:
             await self.release(shard)
 
@@ -187,6 +192,43 @@ class ShardRouter:
                 return await dispatch.moved_out(conn, shard)
         except HoraeError:
             return False
+
+    async def recheck(self) -> None:
+        """The shards a move fenced out whose catalog switch has not come: those the move
+        has given up on (no longer marked moved out, the catalog unchanged) are taken again
+        in their group under a new epoch; their Lease is given up when that fails."""
+        by_group: dict[str, list[int]] = {}
+        for shard, group in sorted(self._moving_out.items()):
+            if self.held.get(shard) != group:
+                del self._moving_out[shard]  # moved by `follow`, or lost
+            else:
+                by_group.setdefault(group, []).append(shard)
+        for group, shards in sorted(by_group.items()):
+            try:
+                async with self._store.database(group).acquire() as conn:
+                    marked = await dispatch.shards_moved_out(conn)
+            except HoraeError:
+                continue  # looked at again next round
+            for shard in shards:
+                if shard not in marked:
+                    await self._retake(group, shard)
+
+    async def _retake(self, group: str, shard: int) -> None:
+        async with self._locks[shard]:
+            if self._moving_out.pop(shard, None) != group or self.held.get(shard) != group:
+                return
+            log.warning(
+                "shard %d: its move out of store group %s failed; taking it again there",
+                shard, group, extra={"shard": shard},
+            )  # fmt: skip
+            await self._drop(group, shard)
+            try:
+                await self._take(shard)
+                return
+            except (NotYet, HoraeError) as exc:
+                log.warning("shard %d not taken again in %s yet: %s", shard, group, exc)
+        if self.release is not None:
+            await self.release(shard)
 
     # -- the catalog -------------------------------------------------------------
     async def follow(self) -> None:
@@ -222,11 +264,13 @@ class ShardRouter:
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the catalog `Store.follow` keeps up to date."""
         while not stop.is_set():
-            if self._store.catalog.version != self._version:
-                try:
+            try:
+                if self._store.catalog.version != self._version:
                     await self.follow()
-                except Exception:  # the loop must outlive any one failure
-                    log.exception("following the store catalog failed; retrying")
+                if self._moving_out:
+                    await self.recheck()
+            except Exception:  # the loop must outlive any one failure
+                log.exception("following the store catalog failed; retrying")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=FOLLOW_EVERY)
             except TimeoutError:

@@ -153,6 +153,13 @@ async def moved_out(conn: Conn, shard: int) -> bool:
 
 
 @translated
+async def shards_moved_out(conn: Conn) -> set[int]:
+    """The shards marked moved out of this store group (a move under way, or one that
+    switched the catalog already)."""
+    return {r["shard"] for r in await conn.fetch(Q["moved_out_shards"])}
+
+
+@translated
 async def live_of_jobs(
     conn: Conn,
     job_ids: Sequence[uuid.UUID],

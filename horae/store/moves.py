@@ -4,9 +4,11 @@ Moving shards from group A to group B (`move_shards`), all of it under the catal
 
 1. In A: the shards' epochs are bumped and marked moved out, committed (a dispatch of theirs
    in A is fenced out; they can no longer be taken or get new jobs there).
-2. In A, one transaction that stays open: their jobs and live executions (scheduled, queued,
-   running) are read and locked, so no claim, heartbeat, outcome or edit changes them
-   meanwhile: those wait.
+2. In A, one transaction that stays open: their live executions (scheduled, queued, running)
+   and jobs are read and locked, so no claim, heartbeat, outcome or edit changes them
+   meanwhile: those wait. Executions first, as an outcome locks its execution and then its
+   job; an edit locks the other way round, so a deadlock with one (Postgres aborts the move)
+   or a lock wait run out starts this step again, up to `MOVE_ATTEMPTS` times.
 3. In B, one transaction: what a failed move may have left there is cleared, the rows are
    copied, the shards get a new epoch there, and their schedulers are told to re-read.
 4. In the catalog: the shards are placed in B; the new version is announced
@@ -23,6 +25,7 @@ the move again is the remedy. Moves are serialised by a session advisory lock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ import asyncpg
 from horae.errors import ConfigError
 from horae.store.boundary import translated
 from horae.store.db import SERVER_SETTINGS, connect
+from horae.store.dispatch import shards_moved_out
 from horae.store.groups import Catalog, address_of, group_url, read_catalog
 from horae.store.installation import read_installation
 from horae.store.migrate import GroupMigrated, migrate_group
@@ -51,6 +55,15 @@ Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
 MOVE_LOCK_TIMEOUT_MS = 10_000
 """How long a move waits for the rows it must lock (a dispatch or a claim holds them for
 milliseconds; a client cut off mid-transaction, until Postgres ends its session)."""
+
+MOVE_ATTEMPTS = 3
+"""How many times a move locks and copies the rows, the source fenced all along, when
+Postgres aborts it to break a deadlock with a writer or its lock wait runs out."""
+
+LOCKING: tuple[type[BaseException], ...] = (
+    asyncpg.DeadlockDetectedError,
+    asyncpg.LockNotAvailableError,
+)
 
 
 @dataclass(frozen=True)
@@ -134,7 +147,7 @@ async def _repair(home_url: str, catalog: Catalog) -> None:
     for group in catalog.groups():
         conn = await _raw(group_url(group, catalog.addresses[group], home_url))
         try:
-            marked = {r["shard"] for r in await conn.fetch(Q["moved_out_shards"])}
+            marked = await shards_moved_out(conn)
             here = set(catalog.shards_of(group))
             elsewhere = sorted(set(range(catalog.shards)) - here)
             async with conn.transaction():
@@ -163,17 +176,28 @@ async def _move(
             await src.execute(Q["fence_shards_out"], shards, owner, started)
         switched = False
         try:
-            async with src.transaction():
-                await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
-                jobs = await src.fetch(Q["moving_jobs"], shards)
-                executions = await src.fetch(Q["moving_executions"], shards)
-                await _copy_in(dst, shards, owner, started, jobs, executions)
-                async with home.transaction():
-                    await home.execute(Q["place_shards"], shards, target)
-                    await home.fetchval(Q["bump_catalog"])
-                switched = True
-                await src.execute(Q["clear_live_executions"], shards)
-                await src.execute(Q["clear_jobs"], shards)
+            for attempt in range(1, MOVE_ATTEMPTS + 1):
+                try:
+                    async with src.transaction():
+                        await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
+                        executions = await src.fetch(Q["moving_executions"], shards)
+                        jobs = await src.fetch(Q["moving_jobs"], shards)
+                        await _copy_in(dst, shards, owner, started, jobs, executions)
+                        async with home.transaction():
+                            await home.execute(Q["place_shards"], shards, target)
+                            await home.fetchval(Q["bump_catalog"])
+                        switched = True
+                        await src.execute(Q["clear_live_executions"], shards)
+                        await src.execute(Q["clear_jobs"], shards)
+                    break
+                except LOCKING as exc:
+                    if switched or attempt == MOVE_ATTEMPTS:
+                        raise
+                    log.info(
+                        "moving shards %s: %s (attempt %d of %d); again",
+                        shards, type(exc).__name__, attempt, MOVE_ATTEMPTS,
+                    )  # fmt: skip
+                    await asyncio.sleep(0.1 * attempt)
         except BaseException:
             if not switched:
                 await src.execute(Q["unfence_shards"], shards)

@@ -16,13 +16,14 @@ from prometheus_client import REGISTRY
 
 from horae import broker
 from horae.config import BrokerSettings, DatabaseSettings, KubeSettings, SchedulerSettings, Settings
+from horae.errors import StoreError
 from horae.kube import Leases, load_api_client
 from horae.models import JobSource, JobSpec
 from horae.probes import Probes
 from horae.scheduler.allowances import Rebalancer
 from horae.scheduler.main import Scheduler, build
 from horae.scheduler.maintenance import Maintenance
-from horae.store import dispatch, jobs, tenants
+from horae.store import dispatch, jobs, moves, tenants
 from horae.store.groups import MAIN, Store
 from horae.store.moves import move_shards
 from horae.supervise import Supervisor
@@ -211,6 +212,63 @@ async def test_shards_moved_under_a_running_scheduler_go_on_from_their_new_group
     assert late and max(late) < 1.0, f"dispatched up to {max(late):.2f}s late after the move"
     # The shards left in place kept their epochs: nothing moved them or fenced them.
     assert {2: epochs[MAIN][2], 3: epochs[SECOND][3]} == {2: after[MAIN][2], 3: after[SECOND][3]}
+
+
+async def test_a_move_that_fails_leaves_its_shard_dispatched_where_it_was(
+    db_url: str, second_url: str, broker_url: str, broker_prefix: str,
+    control_plane: ControlPlane, namespace: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # Shard 4's move cannot lock a row a client holds (300 ms each attempt, here): it fails
+    # after fencing the scheduler's dispatch out of the shard, while executions of it fall
+    # due every 80 ms. The scheduler takes the shard again where it was, keeping its Lease.
+    monkeypatch.setattr(moves, "MOVE_LOCK_TIMEOUT_MS", 300)
+    lost = REGISTRY.get_sample_value("horae_lease_transitions_total", {"change": "lost"}) or 0
+    async with (
+        scheduler(db_url, broker_url, broker_prefix, control_plane, namespace) as s,
+        HeldWatch(broker_url, broker_prefix) as held,
+    ):
+        before = s.router.parts(MAIN).dispatcher.epochs[4]
+        [later] = await create_due(s.store, [4], 1, start=timedelta(hours=1), spread=timedelta())
+        job_ids = await create_due(
+            s.store, [4], 100, start=timedelta(seconds=1), spread=timedelta(seconds=8)
+        )
+        client = await asyncpg.connect(db_url)
+        try:
+            holding = client.transaction()
+            await holding.start()
+            await client.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", later)
+
+            async def some_published() -> bool:
+                return len(held.arrived) >= 30
+
+            await until(some_published, timeout=20, what="some of them published")
+            with pytest.raises(StoreError, match="LockNotAvailable"):
+                await move_shards(db_url, [4], SECOND)
+            failed_at = datetime.now(UTC)
+            await holding.rollback()
+        finally:
+            await client.close()
+
+        async def all_published() -> bool:
+            found = await rows(db_url, job_ids)
+            return len(found) == 100 and all(r["id"] in held.arrived for r in found)
+
+        await until(all_published, timeout=30, what="every execution published")
+        group, held_in = s.store.catalog.group_of(4), s.router.held[4]
+        after = s.router.parts(MAIN).dispatcher.epochs.get(4)
+        leases = set(s.shard_leases.held)
+        lost = (
+            REGISTRY.get_sample_value("horae_lease_transitions_total", {"change": "lost"}) or 0
+        ) - lost
+    assert group == held_in == MAIN
+    assert leases == set(range(64)) and lost == 0, "the Lease was kept"
+    assert after is not None and after >= before + 2, "fenced by the move, then taken again"
+    assert await rows(second_url, job_ids) == []
+    found = await rows(db_url, job_ids)
+    due_after = [r for r in found if r["due_at"] > failed_at + timedelta(seconds=1)]
+    late = [(held.arrived[r["id"]][0] - r["due_at"]).total_seconds() for r in due_after]
+    assert late and max(late) < 1.0, f"dispatched up to {max(late):.2f}s late after the move"
+    assert {len(held.arrived[r["id"]]) for r in due_after} == {1}
 
 
 async def allowance(url: str, tenant: str) -> int | None:

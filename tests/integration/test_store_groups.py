@@ -113,6 +113,18 @@ async def test_move_copies_live_rows_fences_the_source_and_leaves_history(
         await there.close()
 
 
+async def locks_awaited(url: str) -> int:
+    """Sessions of the database at `url` waiting on a lock (a fresh connection: inside a
+    transaction pg_stat_activity is a snapshot)."""
+    observer = await connect(url)
+    try:
+        return int(await observer.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'"))  # fmt: skip
+    finally:
+        await observer.close()
+
+
 async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_gone(
     db_url: str, second_url: str
 ) -> None:
@@ -126,14 +138,7 @@ async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_
         move = asyncio.create_task(move_shards(db_url, [2], SECOND))
 
         async def move_waits() -> bool:
-            # (a fresh connection: inside a transaction pg_stat_activity is a snapshot)
-            observer = await connect(db_url)
-            try:
-                return bool(await observer.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"))  # fmt: skip
-            finally:
-                await observer.close()
+            return await locks_awaited(db_url) > 0
 
         await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the row")
         assert not move.done()
@@ -154,6 +159,48 @@ async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_
             )
         finally:
             await there.close()
+    finally:
+        await home.close()
+
+
+async def test_a_move_deadlocked_with_an_edit_goes_again_and_carries_the_edit_over(
+    db_url: str, second_url: str
+) -> None:
+    # An edit locks its job, then its executions; the move locks the executions, then the
+    # jobs. Postgres breaks the cycle by aborting the move (the first to wait): it locks
+    # and copies again once the edit has committed, the source fenced all along.
+    home = await connect(db_url)
+    try:
+        job_id = job_in(2)
+        await create(home, job_id)
+        edit = home.transaction()
+        await edit.start()
+        await home.execute("UPDATE jobs SET paused_reason = 'edited' WHERE id = $1", job_id)
+        move = asyncio.create_task(move_shards(db_url, [2], SECOND))
+
+        async def move_waits() -> bool:
+            return await locks_awaited(db_url) > 0
+
+        await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the job")
+        locked = await home.execute(
+            "SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id
+        )  # the cycle: the move holds this row and waits for the job
+        assert locked == "SELECT 1"
+        await edit.commit()
+        [moved] = await move
+        assert (moved.jobs, moved.executions) == (1, 1)
+        there = await connect(second_url)
+        try:
+            assert await there.fetchval(
+                "SELECT paused_reason FROM jobs WHERE id = $1", job_id
+            ) == "edited"  # fmt: skip
+            assert await there.fetchval(
+                "SELECT count(*) FROM executions WHERE job_id = $1 AND status = 'scheduled'",
+                job_id,
+            ) == 1  # fmt: skip
+        finally:
+            await there.close()
+        assert await home.fetchval("SELECT count(*) FROM jobs WHERE id = $1", job_id) == 0
     finally:
         await home.close()
 
