@@ -10,11 +10,15 @@ Moving shards from group A to group B (`move_shards`), all of it under the catal
    job; an edit locks the other way round, so a deadlock with one (Postgres aborts the move)
    or a lock wait run out starts this step again, up to `MOVE_ATTEMPTS` times.
 3. In B, one transaction: what a failed move may have left there is cleared, the rows are
-   copied, the shards get a new epoch there, and their schedulers are told to re-read.
+   copied, each limited tenant's allowance there grows by the running executions it
+   brings, the shards get a new epoch there, and their schedulers are told to re-read.
 4. In the catalog: the shards are placed in B; the new version is announced
    (NOTIFY horae_catalog).
-5. A's transaction deletes the moved rows and commits. A writer that waited on them finds
-   them gone, reads the catalog again (it has moved on) and writes to B.
+5. A's transaction deletes the moved rows, shrinks those allowances there by as many (under
+   the tenants' claim locks, taken in step 2 after the rows) and commits. A writer that
+   waited on them finds them gone, reads the catalog again (it has moved on) and writes to
+   B. A tenant's allowances so add up to its limit throughout, and its running executions
+   stay within them (the allowance rebalancer is kept out meanwhile).
 
 History (ended executions) stays in A, readable: reads by job or by id ask every group, and
 retention drops it in time. A failure before step 4 rolls A back and unmarks the shards
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -115,6 +120,7 @@ async def move_shards(home_url: str, shards: Sequence[int], target: str) -> list
     home = await connect(home_url)
     try:
         await home.execute(Q["lock_catalog_session"])
+        await home.execute(Q["lock_allowances_session"])
         catalog = await read_catalog(home)
         _check_move(catalog, shards, target)
         await _repair(home_url, catalog)
@@ -182,13 +188,15 @@ async def _move(
                         await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
                         executions = await src.fetch(Q["moving_executions"], shards)
                         jobs = await src.fetch(Q["moving_jobs"], shards)
-                        await _copy_in(dst, shards, owner, started, jobs, executions)
+                        carried = await _lock_carried(src, executions)
+                        await _copy_in(dst, shards, owner, started, jobs, executions, carried)
                         async with home.transaction():
                             await home.execute(Q["place_shards"], shards, target)
                             await home.fetchval(Q["bump_catalog"])
                         switched = True
                         await src.execute(Q["clear_live_executions"], shards)
                         await src.execute(Q["clear_jobs"], shards)
+                        await src.execute(Q["carry_allowances_out"], *_columns(carried))
                     break
                 except LOCKING as exc:
                     if switched or attempt == MOVE_ATTEMPTS:
@@ -213,6 +221,23 @@ async def _move(
         await dst.close()
 
 
+async def _lock_carried(src: Connection, executions: Sequence[asyncpg.Record]) -> dict[str, int]:
+    """The limited tenants' running executions among those moving, by tenant, each tenant's
+    claim lock taken in the source (after the rows, in the order a claim takes them): no
+    claim there counts its running executions until the move has lowered its allowance."""
+    limited = {r["name"] for r in await src.fetch(Q["limited_tenants"])}
+    carried = Counter(
+        r["tenant"] for r in executions if r["status"] == "running" and r["tenant"] in limited
+    )
+    for tenant in sorted(carried):
+        await src.execute(Q["lock_tenant"], tenant)
+    return dict(sorted(carried.items()))
+
+
+def _columns(carried: dict[str, int]) -> tuple[list[str], list[int]]:
+    return list(carried), list(carried.values())
+
+
 async def _copy_in(
     dst: Connection,
     shards: list[int],
@@ -220,14 +245,17 @@ async def _copy_in(
     started: datetime,
     jobs: Sequence[asyncpg.Record],
     executions: Sequence[asyncpg.Record],
+    carried: dict[str, int],
 ) -> None:
     """One transaction in the target: what a failed move left cleared, the rows copied, the
-    shards given a new epoch there, their schedulers told."""
+    limited tenants' allowances grown by the running executions they bring, the shards given
+    a new epoch there, their schedulers told."""
     async with dst.transaction():
         await dst.execute(Q["clear_live_executions"], shards)
         await dst.execute(Q["clear_jobs"], shards)
         await _copy(dst, "jobs", jobs)
         await _copy(dst, "executions", executions)
+        await dst.execute(Q["carry_allowances_in"], *_columns(carried))
         await dst.execute(Q["fence_shards_in"], shards, owner, started)
         await dst.execute(Q["announce_shards"], shards)
 

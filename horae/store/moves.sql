@@ -64,3 +64,22 @@ SELECT
     (SELECT min(due_at) FROM executions WHERE shard = ANY($1::smallint[])
        AND status = 'scheduled' AND due_at <= now()) AS oldest_due,
     pg_database_size(current_database()) AS bytes
+
+-- name: lock_allowances_session
+-- Keep the allowance rebalancer out for the mover's session (its pass takes the same lock
+-- for its transaction, and skips a round when it cannot): a move carries allowances.
+SELECT pg_advisory_lock(hashtext('horae_allowances'))
+
+-- name: carry_allowances_in
+-- Tenants $1 arrive here with $2 running executions each (a move): each allowance here
+-- grows by as many (NULL is the whole limit already).
+UPDATE tenants t SET allowance = t.allowance + u.n
+FROM unnest($1::text[], $2::integer[]) AS u(name, n)
+WHERE t.name = u.name AND t.allowance IS NOT NULL
+
+-- name: carry_allowances_out
+-- Tenants $1 left with $2 running executions each (a move, under their claim locks): each
+-- allowance here shrinks by as many (NULL, the whole limit, becomes the limit less them).
+UPDATE tenants t SET allowance = greatest(0, coalesce(t.allowance, t.max_running) - u.n)
+FROM unnest($1::text[], $2::integer[]) AS u(name, n)
+WHERE t.name = u.name AND t.max_running IS NOT NULL

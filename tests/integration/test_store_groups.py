@@ -205,6 +205,44 @@ async def test_a_move_deadlocked_with_an_edit_goes_again_and_carries_the_edit_ov
         await home.close()
 
 
+async def test_a_move_carries_a_limited_tenants_allowance_with_its_running_executions(
+    db_url: str, second_url: str
+) -> None:
+    # acme may run 5: 3 in the first group (2 of them running, in shard 2), 2 in the
+    # second. Moving shard 2 takes the 2 running with their share of the limit: the second
+    # group may now run 4, the first 1 (none more while the 2 run in the second group).
+    home, there = await connect(db_url), await connect(second_url)
+    try:
+        await home.execute("INSERT INTO tenants (name, max_running, allowance) VALUES"
+                           " ('acme', 5, 3)")  # fmt: skip
+        await there.execute("INSERT INTO tenants (name, max_running, allowance) VALUES"
+                            " ('acme', 5, 2)")  # fmt: skip
+        running = [job_in(2), job_in(2)]
+        for job_id in [*running, job_in(2)]:
+            await create(home, job_id, "* * * * * *")
+        await home.execute(
+            "UPDATE executions SET status = 'running', lease_owner = 'w', lease_until = $2,"
+            " started_at = $3 WHERE job_id = ANY($1)",
+            running, NOW + timedelta(minutes=1), NOW,
+        )  # fmt: skip
+
+        [moved] = await move_shards(db_url, [2], SECOND)
+
+        assert moved.executions == 3
+        assert await there.fetchval("SELECT allowance FROM tenants WHERE name = 'acme'") == 4
+        assert await home.fetchval("SELECT allowance FROM tenants WHERE name = 'acme'") == 1
+        assert await there.fetchval(
+            "SELECT count(*) FROM executions WHERE status = 'running' AND tenant = 'acme'"
+        ) == 2  # fmt: skip
+        # Back again: the shares return with them.
+        await move_shards(db_url, [2], MAIN)
+        assert await there.fetchval("SELECT allowance FROM tenants WHERE name = 'acme'") == 2
+        assert await home.fetchval("SELECT allowance FROM tenants WHERE name = 'acme'") == 3
+    finally:
+        await home.close()
+        await there.close()
+
+
 def test_rebalance_evens_the_shards_with_the_fewest_moves() -> None:
     from horae.store.groups import Catalog
 
