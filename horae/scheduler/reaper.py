@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from horae import alerts, metrics
 from horae.broker import Publisher
 from horae.clock import DatabaseClock
-from horae.errors import StoreError
 from horae.models import ExecutionStatus, RetryPolicy
 from horae.scheduler.rounds import message
 from horae.store import dispatch as store
@@ -44,6 +43,14 @@ BATCH = 1_000
 CHECK_AFTER = timedelta(seconds=5)
 """A published execution is looked up (claimed yet?) once this long past its publish and
 its due time; most have been claimed by then, and are forgotten."""
+
+
+RETURN_EVERY = 0.5
+"""Seconds between looks for executions claimed ahead by silent workers (a read of the
+workers' promises when none is silent)."""
+RETURN_WINDOW = timedelta(seconds=90)
+"""Only workers silent for less than this are looked at: what a worker claims ahead falls
+due within its hold limit (60 s) of its last promise; older claims are the leases'."""
 
 
 class Reaper:
@@ -133,16 +140,36 @@ class Reaper:
                 log.info("%d running executions lost their lease", lost)
         return again, lost
 
+    async def return_unpromised(self) -> int:
+        """Executions claimed ahead whose workers' promises did not reach their due times
+        within the workers' grace (killed, or frozen) go back to `scheduled`; how many."""
+        epochs = dict(self._dispatcher.epochs)
+        if not epochs:
+            return 0
+        async with self._pool.acquire() as conn:
+            returned = await store.return_unpromised(conn, epochs, RETURN_WINDOW)
+        if returned:
+            metrics.reaped.labels("unpromised").inc(returned)
+            log.info("%d executions claimed ahead by silent workers: scheduled again", returned)
+        return returned
+
     async def run(self, stop: asyncio.Event) -> None:
+        """A sweep every period; what silent workers claimed ahead, every `RETURN_EVERY`."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time()
         while not stop.is_set():
+            if loop.time() >= next_sweep:
+                next_sweep = loop.time() + self._period
+                try:
+                    await self.sweep()
+                except Exception:  # the loop must outlive any one failure
+                    log.exception("reaper pass failed")
             try:
-                await self.sweep()
-            except (OSError, StoreError):
-                log.exception("reaper pass failed")
+                await self.return_unpromised()
             except Exception:
-                log.exception("reaper pass failed")
+                log.exception("returning what silent workers claimed ahead failed")
             try:
-                await asyncio.wait_for(stop.wait(), timeout=self._period)
+                await asyncio.wait_for(stop.wait(), timeout=RETURN_EVERY)
             except TimeoutError:
                 pass
 

@@ -358,6 +358,17 @@ async def return_unstarted(conn: Conn, epochs: Mapping[int, int], now: datetime)
 
 
 @translated
+async def return_unpromised(conn: Conn, epochs: Mapping[int, int], window: timedelta) -> int:
+    """Fenced by `epochs` (shard -> epoch): executions claimed ahead whose workers' promises
+    ran out more than their grace before their due times (promises that ran out within
+    `window`: older claims are left to their leases) go back to `scheduled`, a microsecond
+    later (a new key), not an attempt; their shards are told. How many."""
+    shards = sorted(epochs)
+    rows = await conn.fetch(Q["return_unpromised"], shards, [epochs[s] for s in shards], window)
+    return sum(r["returned"] for r in rows)
+
+
+@translated
 async def expired_running(
     conn: Conn, shards: Sequence[int], now: datetime, limit: int
 ) -> list[ExpiredRun]:

@@ -267,6 +267,47 @@ async def release_running(
     return released
 
 
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """A worker's promise in one store group (`promise`)."""
+
+    alive_until: datetime
+    """It starts every execution it claimed ahead due up to this."""
+    written_at: datetime
+    """When, by Postgres's clock: one due at `d` is covered when `d <= alive_until` and
+    `written_at < d + grace` (a return of it would have come later)."""
+    mine: frozenset[uuid.UUID]
+    """Of the claims ahead asked about, those it still holds (none can be given back now)."""
+
+
+@translated
+async def promise(
+    conn: Conn,
+    *,
+    owner: str,
+    ahead: timedelta,
+    grace: timedelta,
+    claims: Sequence[tuple[uuid.UUID, datetime]] = (),
+) -> Promise:
+    """Promise to start every execution `owner` claimed ahead and due up to `ahead` from
+    now, by Postgres's clock; the reaper gives back one its promises did not cover within
+    `grace` of its due time. Of `claims` ((id, due time) claimed ahead), which `owner`
+    still holds."""
+    row = await conn.fetchrow(
+        Q["promise"], owner, ahead, grace, [c[0] for c in claims], [c[1] for c in claims]
+    )
+    assert row is not None
+    return Promise(row["alive_until"], row["written_at"], frozenset(row["mine"]))
+
+
+@translated
+async def forget_claims_ahead(conn: Conn, owner: str) -> int:
+    """What `owner` still holds claimed ahead and unrecorded, back to `scheduled` (called by
+    a worker starting up: no process of its identity can start those now). How many."""
+    forgot: int = await conn.fetchval(Q["forget_claims_ahead"], owner)
+    return forgot
+
+
 @translated
 async def await_catalog(conn: Conn) -> None:
     """Wait for a change of the store's catalog in progress to commit (`conn`: the catalog's

@@ -183,6 +183,12 @@ WHERE e.shard = ANY($1::smallint[]) AND e.status = 'running' AND e.lease_until <
 ORDER BY e.lease_until
 LIMIT $3
 
+-- name: return_unpromised
+-- Fenced ($1 shards, $2 their epochs): executions claimed ahead whose workers' promises ran
+-- out more than their grace before their due times (within $3), back to `scheduled`; how
+-- many per shard (horae_return_unpromised).
+SELECT shard, returned FROM horae_return_unpromised($1::smallint[], $2::bigint[], $3::interval)
+
 -- name: return_unstarted
 -- Fenced ($1 shards, $2 their epochs): executions claimed ahead of their due time whose lease
 -- ran out before $3 with no outcome recorded (their worker died before they were due, or
@@ -320,6 +326,16 @@ SELECT DISTINCT id FROM executions WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT 
 -- name: release_running
 -- Shutdown: give this worker's unfinished executions back, due now (horae_release).
 SELECT horae_release($1, $2::uuid[], $3)
+
+-- name: promise
+-- The worker's promise to start what it claimed ahead due up to now + $2, its grace $3; of
+-- $4 at $5 (claims ahead), those still its own (horae_promise).
+SELECT alive_until, written_at, mine FROM horae_promise($1, $2, $3, $4::uuid[], $5::timestamptz[])
+
+-- name: forget_claims_ahead
+-- A worker starting up: what its identity still holds claimed ahead and unrecorded (a
+-- previous process of it) goes back to `scheduled` (horae_forget_claims_ahead).
+SELECT horae_forget_claims_ahead($1)
 
 -- name: heartbeat
 -- Extend the leases of the executions this worker still works on (horae_heartbeat).

@@ -35,6 +35,7 @@ from horae.store.executions import Claimed, Early
 from horae.store.groups import Store
 from horae.worker.failures import OUTCOME_RETRIED, retrying
 from horae.worker.outcome import Outcome, classify
+from horae.worker.promises import Promises
 from horae.worker.routing import GroupCommits, Routes
 from horae.worker.sdk import TaskContext, TaskDefinition, serving
 
@@ -141,6 +142,8 @@ class Executions:
         self._webhook = alerts.DeadWebhook(settings.dead_webhook)
         self._finishes = GroupCommits(self._finish_batch)
         self._starts = StartsFirst(settings.concurrency)
+        self.promises = Promises(self._routes, settings.identity)
+        """This worker's promises to start what it claims ahead (`run` by the worker)."""
 
     def timeout_of(self, claimed: Claimed) -> timedelta | None:
         """How long the handler of `claimed` may run: its job's timeout, else its task's;
@@ -179,6 +182,8 @@ class Executions:
                 # reaper may have given the execution to another worker. Never started here.
                 await self._give_back(claimed)
                 return
+            if not await self._still_ours(claimed, leased):
+                return
         # A slot is a running handler: the outcome's write happens after it is given back
         # (the message stays unacked until then, so prefetch still bounds the backlog).
         self._starts.queued()
@@ -196,6 +201,30 @@ class Executions:
                 await self._record(body, *ran)
             finally:
                 self._held.pop(ran[0].id, None)
+
+    async def _still_ours(self, claimed: Claimed, leased: datetime) -> bool:
+        """Whether this worker may start an execution it claimed ahead, now due: a promise of
+        its reached the due time in time (`Promises.covers`), or a new one finds the claim
+        still its own. If not, the reaper gave it back while this worker stood still: it runs
+        elsewhere. A store out of reach is asked again while the lease lasts."""
+        if self.promises.covers(self._routes.group_of(claimed.shard), claimed.due_at):
+            return True
+        while True:
+            try:
+                mine = await self.promises.confirm(claimed.shard, claimed.id, claimed.due_at)
+                break
+            except OUTCOME_RETRIED:
+                if self._clock.now() > leased - LEASE_MARGIN:
+                    log.exception("execution %s: not confirmed; its lease will run out",
+                                  claimed.id)  # fmt: skip
+                    mine = False
+                    break
+                await asyncio.sleep(0.5)
+        if not mine:
+            self._held.pop(claimed.id, None)
+            log.warning("execution %s: given back while this worker stood still (it runs "
+                        "elsewhere); not started here", claimed.id)  # fmt: skip
+        return mine
 
     async def _give_back(self, claimed: Claimed) -> None:
         """Give back an execution claimed ahead and never started (`scheduled`, due as it

@@ -47,6 +47,10 @@ class Routes:
         """The catalog's group, whose clock every worker reads."""
         return self._store.home
 
+    def groups(self) -> list[str]:
+        """Every store group, by name."""
+        return self._store.groups()
+
     def group_of(self, shard: int) -> str:
         return self._store.catalog.group_of(shard)
 

@@ -97,20 +97,25 @@ class Worker:
     ) -> None:
         """Consume `queue` until `stop`, then wind down (`Messages.consume`); heartbeats go
         on until then, through the grace period, and so do following the store's catalog
-        (which group holds each shard) and, given one, the worker's control queue."""
+        (which group holds each shard), the worker's promises (`Promises`: first, what an
+        earlier process of it claimed ahead is scheduled again) and, given one, the worker's
+        control queue."""
         if control_queue is not None:
             await control.follow(control_queue, self.executions)
         wound_down = asyncio.Event()
+        await self.executions.promises.start()
         heartbeat = asyncio.create_task(self.executions.heartbeat(wound_down), name="heartbeat")
         follow = asyncio.create_task(self.store.follow(wound_down), name="catalog")
-        supervisor = Supervisor(stop)  # either ending on its own stops the worker
-        supervisor.watch([heartbeat, follow])
+        promise = asyncio.create_task(self.executions.promises.run(wound_down), name="promises")
+        supervisor = Supervisor(stop)  # any of them ending on its own stops the worker
+        supervisor.watch([heartbeat, follow, promise])
         try:
             await self.messages.consume(queue, stop, probes)
         finally:
             wound_down.set()
             heartbeat.cancel()
             follow.cancel()
+            promise.cancel()
         supervisor.check()
 
 

@@ -160,30 +160,77 @@ async def test_a_message_published_before_its_due_time_is_claimed_at_once_and_ru
     assert -0.05 <= recorded <= 0.05, f"recorded start {recorded:.3f} s off the handler's"
 
 
-async def test_a_worker_killed_holding_a_claim_ahead_leaves_it_to_another_not_as_an_attempt(
+async def test_a_worker_killed_holding_a_claim_ahead_leaves_it_to_another_within_seconds(
     processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
     # Killed after claiming ahead and before the due time: no handler began, though the store
-    # cannot know that. Once the lease (from the due time) has run out, the reaper makes the
-    # execution scheduled again as it was due, and another worker runs it: one attempt, one
+    # cannot know that. Its promises stop, so once the due time is the grace (1.5 s) past its
+    # last promise, the reaper makes the execution scheduled again, long before its lease
+    # (30 s, from the due time) would run out, and another worker runs it: one attempt, one
     # handler call, the heir's.
     log = tmp_path / "calls.jsonl"
-    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
+    env = {"HORAE_TEST_LOG": str(log)}
     victim, row = await published_and_claimed_ahead(processes, stored, env)
     victim.kill()
     heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
     [done] = await terminal(stored, row["job_id"], 1, timeout=40)
     assert (done["status"], done["attempt"]) == ("succeeded", 1)
-    assert done["started_at"] >= row["due_at"] + timedelta(seconds=3), "before the lease ran out"
+    late = (done["started_at"] - row["due_at"]).total_seconds()
+    assert 1.5 <= late < 5, f"started {late:.2f} s after its due time"
+    assert [c["worker"] for c in invocations(log)] == [heir.identity]
+
+
+async def test_a_worker_killed_and_restarted_in_place_runs_its_claim_ahead_on_time(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # The same pod's next process (the same identity) gives back what the killed one claimed
+    # ahead as it starts (no process of it can start those now): scheduled again, published
+    # at its due time and run then, once.
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log)}
+    victim, row = await published_and_claimed_ahead(processes, stored, env)
+    victim.kill()
+    again = processes.start("worker", "worker", "--tasks", TASKS, env=env,
+                            identity=victim.identity)  # fmt: skip
+    [done] = await terminal(stored, row["job_id"], 1, timeout=40)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    late = (done["started_at"] - row["due_at"]).total_seconds()
+    assert 0 <= late < 1.5, f"started {late:.2f} s after its due time"
+    assert [c["worker"] for c in invocations(log)] == [again.identity]
+    assert "claimed ahead: scheduled again" in again.log()
+
+
+async def test_a_worker_frozen_across_the_due_time_of_a_claim_ahead_never_starts_it_on_waking(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # Frozen (SIGSTOP) after claiming ahead until past the due time and the grace, well
+    # within the lease: its promises stop, the reaper gives the execution to another worker,
+    # which runs it. Woken, the frozen worker has no promise that reached the due time in
+    # time: it promises again, finds the claim no longer its own, and does not start it.
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log)}
+    sleeper, row = await published_and_claimed_ahead(processes, stored, env)
+    sleeper.signal(signal.SIGSTOP)
+    try:
+        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
+    finally:
+        sleeper.signal(signal.SIGCONT)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    assert (done["started_at"] - row["due_at"]).total_seconds() < 5
+
+    async def woken() -> bool:
+        return "stood still" in sleeper.log() or len(invocations(log)) > 1
+
+    await until(woken, timeout=10, what="the woken worker letting the execution go")
     assert [c["worker"] for c in invocations(log)] == [heir.identity]
 
 
 async def test_a_worker_frozen_past_the_lease_of_a_claim_ahead_never_starts_it_on_waking(
     processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
-    # Frozen (SIGSTOP) after claiming ahead, until well past the due time and the lease: the
-    # reaper gives the execution to another worker, which runs it. Woken, the frozen worker
-    # finds its lease gone by its own reckoning and does not start it: one handler call.
+    # Frozen past the lease too (3 s here): woken, the worker finds its lease gone by its own
+    # reckoning and gives the execution back (a no-op: another worker has run it).
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
     sleeper, row = await published_and_claimed_ahead(processes, stored, env)
@@ -191,6 +238,11 @@ async def test_a_worker_frozen_past_the_lease_of_a_claim_ahead_never_starts_it_o
     try:
         heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
         [done] = await terminal(stored, row["job_id"], 1, timeout=40)
+
+        async def lease_gone() -> bool:
+            return datetime.now(UTC) > row["due_at"] + timedelta(seconds=4)
+
+        await until(lease_gone, timeout=20, what="the lease running out")
     finally:
         sleeper.signal(signal.SIGCONT)
     assert (done["status"], done["attempt"]) == ("succeeded", 1)

@@ -290,6 +290,70 @@ async def test_the_scheduler_role_gives_back_a_claim_ahead_whose_worker_never_re
                                                    row["due_at"], 1)  # fmt: skip
 
 
+async def test_a_claim_ahead_its_worker_did_not_promise_goes_back_once_past_the_grace(
+    as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
+) -> None:
+    # Four executions due 1.5 s from now, each claimed ahead by another worker (as the worker
+    # role): w-silent promised once, then fell silent; w-alive promises past the due time;
+    # w-old, of an earlier release, never promises; w-restarted starts up again. Judged by
+    # the reaper (as the scheduler role) and by Postgres's clock, with a grace of 0.5 s.
+    scheduler, worker = as_role["scheduler"], as_role["worker"]
+    grace, due = timedelta(seconds=0.5), datetime.now(UTC) + timedelta(seconds=1.5)
+    owners = ["w-silent", "w-alive", "w-old", "w-restarted"]
+    rows = {}
+    for owner in owners:
+        job_id = await api_job(as_role["api"], JobSpec(task="t", run_at=due))
+        rows[owner] = await first_execution(pool, job_id)
+        now = datetime.now(UTC)
+        [claimed] = await claims(worker, [request(rows[owner])], owner=owner, now=now)
+        assert isinstance(claimed, Claimed)
+    epochs = {}
+    for row in rows.values():
+        epochs[row["shard"]] = await dispatch.take_shard(scheduler, row["shard"], "s1", NOW)
+    silent = await executions.promise(worker, owner="w-silent", ahead=timedelta(), grace=grace)
+    assert silent.alive_until < rows["w-silent"]["due_at"]
+    await executions.promise(worker, owner="w-alive", ahead=timedelta(seconds=3), grace=grace)
+    assert await executions.forget_claims_ahead(worker, "w-restarted") == 1
+
+    async def status(owner: str) -> tuple[str, str | None]:
+        got = await pool.fetchrow(
+            "SELECT status::text, lease_owner FROM executions WHERE id = $1", rows[owner]["id"]
+        )
+        return got["status"], got["lease_owner"]
+
+    # Within the grace of the due time, nothing goes back.
+    assert await dispatch.return_unpromised(scheduler, epochs, timedelta(minutes=2)) == 0
+    assert await status("w-restarted") == ("scheduled", None), "its new process forgot it"
+
+    async def past_grace() -> bool:
+        return datetime.now(UTC) > due + grace + timedelta(seconds=0.2)
+
+    await until(past_grace, timeout=10, interval=0.1, what="the grace of the due time passing")
+    stale = {s: e + 1 for s, e in epochs.items()}
+    assert await dispatch.return_unpromised(scheduler, stale, timedelta(minutes=2)) == 0, "fenced"
+    assert await dispatch.return_unpromised(scheduler, epochs, timedelta(minutes=2)) == 1
+    assert await status("w-silent") == ("scheduled", None)
+    assert await status("w-alive") == ("running", "w-alive")
+    assert await status("w-old") == ("running", "w-old"), "no promise: left to its lease"
+    back = await pool.fetchrow("SELECT * FROM executions WHERE id = $1", rows["w-silent"]["id"])
+    assert back["due_at"] == rows["w-silent"]["due_at"] + timedelta(microseconds=1), "a new key"
+    assert back["attempt"] == 1
+    # Woken, the silent worker promises again and asks which of its claims it still holds:
+    # not that one (given back), so it does not start it; the live worker still holds its own.
+    woken = await executions.promise(
+        worker, owner="w-silent", ahead=timedelta(seconds=1), grace=grace,
+        claims=[(rows["w-silent"]["id"], rows["w-silent"]["due_at"])],
+    )  # fmt: skip
+    assert woken.mine == frozenset() and woken.alive_until > due
+    alive = await executions.promise(
+        worker, owner="w-alive", ahead=timedelta(seconds=1), grace=grace,
+        claims=[(rows["w-alive"]["id"], rows["w-alive"]["due_at"])],
+    )  # fmt: skip
+    assert alive.mine == {rows["w-alive"]["id"]}
+    # Promised past its due time now: never given back by this path again.
+    assert await dispatch.return_unpromised(scheduler, epochs, timedelta(minutes=2)) == 0
+
+
 async def test_the_api_role_runs_the_job_lifecycle(
     as_role: dict[str, asyncpg.Connection], pool: asyncpg.Pool
 ) -> None:

@@ -81,11 +81,12 @@ class Processes:
 
     def start(
         self, name: str, *args: str, env: Mapping[str, str] | None = None,
-        wrapper: Sequence[str] = (),
+        wrapper: Sequence[str] = (), identity: str | None = None,
     ) -> Component:  # fmt: skip
-        """`wrapper`: a command the component runs under, e.g. `ip netns exec NAME`."""
-        identity = f"{name}-{len(self.started)}"
-        log_path = self.log_dir / f"{identity}.log"
+        """`wrapper`: a command the component runs under, e.g. `ip netns exec NAME`;
+        `identity`: an earlier component's, for a process restarted in its place."""
+        identity = identity or f"{name}-{len(self.started)}"
+        log_path = self.log_dir / f"{identity}-{len(self.started)}.log"
         log = log_path.open("wb")
         popen = subprocess.Popen(
             [*wrapper, HORAE, *args],

@@ -66,9 +66,12 @@ def test_named_queries_leave_no_session_state_on_pooled_connections() -> None:
     # store/db.py releases pooled connections without asyncpg's RESET ALL / UNLISTEN *:
     # that is only sound while no query sets session state. The two exceptions run on
     # connections of their own, never a pool's: a move of shards (store/moves.py) holds the
-    # catalog's lock across its steps and closes the connection after; a scheduler holds
-    # its member lock (store/members.py) for as long as it lives, on a `OneConnection`.
-    assert session_state(Q) == ["lock_catalog_session", "take_member_lock"]
+    # catalog's lock and the allowance rebalancer's across its steps and closes the
+    # connection after; a scheduler holds its member lock (store/members.py) for as long as
+    # it lives, on a `OneConnection`.
+    assert session_state(Q) == [
+        "lock_allowances_session", "lock_catalog_session", "take_member_lock"
+    ]  # fmt: skip
     assert "pool" not in (HORAE / "store" / "moves.py").read_text()
     members = (HORAE / "store" / "members.py").read_text()
     assert "class MemberLocks(OneConnection)" in members and "pool" not in members

@@ -1,0 +1,117 @@
+"""A worker's promises: what it claimed ahead of the due time is its own to start.
+
+Every `PROMISE_EVERY` the worker promises, in each store group, to start every execution it
+claimed ahead that falls due up to `PROMISE_AHEAD` from now (`store.promise`: one row per
+worker, rewritten in place). The reaper gives back to `scheduled` one whose due time its
+worker's promises did not reach within `PROMISE_GRACE` (the worker was killed, or frozen),
+so another worker runs it seconds after its due time, not once its lease (30 s by default)
+has run out. Migration 019 says why the two never both run it.
+
+Before starting a handler claimed ahead, the execution layer asks `covers`: a promise
+covering its due time, written within the grace of it, is enough (no database round trip:
+the promises are written ahead). Otherwise (this worker stood still, or its promises fell
+behind) `confirm` promises again and reads whether the claim is still its own; a claim
+given back meanwhile runs elsewhere and is not started here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from horae.errors import HoraeError
+from horae.store import executions as store
+from horae.worker.routing import GroupCommits, Routes
+
+log = logging.getLogger(__name__)
+
+PROMISE_EVERY = 0.2
+"""Seconds between a worker's promises (in each store group)."""
+PROMISE_AHEAD = timedelta(seconds=0.5)
+"""How far ahead of now each promise reaches: a worker killed leaves what it claimed due
+within this to the leases."""
+PROMISE_GRACE = timedelta(seconds=1.5)
+"""How long after a due time its promise may come: the reaper gives an execution back
+this long after its due time when no promise reached it."""
+KEPT = 64
+"""Promises remembered per group (`PROMISE_EVERY` apart: about 13 s)."""
+
+
+class Promises:
+    """The promises this worker has written, by store group."""
+
+    def __init__(self, routes: Routes, owner: str) -> None:
+        self._routes = routes
+        self._owner = owner
+        self._written: dict[str, list[tuple[datetime, datetime]]] = {}
+        """By group, (alive_until, written_at) of the promises written, oldest first."""
+        self._checks: GroupCommits[tuple[uuid.UUID, datetime], bool] = GroupCommits(self._check)
+
+    def covers(self, group: str, due_at: datetime) -> bool:
+        """Whether a promise written in `group` reached `due_at` within the grace of it: an
+        execution due then, claimed ahead, cannot have been given back."""
+        written = self._written.get(group)
+        if not written:
+            return False
+        first = bisect.bisect_left(written, due_at, key=lambda p: p[0])
+        return first < len(written) and written[first][1] < due_at + PROMISE_GRACE
+
+    async def confirm(self, shard: int, execution_id: uuid.UUID, due_at: datetime) -> bool:
+        """Promise again in the group of `shard` and say whether this worker still holds the
+        execution claimed ahead (id, due time): no longer given back if so."""
+        return await self._routes.follow(
+            shard, lambda group: self._checks.submit(group, (execution_id, due_at)), bool
+        )
+
+    async def _check(self, group: str, claims: Sequence[tuple[uuid.UUID, datetime]]) -> list[bool]:
+        promise = await self._promise(group, claims)
+        return [c[0] in promise.mine for c in claims]
+
+    async def _promise(
+        self, group: str, claims: Sequence[tuple[uuid.UUID, datetime]] = ()
+    ) -> store.Promise:
+        async with self._routes.database(group).acquire() as conn:
+            promise = await store.promise(
+                conn, owner=self._owner, ahead=PROMISE_AHEAD, grace=PROMISE_GRACE,
+                claims=claims,
+            )  # fmt: skip
+        written = self._written.setdefault(group, [])
+        if not written or promise.alive_until > written[-1][0]:
+            written.append((promise.alive_until, promise.written_at))
+            del written[:-KEPT]
+        return promise
+
+    async def start(self) -> None:
+        """On starting up, before claiming anything: in each group, what this worker's
+        identity still holds claimed ahead (a previous process of it, killed) goes back to
+        `scheduled`, to run elsewhere now; then the first promise."""
+        for group in self._routes.groups():
+            try:
+                async with self._routes.database(group).acquire() as conn:
+                    forgot = await store.forget_claims_ahead(conn, self._owner)
+                if forgot:
+                    log.info("%d executions an earlier process of %s claimed ahead: scheduled "
+                             "again", forgot, self._owner)  # fmt: skip
+                await self._promise(group)
+            except HoraeError:
+                log.warning("store group %s: no promise yet", group, exc_info=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Promise in every group every `PROMISE_EVERY` until `stop` (one group out of reach
+        does not hold the others' back)."""
+        while not stop.is_set():
+            groups = self._routes.groups()
+            done = await asyncio.gather(*(self._promise(g) for g in groups), return_exceptions=True)
+            for group, failed in zip(groups, done, strict=True):
+                if isinstance(failed, HoraeError):
+                    log.debug("store group %s: promise not written: %s", group, failed)
+                elif isinstance(failed, BaseException):
+                    raise failed
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=PROMISE_EVERY)
+            except TimeoutError:
+                pass
