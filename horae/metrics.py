@@ -57,6 +57,12 @@ outcomes = Counter("horae_outcomes_total", "Execution outcomes recorded.", ["sta
 retries = Counter("horae_retries_total", "Retry executions scheduled.")
 dead_letters = Counter("horae_dead_letters_total", "Executions dead-lettered.")
 in_flight = Gauge("horae_in_flight", "Handlers running in this worker.")
+claims_ahead_checked = Counter(
+    "horae_claims_ahead_checked_total",
+    "Executions claimed ahead, due, checked before their handlers start: covered by a "
+    "promise written ahead, by one waited for, or read again in the store.",
+    ["how"],
+)
 refused = Counter(
     "horae_refused_messages_total",
     "Dispatch messages a worker refused and dead-lettered, by reason (malformed, oversized, "

@@ -207,7 +207,7 @@ class Executions:
         its reached the due time in time (`Promises.covers`), or a new one finds the claim
         still its own. If not, the reaper gave it back while this worker stood still: it runs
         elsewhere. A store out of reach is asked again while the lease lasts."""
-        if self.promises.covers(self._routes.group_of(claimed.shard), claimed.due_at):
+        if await self.promises.covered(self._routes.group_of(claimed.shard), claimed.due_at):
             return True
         while True:
             try:
