@@ -247,14 +247,17 @@ async def _copy_in(
     executions: Sequence[asyncpg.Record],
     carried: dict[str, int],
 ) -> None:
-    """One transaction in the target: what a failed move left cleared, the rows copied, the
-    limited tenants' allowances grown by the running executions they bring, the shards given
-    a new epoch there, their schedulers told."""
+    """One transaction in the target: what a failed move left cleared, the rows copied (the
+    leases of the running ones lengthened by how long the move has held them: their
+    workers' heartbeats could not reach them meanwhile), the limited tenants' allowances
+    grown by the running executions they bring, the shards given a new epoch there, their
+    schedulers told."""
     async with dst.transaction():
         await dst.execute(Q["clear_live_executions"], shards)
         await dst.execute(Q["clear_jobs"], shards)
         await _copy(dst, "jobs", jobs)
         await _copy(dst, "executions", executions)
+        await dst.execute(Q["lengthen_moved_leases"], shards, _now() - started)
         await dst.execute(Q["carry_allowances_in"], *_columns(carried))
         await dst.execute(Q["fence_shards_in"], shards, owner, started)
         await dst.execute(Q["announce_shards"], shards)

@@ -40,6 +40,12 @@ WHERE shard = ANY($1::smallint[]) AND status IN ('scheduled', 'queued', 'running
 -- The jobs of shards $1 (after a move out; before a move in, those a failed move left).
 DELETE FROM jobs WHERE shard = ANY($1::smallint[])
 
+-- name: lengthen_moved_leases
+-- The running executions just copied here (shards $1): their leases lengthened by $2, how
+-- long the move has held them (their heartbeats skipped the rows it held).
+UPDATE executions SET lease_until = lease_until + $2::interval
+WHERE shard = ANY($1::smallint[]) AND status = 'running' AND lease_until IS NOT NULL
+
 -- name: fence_shards_in
 -- Shards $1 now live in this group: a new epoch (whoever takes them here starts afresh),
 -- not moved out.

@@ -142,6 +142,8 @@ class Executions:
         self._webhook = alerts.DeadWebhook(settings.dead_webhook)
         self._finishes = GroupCommits(self._finish_batch)
         self._starts = StartsFirst(settings.concurrency)
+        self._following: dict[str, asyncio.Task[None]] = {}
+        """By group: a heartbeat's look for executions whose shards moved (`_beat`)."""
         self.promises = Promises(self._routes, settings.identity)
         """This worker's promises to start what it claims ahead (`run` by the worker)."""
 
@@ -486,15 +488,26 @@ class Executions:
     ) -> None:
         """One group's heartbeat; the executions it did not extend that are still held are
         looked for where their shards went, if they moved (a lease copied by a move is
-        extended in its new group at once)."""
+        extended in its new group at once). That look waits for a move in progress to
+        commit, so it runs on its own (one per group at a time): the next heartbeats keep
+        their period and extend everything else meanwhile."""
         beat = await self._extend(group, ids)
-        cancel = list(beat.cancel)
+        self.stop(beat.cancel)
         missed = [i for i in ids if i not in beat.extended and i in self._held]
-        if missed:
+        if missed and group not in self._following:
+            task = asyncio.create_task(self._follow_moved(group, missed, shards))
+            self._following[group] = task
+            task.add_done_callback(lambda _: self._following.pop(group, None))
+
+    async def _follow_moved(
+        self, group: str, missed: list[uuid.UUID], shards: Mapping[uuid.UUID, int]
+    ) -> None:
+        try:
             moved = await self._routes.moved_executions(group, missed, shards)
             for there, moved_ids in sorted(moved.items()):
-                cancel += (await self._extend(there, moved_ids)).cancel
-        self.stop(cancel)
+                self.stop((await self._extend(there, moved_ids)).cancel)
+        except Exception:  # the next heartbeat looks again
+            log.warning("heartbeat: executions missed in %s not followed", group, exc_info=True)
 
     def stop(self, execution_ids: Iterable[uuid.UUID]) -> int:
         """Cancel the handlers of these executions, whose rows are marked `cancel_requested`

@@ -150,13 +150,15 @@ async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_
         assert updated == "UPDATE 1"
         await writer.commit()
         await move
-        # What the writer committed before the move read the row went with it.
+        # What the writer committed before the move read the row went with it, its lease
+        # lengthened by the time the move held it (no heartbeat could reach it).
         there = await connect(second_url)
         try:
-            assert (
-                await there.fetchval("SELECT status FROM executions WHERE job_id = $1", job_id)
-                == "running"
+            moved = await there.fetchrow(
+                "SELECT status, lease_until FROM executions WHERE job_id = $1", job_id
             )
+            assert moved["status"] == "running"
+            assert moved["lease_until"] > NOW + timedelta(minutes=1)
         finally:
             await there.close()
     finally:
