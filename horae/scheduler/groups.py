@@ -221,14 +221,22 @@ class ShardRouter:
                 "shard %d: its move out of store group %s failed; taking it again there",
                 shard, group, extra={"shard": shard},
             )  # fmt: skip
-            await self._drop(group, shard)
-            try:
-                await self._take(shard)
+            if await self._take_anew(group, shard):
                 return
-            except (NotYet, HoraeError) as exc:
-                log.warning("shard %d not taken again in %s yet: %s", shard, group, exc)
         if self.release is not None:
             await self.release(shard)
+
+    async def _take_anew(self, group: str, shard: int) -> bool:
+        """Drop `shard`'s dispatch in `group` and take it in the group the catalog places it
+        in (the same one when a move failed); False, logged, when it cannot be taken yet."""
+        await self._drop(group, shard)
+        try:
+            await self._take(shard)
+        except (NotYet, HoraeError) as exc:
+            now_in = self._store.catalog.group_of(shard)
+            log.warning("shard %d not taken in %s yet: %s", shard, now_in, exc)
+            return False
+        return True
 
     # -- the catalog -------------------------------------------------------------
     async def follow(self) -> None:
@@ -253,13 +261,7 @@ class ShardRouter:
             if group is None or group == now_in:
                 return -1  # lost meanwhile, or moved already
             log.info("shard %d moved from %s to %s", shard, group, now_in, extra={"shard": shard})
-            await self._drop(group, shard)
-            try:
-                await self._take(shard)
-            except (NotYet, HoraeError) as exc:
-                log.warning("shard %d not taken in %s yet: %s", shard, now_in, exc)
-                return shard
-            return -1
+            return -1 if await self._take_anew(group, shard) else shard
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the catalog `Store.follow` keeps up to date."""

@@ -33,7 +33,7 @@ from horae.models import ExecutionMessage, ExecutionStatus, RetryPolicy
 from horae.store import executions as store
 from horae.store.executions import Claimed, Early
 from horae.store.groups import Store
-from horae.worker.failures import OUTCOME_RETRIED, retrying
+from horae.worker.failures import retrying, while_leased
 from horae.worker.outcome import Outcome, classify
 from horae.worker.promises import Promises
 from horae.worker.routing import GroupCommits, Routes
@@ -211,17 +211,13 @@ class Executions:
         elsewhere. A store out of reach is asked again while the lease lasts."""
         if await self.promises.covered(self._routes.group_of(claimed.shard), claimed.due_at):
             return True
-        while True:
-            try:
-                mine = await self.promises.confirm(claimed.shard, claimed.id, claimed.due_at)
-                break
-            except OUTCOME_RETRIED:
-                if self._clock.now() > leased - LEASE_MARGIN:
-                    log.exception("execution %s: not confirmed; its lease will run out",
-                                  claimed.id)  # fmt: skip
-                    mine = False
-                    break
-                await asyncio.sleep(0.5)
+        mine = bool(
+            await while_leased(
+                lambda: self.promises.confirm(claimed.shard, claimed.id, claimed.due_at),
+                lambda: self._clock.now() > leased - LEASE_MARGIN,
+                f"execution {claimed.id}: not confirmed",
+            )
+        )
         if not mine:
             self._held.pop(claimed.id, None)
             log.warning("execution %s: given back while this worker stood still (it runs "
@@ -415,19 +411,14 @@ class Executions:
         # Postgres restarting or the connection cut: try again while the lease lasts (after
         # that the reaper has ended the attempt and the write would find nothing to record).
         give_up = time.monotonic() + self._cfg.lease.total_seconds()
-        while True:
-            try:
-                return await self._routes.follow(
-                    claimed.shard, lambda group: self._finishes.submit(group, finish), bool
-                )
-            except OUTCOME_RETRIED:
-                if time.monotonic() > give_up:
-                    log.exception(
-                        "execution %s: outcome not recorded; its lease will run out",
-                        claimed.id,
-                    )
-                    return False
-                await asyncio.sleep(0.5)
+        recorded = await while_leased(
+            lambda: self._routes.follow(
+                claimed.shard, lambda group: self._finishes.submit(group, finish), bool
+            ),
+            lambda: time.monotonic() > give_up,
+            f"execution {claimed.id}: outcome not recorded",
+        )
+        return bool(recorded)
 
     async def _report_dead(
         self, body: ExecutionMessage, claimed: Claimed, outcome: Outcome

@@ -7,6 +7,7 @@ a batched write losing a race (run again). Anything else is the message's own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -39,3 +40,19 @@ async def retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
                 raise
             log.warning("deadlock on a batched write; retrying (%d/%d)", attempt, attempts)
     raise AssertionError("unreachable")
+
+
+async def while_leased(
+    write: Callable[[], Awaitable[T]], expired: Callable[[], bool], what: str
+) -> T | None:
+    """`write()`, run again every 0.5 s after an `OUTCOME_RETRIED` failure (Postgres restarting,
+    the connection cut) until `expired()` says the lease has run out: None then (logged as
+    `what` failing), since the reaper has taken the execution back by that time."""
+    while True:
+        try:
+            return await write()
+        except OUTCOME_RETRIED:
+            if expired():
+                log.exception("%s; its lease will run out", what)
+                return None
+            await asyncio.sleep(0.5)
