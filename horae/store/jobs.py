@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from horae.errors import Conflict, NotFound, ShardMoved
-from horae.models import ExecutionStatus, JobSource, JobSpec, JobState, shard_of
+from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
 from horae.store import quotas
 from horae.store.boundary import translated
 from horae.store.new_jobs import NewJob, insert_jobs
@@ -44,18 +44,18 @@ async def create_jobs(
     elsewhere: quotas.Elsewhere | None = None,
 ) -> None:
     """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
-    otherwise, and nothing is written): the quota check, then one statement. Conflict when a
+    otherwise, and nothing is written): one statement, then the quota count (four round
+    trips with BEGIN and COMMIT). Conflict when a
     job's id or Idempotency-Key is taken; ShardMoved when a job's shard moved to another
     store group (nothing is written: the caller re-reads the catalog). `elsewhere`: the
     tenants' use in the other store groups (`routing.create_jobs` reads it)."""
     try:
         async with conn.transaction():
-            await quotas.check(conn, [(j.tenant, 1, rate(j.spec)) for j in jobs], elsewhere)
-            placed = sorted({shard_of(j.job_id, shards) for j in jobs})
-            moved = await conn.fetchval(Q["shards_moved_out"], placed)
+            moved = await insert_jobs(conn, jobs, shards=shards, now=now)
             if moved:
                 raise ShardMoved(moved)
-            await insert_jobs(conn, jobs, shards=shards, now=now)
+            adding = [(j.tenant, 1, rate(j.spec)) for j in jobs]
+            await quotas.check(conn, adding, elsewhere, locked=True)
     except asyncpg.UniqueViolationError as exc:
         # A concurrent create took one of these ids or Idempotency-Keys first.
         raise Conflict("a job with this id or Idempotency-Key exists") from exc
@@ -145,7 +145,6 @@ async def edit_job(
             raise Conflict(f"job {job_id} is cancelled")
         revived = row.state == JobState.COMPLETED  # an edit makes a completed job active
         added = rate(spec) - (0.0 if revived else row.fires_per_minute)
-        await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))], elsewhere)
         await conn.execute(
             Q["cancel_pending"], job_id, now, "superseded", "job spec edited before this ran"
         )
@@ -183,6 +182,7 @@ async def edit_job(
                 job_version=version,
                 now=now,
             )
+        await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))], elsewhere)
         return int(version)
 
 
@@ -407,8 +407,8 @@ async def rerun_execution(
         if job.state == JobState.COMPLETED:
             # Claims run only active jobs' executions; the re-run's outcome completes the
             # one-off again. Live until then, it counts against its tenant's quotas.
-            await quotas.check(conn, [(job.tenant, 1, job.fires_per_minute)], elsewhere)
             await conn.execute(Q["set_job_state"], job.id, JobState.ACTIVE.value, now, now)
+            await quotas.check(conn, [(job.tenant, 1, job.fires_per_minute)], elsewhere)
         new_id = await insert_execution(
             conn,
             job_id=job.id,

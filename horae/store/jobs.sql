@@ -1,7 +1,12 @@
 -- name: insert_jobs
--- One statement (atomic, one round trip): insert jobs, their first executions, and tell
--- the shards of executions due before $29 (NOTIFY is delivered at COMMIT).
-WITH new_jobs AS (
+-- One statement: insert jobs, their first executions, and tell the shards of executions due
+-- before $29 (NOTIFY is delivered at COMMIT); unless one of the jobs' shards moved out of
+-- this store group (`moved`, share-locked first: then nothing is inserted). Once inserted,
+-- the tenants' quota locks (as `lock_tenant_quotas`), so that concurrent creates of a
+-- tenant insert side by side and only their quota counts and commits take turns.
+WITH moved AS (
+    SELECT horae_shards_moved_out(ARRAY(SELECT DISTINCT unnest($17::smallint[]))) AS shards
+), new_jobs AS (
     INSERT INTO jobs (id, tenant, name, source, task, payload, run_at, cron, time_zone,
                       jitter_seconds, retry_policy, timeout_seconds, concurrency_policy,
                       starting_deadline_seconds, catch_up, state, shard, next_run_at,
@@ -18,7 +23,8 @@ WITH new_jobs AS (
               retry_policy, timeout_seconds, concurrency_policy, starting_deadline_seconds,
               catch_up, state, shard, next_run_at, idempotency_key, request_hash,
               fires_per_minute, catch_up_window_seconds, pause_after_failures)
-    RETURNING id
+    WHERE cardinality((SELECT shards FROM moved)) = 0
+    RETURNING id, tenant
 ), new_executions AS (
     INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,
                             starting_deadline_seconds, concurrency_policy, attempt,
@@ -28,6 +34,7 @@ WITH new_jobs AS (
                 $27::timestamptz[], $28::timestamptz[], $30::int[], $31::text[])
          AS e(id, job_id, tenant, task, shard, due_at, occurrence_at,
               starting_deadline_seconds, concurrency_policy)
+    WHERE cardinality((SELECT shards FROM moved)) = 0
     RETURNING id, shard, due_at
 ), notified AS (
     -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
@@ -37,10 +44,17 @@ WITH new_jobs AS (
                      || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
     FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM new_executions WHERE due_at < $29
           ORDER BY shard, due_at, id) s
+), quota_locks AS (
+    -- after both inserts (read whole first), in the tenants' order
+    SELECT pg_advisory_xact_lock(hashtext('horae_quota:' || t.tenant))
+    FROM (SELECT DISTINCT tenant FROM new_jobs
+          WHERE (SELECT count(*) FROM new_executions) >= 0 ORDER BY tenant) t
 )
-SELECT (SELECT count(*) FROM new_jobs) AS jobs,
+SELECT (SELECT shards FROM moved) AS moved,
+       (SELECT count(*) FROM new_jobs) AS jobs,
        (SELECT count(*) FROM new_executions) AS executions,
-       (SELECT count(*) FROM notified) AS notified
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM quota_locks) AS locked
 
 -- name: get_job
 -- One job by id within a tenant (NULL tenant: any tenant).
@@ -196,11 +210,6 @@ CROSS JOIN LATERAL (
     SELECT count(*)::int AS jobs, coalesce(sum(j.fires_per_minute), 0)::float8 AS fires_per_minute
     FROM jobs j WHERE j.tenant = u.name AND j.state IN ('active', 'paused')
 ) used
-
--- name: shards_moved_out
--- Which of shards $1 moved out of this store group (share-locked until the transaction ends,
--- so a move cannot start while these jobs are inserted).
-SELECT horae_shards_moved_out($1::smallint[])
 
 -- name: tenants_usage
 -- What tenants $1 use in this store group (the others' share of `list_tenants`): executions

@@ -1,5 +1,5 @@
 """New jobs: what to create (`NewJob`), and the one statement that inserts a batch of them
-with their first executions (`insert_jobs`; the quota check is the caller's)."""
+with their first executions (`insert_jobs`; the quota count is the caller's)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,14 @@ class JobInserts:
         return [getattr(self, f.name) for f in fields(self)]
 
 
-async def insert_jobs(conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime) -> None:
+async def insert_jobs(
+    conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime
+) -> list[int]:
     """Insert `jobs` (into `shards` virtual shards) and the first executions of those that
-    run, in one statement; executions due soon are announced to their shards."""
-    await conn.execute(Q["insert_jobs"], *JobInserts.of(jobs, shards=shards, now=now).parameters())
+    run, in one statement; executions due soon are announced to their shards. Returns the
+    jobs' shards that moved out of this store group: when any did, nothing was inserted.
+    Otherwise the jobs' tenants' quota locks are held (`quotas.check(..., locked=True)`
+    counts next)."""
+    inserts = JobInserts.of(jobs, shards=shards, now=now)
+    moved: list[int] = await conn.fetchval(Q["insert_jobs"], *inserts.parameters())
+    return moved

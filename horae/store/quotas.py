@@ -1,8 +1,10 @@
 """Per-tenant quotas: how many live (active or paused) jobs a tenant may have, and how many
 fires per minute they may add up to (`horae.schedule.fires_per_minute`: a cron job at its
 densest, a one-off 1). An administrator sets them per tenant; a tenant without its own has
-the defaults below. Every write that adds a job or a rate checks them here, under a
-per-tenant lock, so two concurrent creates cannot both take the last place.
+the defaults below. Every write that adds a job or a rate checks them here once it has
+written, under a per-tenant lock taken then, so two concurrent creates cannot both take the
+last place, yet neither waits for the other's insert: only the count and the commit are
+serialised per tenant (a rejected write is rolled back whole).
 
 With several store groups, a tenant's jobs are spread over them, and so is its use: a write
 checks what it adds against the tenant's use summed over every group, with the quotas an
@@ -103,12 +105,18 @@ async def _use_in(group: str, db: Database, names: list[str]) -> dict[str, _Use]
 
 
 async def check(
-    conn: Conn, adding: Iterable[tuple[str, int, float]], elsewhere: Elsewhere | None = None
+    conn: Conn,
+    adding: Iterable[tuple[str, int, float]],
+    elsewhere: Elsewhere | None = None,
+    *,
+    locked: bool = False,
 ) -> None:
-    """Raise QuotaExceeded unless every tenant can take what is added: (tenant, jobs,
-    fires per minute) triples, summed per tenant. Call inside the transaction that writes
-    them: the tenants' quota locks are held until it ends. `elsewhere`: the tenants' use in
-    the other store groups, and their quotas (see the module)."""
+    """Raise QuotaExceeded unless every tenant can take what was added: (tenant, jobs,
+    fires per minute) triples, summed per tenant. Call inside the transaction that wrote
+    them, after the write (the counts include it; the caller rolls back on QuotaExceeded):
+    the tenants' quota locks are held until the transaction ends. `elsewhere`: the tenants'
+    use in the other store groups, and their quotas (see the module). `locked`: the write's
+    own statement took the tenants' quota locks (`insert_jobs` does)."""
     jobs: dict[str, int] = defaultdict(int)
     rates: dict[str, float] = defaultdict(float)
     for tenant, count, rate in adding:
@@ -117,13 +125,16 @@ async def check(
     tenants = sorted(t for t in jobs if jobs[t] > 0 or rates[t] > 0)
     if not tenants:
         return
-    await conn.execute(Q["lock_tenant_quotas"], tenants)
+    if not locked:
+        await conn.execute(Q["lock_tenant_quotas"], tenants)
     for row in await conn.fetch(Q["tenant_quotas"], tenants):
         tenant = row["name"]
         own = (row["max_jobs"], row["max_fires_per_minute"])
         max_jobs, max_rate = in_force(*(elsewhere.settings.get(tenant, own) if elsewhere else own))
         other_jobs, other_rate = elsewhere.used.get(tenant, (0, 0.0)) if elsewhere else (0, 0.0)
-        used_jobs, used_rate = row["jobs"] + other_jobs, row["fires_per_minute"] + other_rate
+        # What the tenant used before this write: the counts include it.
+        used_jobs = row["jobs"] - jobs[tenant] + other_jobs
+        used_rate = row["fires_per_minute"] - rates[tenant] + other_rate
         if jobs[tenant] > 0 and used_jobs + jobs[tenant] > max_jobs:
             raise QuotaExceeded(tenant, "max_jobs", max_jobs, used_jobs, jobs[tenant])
         # (a small tolerance: sums of floats)

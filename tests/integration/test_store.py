@@ -691,6 +691,42 @@ async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_
         assert await jobs.rerun_execution(conn, dead["id"], now=NOW)
 
 
+async def test_two_creates_racing_for_a_tenants_last_place_get_one_each_way(
+    pool: asyncpg.Pool,
+) -> None:
+    """The quota lock is taken after the insert (so creates do not wait on each other's
+    inserts), yet the last place goes to one of two concurrent creates: the second counts
+    the first's job once it commits, and is refused with nothing written; had the first
+    rolled back, the second takes the place."""
+    spec = JobSpec(task="t", run_at=NOW + timedelta(minutes=1))
+
+    async def create(conn: asyncpg.Connection) -> uuid.UUID:
+        return await jobs.create_job(
+            conn, spec, tenant="acme", source=JobSource.API, shards=64, now=NOW
+        )
+
+    async with pool.acquire() as first, pool.acquire() as second:
+        await tenants.set_tenant_limit(first, "acme", None, max_jobs=2)
+        await one_offs(first, 1)
+        for ends in ("commit", "rollback"):
+            open_tx = first.transaction()
+            await open_tx.start()
+            taken = await create(first)  # the last place, not yet committed
+            racing = asyncio.create_task(create(second))
+            await asyncio.sleep(0.5)
+            assert not racing.done(), "the second create waits for the first's commit"
+            await (open_tx.commit() if ends == "commit" else open_tx.rollback())
+            if ends == "commit":
+                with pytest.raises(QuotaExceeded, match="max_jobs"):
+                    await racing
+                await jobs.cancel_job(first, taken, now=NOW)  # frees the place again
+            else:
+                assert await racing
+        live = "SELECT count(*) FROM jobs WHERE tenant = 'acme' AND state = 'active'"
+        assert await pool.fetchval(live) == 2
+        assert await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant = 'acme'") == 3
+
+
 async def test_a_triggered_run_is_manual_and_so_is_its_retry(pool: asyncpg.Pool) -> None:
     lease = timedelta(seconds=30)
     async with pool.acquire() as conn:
