@@ -201,8 +201,29 @@ ORDER BY attempt DESC, due_at DESC LIMIT 1
 -- Serialise quota checks of these tenants (in the given order: sorted) for the transaction.
 SELECT pg_advisory_xact_lock(hashtext('horae_quota:' || t)) FROM unnest($1::text[]) AS t
 
+-- name: bump_tenant_use
+-- These tenants' quotas (NULL: the default) and their use bounds (`tenant_use`) raised by
+-- what a write adds ($2 jobs, $3 fires per minute each): the bounds after the write (NULL:
+-- none kept yet). Under the tenants' quota locks.
+WITH bumped AS (
+    UPDATE tenant_use b SET jobs = b.jobs + a.jobs, fires_per_minute = b.fires_per_minute + a.rate
+    FROM unnest($1::text[], $2::bigint[], $3::float8[]) AS a(tenant, jobs, rate)
+    WHERE b.tenant = a.tenant
+    RETURNING b.tenant, b.jobs, b.fires_per_minute
+)
+SELECT u.name, t.max_jobs, t.max_fires_per_minute, b.jobs, b.fires_per_minute
+FROM unnest($1::text[]) AS u(name)
+LEFT JOIN tenants t ON t.name = u.name
+LEFT JOIN bumped b ON b.tenant = u.name
+
+-- name: set_tenant_use
+-- Set these tenants' use bounds to what was just counted (under their quota locks).
+INSERT INTO tenant_use (tenant, jobs, fires_per_minute)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::float8[])
+ON CONFLICT (tenant) DO UPDATE SET jobs = EXCLUDED.jobs, fires_per_minute = EXCLUDED.fires_per_minute
+
 -- name: tenant_quotas
--- These tenants' quotas (NULL: the default) and what their live jobs use of them.
+-- These tenants' quotas (NULL: the default) and what their live jobs use of them: counted.
 SELECT u.name, t.max_jobs, t.max_fires_per_minute, used.jobs, used.fires_per_minute
 FROM unnest($1::text[]) AS u(name)
 LEFT JOIN tenants t ON t.name = u.name

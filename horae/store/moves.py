@@ -256,6 +256,7 @@ async def _copy_in(
         await dst.execute(Q["clear_live_executions"], shards)
         await dst.execute(Q["clear_jobs"], shards)
         await _copy(dst, "jobs", jobs)
+        await dst.execute(Q["forget_tenant_use"])
         await _copy(dst, "executions", executions)
         await dst.execute(Q["lengthen_moved_leases"], shards, _now() - started)
         await dst.execute(Q["carry_allowances_in"], *_columns(carried))

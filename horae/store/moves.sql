@@ -89,3 +89,7 @@ WHERE t.name = u.name AND t.allowance IS NOT NULL
 UPDATE tenants t SET allowance = greatest(0, coalesce(t.allowance, t.max_running) - u.n)
 FROM unnest($1::text[], $2::integer[]) AS u(name, n)
 WHERE t.name = u.name AND t.max_running IS NOT NULL
+
+-- name: forget_tenant_use
+-- The tenants' use bounds here (a move brought jobs in): the next quota checks count.
+DELETE FROM tenant_use

@@ -4,7 +4,10 @@ densest, a one-off 1). An administrator sets them per tenant; a tenant without i
 the defaults below. Every write that adds a job or a rate checks them here once it has
 written, under a per-tenant lock taken then, so two concurrent creates cannot both take the
 last place, yet neither waits for the other's insert: only the count and the commit are
-serialised per tenant (a rejected write is rolled back whole).
+serialised per tenant (a rejected write is rolled back whole). The count is of a bound kept
+per tenant (`tenant_use`, migration 020), not of the jobs: the live jobs are counted only
+when the bound would fail a quota, so a check costs the same at 10 or 1,000,000 live jobs
+unless the tenant is near its quota.
 
 With several store groups, a tenant's jobs are spread over them, and so is its use: a write
 checks what it adds against the tenant's use summed over every group, with the quotas an
@@ -31,6 +34,8 @@ from horae.store.groups import MAIN
 from horae.store.queries import Q
 
 if TYPE_CHECKING:
+    from asyncpg import Record
+
     from horae.store.db import Conn, Database
     from horae.store.groups import Store
 
@@ -113,10 +118,14 @@ async def check(
 ) -> None:
     """Raise QuotaExceeded unless every tenant can take what was added: (tenant, jobs,
     fires per minute) triples, summed per tenant. Call inside the transaction that wrote
-    them, after the write (the counts include it; the caller rolls back on QuotaExceeded):
-    the tenants' quota locks are held until the transaction ends. `elsewhere`: the tenants'
-    use in the other store groups, and their quotas (see the module). `locked`: the write's
-    own statement took the tenants' quota locks (`insert_jobs` does)."""
+    them, after the write (the caller rolls back on QuotaExceeded): the tenants' quota locks
+    are held until the transaction ends. `elsewhere`: the tenants' use in the other store
+    groups, and their quotas (see the module). `locked`: the write's own statement took the
+    tenants' quota locks (`insert_jobs` does).
+
+    A tenant's use here is read from its bound (`tenant_use`, raised by what is added); only
+    when the bound would fail a quota, or none is kept yet, are its live jobs counted (the
+    count includes the write) and the bound set to the count."""
     jobs: dict[str, int] = defaultdict(int)
     rates: dict[str, float] = defaultdict(float)
     for tenant, count, rate in adding:
@@ -127,16 +136,42 @@ async def check(
         return
     if not locked:
         await conn.execute(Q["lock_tenant_quotas"], tenants)
-    for row in await conn.fetch(Q["tenant_quotas"], tenants):
-        tenant = row["name"]
-        own = (row["max_jobs"], row["max_fires_per_minute"])
-        max_jobs, max_rate = in_force(*(elsewhere.settings.get(tenant, own) if elsewhere else own))
-        other_jobs, other_rate = elsewhere.used.get(tenant, (0, 0.0)) if elsewhere else (0, 0.0)
-        # What the tenant used before this write: the counts include it.
-        used_jobs = row["jobs"] - jobs[tenant] + other_jobs
-        used_rate = row["fires_per_minute"] - rates[tenant] + other_rate
-        if jobs[tenant] > 0 and used_jobs + jobs[tenant] > max_jobs:
-            raise QuotaExceeded(tenant, "max_jobs", max_jobs, used_jobs, jobs[tenant])
-        # (a small tolerance: sums of floats)
-        if rates[tenant] > 0 and used_rate + rates[tenant] > max_rate + 1e-6:
-            raise QuotaExceeded(tenant, "max_fires_per_minute", max_rate, used_rate, rates[tenant])
+    bounds = await conn.fetch(
+        Q["bump_tenant_use"], tenants, [jobs[t] for t in tenants], [rates[t] for t in tenants]
+    )
+    recount = [r["name"] for r in bounds if r["jobs"] is None or _over(r, jobs, rates, elsewhere)]
+    if not recount:
+        return
+    counted = await conn.fetch(Q["tenant_quotas"], recount)
+    for row in counted:
+        if over := _over(row, jobs, rates, elsewhere):
+            raise over
+    await conn.execute(
+        Q["set_tenant_use"],
+        [r["name"] for r in counted],
+        [r["jobs"] for r in counted],
+        [r["fires_per_minute"] for r in counted],
+    )
+
+
+def _over(
+    row: Record,
+    jobs: Mapping[str, int],
+    rates: Mapping[str, float],
+    elsewhere: Elsewhere | None,
+) -> QuotaExceeded | None:
+    """The quota a tenant's use after the write (`row`: here, counting the write) and
+    elsewhere passes, if any."""
+    tenant = row["name"]
+    own = (row["max_jobs"], row["max_fires_per_minute"])
+    max_jobs, max_rate = in_force(*(elsewhere.settings.get(tenant, own) if elsewhere else own))
+    other_jobs, other_rate = elsewhere.used.get(tenant, (0, 0.0)) if elsewhere else (0, 0.0)
+    # What the tenant used before this write.
+    used_jobs = row["jobs"] - jobs[tenant] + other_jobs
+    used_rate = row["fires_per_minute"] - rates[tenant] + other_rate
+    if jobs[tenant] > 0 and used_jobs + jobs[tenant] > max_jobs:
+        return QuotaExceeded(tenant, "max_jobs", max_jobs, used_jobs, jobs[tenant])
+    # (a small tolerance: sums of floats)
+    if rates[tenant] > 0 and used_rate + rates[tenant] > max_rate + 1e-6:
+        return QuotaExceeded(tenant, "max_fires_per_minute", max_rate, used_rate, rates[tenant])
+    return None

@@ -691,6 +691,29 @@ async def test_a_rerun_that_makes_a_completed_one_off_live_again_is_held_to_the_
         assert await jobs.rerun_execution(conn, dead["id"], now=NOW)
 
 
+async def test_a_quota_check_reads_a_bound_and_counts_the_jobs_only_near_the_quota(
+    pool: asyncpg.Pool,
+) -> None:
+    """`tenant_use` bounds a tenant's live jobs from above: raised by each create, left
+    high by ends, set to the count only when it would fail the quota."""
+    bound = "SELECT jobs FROM tenant_use WHERE tenant = 'acme'"
+    live = "SELECT count(*) FROM jobs WHERE tenant = 'acme' AND state = 'active'"
+    async with pool.acquire() as conn:
+        await tenants.set_tenant_limit(conn, "acme", None, max_jobs=5)
+        made = await one_offs(conn, 3)  # no bound yet: counted (1), then raised
+        assert (await pool.fetchval(bound), await pool.fetchval(live)) == (3, 3)
+        for execution in made[:2]:
+            await jobs.cancel_job(conn, execution["job_id"], now=NOW)
+        await one_offs(conn, 2)  # within the quota by the bound: not counted
+        assert (await pool.fetchval(bound), await pool.fetchval(live)) == (5, 3)
+        await one_offs(conn, 1)  # the bound (6) would fail it: counted
+        assert (await pool.fetchval(bound), await pool.fetchval(live)) == (4, 4)
+        await one_offs(conn, 1)
+        with pytest.raises(QuotaExceeded, match="max_jobs=5"):
+            await one_offs(conn, 1)  # counted, and over: nothing written
+        assert (await pool.fetchval(bound), await pool.fetchval(live)) == (5, 5)
+
+
 async def test_two_creates_racing_for_a_tenants_last_place_get_one_each_way(
     pool: asyncpg.Pool,
 ) -> None:

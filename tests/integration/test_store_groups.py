@@ -83,10 +83,16 @@ async def test_move_copies_live_rows_fences_the_source_and_leaves_history(
             ended, NOW,
         )  # fmt: skip
         await dispatch.take_shard(home, 4, "scheduler-a", NOW)
+        await create(there, job_in(5))  # the tenant's use bound there: 1 job
+        bound = "SELECT jobs FROM tenant_use WHERE tenant = 'acme'"
+        assert await there.fetchval(bound) == 1
 
         [moved] = await move_shards(db_url, [4], SECOND)
         assert (moved.shards, moved.source, moved.target) == ([4], MAIN, SECOND)
         assert (moved.jobs, moved.executions) == (2, 1)
+        # The jobs brought in would leave the bound below the use: it is forgotten, and
+        # the next quota check there counts them.
+        assert await there.fetchval(bound) is None
 
         # The job, both job rows and the live execution now live in the second group...
         assert await there.fetchval("SELECT count(*) FROM jobs WHERE shard = 4") == 2
@@ -103,6 +109,7 @@ async def test_move_copies_live_rows_fences_the_source_and_leaves_history(
         # The second group takes it, and creates there.
         assert await dispatch.take_shard(there, 4, "scheduler-b", NOW) >= 1
         await create(there, job_in(4))
+        assert await there.fetchval(bound) == 4
 
         # And back: the first group hosts it again.
         await move_shards(db_url, [4], MAIN)
