@@ -44,12 +44,24 @@ async def create_jobs(
     elsewhere: quotas.Elsewhere | None = None,
 ) -> None:
     """Insert jobs and their first executions, within their tenants' quotas (QuotaExceeded
-    otherwise, and nothing is written): one statement, then the quota count (four round
-    trips with BEGIN and COMMIT). Conflict when a
+    otherwise, and nothing is written): one statement that checks the quotas by the
+    tenants' use bounds; when one needs counting (near its quota), the statement again in a
+    transaction, then the count (`quotas.check`). Conflict when a
     job's id or Idempotency-Key is taken; ShardMoved when a job's shard moved to another
     store group (nothing is written: the caller re-reads the catalog). `elsewhere`: the
     tenants' use in the other store groups (`routing.create_jobs` reads it)."""
     try:
+        if not conn.is_in_transaction():
+            try:  # the quota checked by the tenants' use bounds, in the same statement
+                moved = await insert_jobs(
+                    conn, jobs, shards=shards, now=now, checked=True, elsewhere=elsewhere
+                )
+            except quotas.ToCount:
+                pass  # near a quota, or no bound kept yet: counted below
+            else:
+                if moved:
+                    raise ShardMoved(moved)
+                return
         async with conn.transaction():
             moved = await insert_jobs(conn, jobs, shards=shards, now=now)
             if moved:

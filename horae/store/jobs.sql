@@ -3,7 +3,13 @@
 -- before $29 (NOTIFY is delivered at COMMIT); unless one of the jobs' shards moved out of
 -- this store group (`moved`, share-locked first: then nothing is inserted). Once inserted,
 -- the tenants' quota locks (as `lock_tenant_quotas`), so that concurrent creates of a
--- tenant insert side by side and only their quota counts and commits take turns.
+-- tenant insert side by side and only their quota checks and commits take turns.
+-- With $43 (a create in this one statement, no transaction around it), the quota check
+-- too, by the tenants' use bounds (as `bump_tenant_use`): the quotas in force are the
+-- tenant's own or, when given, those of the other store groups' reading ($37-$42: tenant,
+-- its use there, whether main's settings were read, and those), $35 and $36 the defaults;
+-- a bound not kept yet or that would fail a quota fails the statement
+-- (horae_quota_recount): nothing is written, and the caller counts in a transaction.
 WITH moved AS (
     SELECT horae_shards_moved_out(ARRAY(SELECT DISTINCT unnest($17::smallint[]))) AS shards
 ), new_jobs AS (
@@ -24,7 +30,7 @@ WITH moved AS (
               catch_up, state, shard, next_run_at, idempotency_key, request_hash,
               fires_per_minute, catch_up_window_seconds, pause_after_failures)
     WHERE cardinality((SELECT shards FROM moved)) = 0
-    RETURNING id, tenant
+    RETURNING id, tenant, fires_per_minute
 ), new_executions AS (
     INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,
                             starting_deadline_seconds, concurrency_policy, attempt,
@@ -44,17 +50,41 @@ WITH moved AS (
                      || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
     FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM new_executions WHERE due_at < $29
           ORDER BY shard, due_at, id) s
+), adding AS (
+    -- after both inserts (read whole first)
+    SELECT tenant, count(*) AS jobs, sum(fires_per_minute) AS rate FROM new_jobs
+    WHERE (SELECT count(*) FROM new_executions) >= 0 GROUP BY tenant
 ), quota_locks AS (
-    -- after both inserts (read whole first), in the tenants' order
+    -- in the tenants' order
     SELECT pg_advisory_xact_lock(hashtext('horae_quota:' || t.tenant))
-    FROM (SELECT DISTINCT tenant FROM new_jobs
-          WHERE (SELECT count(*) FROM new_executions) >= 0 ORDER BY tenant) t
+    FROM (SELECT tenant FROM adding ORDER BY tenant) t
+), bumped AS (
+    UPDATE tenant_use b SET jobs = b.jobs + a.jobs, fires_per_minute = b.fires_per_minute + a.rate
+    FROM adding a
+    WHERE $43::boolean AND b.tenant = a.tenant AND (SELECT count(*) FROM quota_locks) >= 0
+    RETURNING b.tenant, b.jobs, b.fires_per_minute
+), refused AS (
+    SELECT horae_quota_recount(a.tenant)
+    FROM adding a
+    LEFT JOIN bumped b ON b.tenant = a.tenant
+    LEFT JOIN tenants t ON t.name = a.tenant
+    LEFT JOIN unnest($37::text[], $38::bigint[], $39::float8[], $40::boolean[], $41::int[],
+                     $42::int[]) AS e(tenant, jobs, rate, read, max_jobs, max_rate)
+           ON e.tenant = a.tenant
+    WHERE $43::boolean AND (
+        b.tenant IS NULL
+        OR b.jobs + coalesce(e.jobs, 0)
+           > coalesce(CASE WHEN e.read THEN e.max_jobs ELSE t.max_jobs END, $35::int)
+        OR (a.rate > 0 AND b.fires_per_minute + coalesce(e.rate, 0)
+            > coalesce(CASE WHEN e.read THEN e.max_rate ELSE t.max_fires_per_minute END,
+                       $36::int) + 1e-6))
 )
 SELECT (SELECT shards FROM moved) AS moved,
        (SELECT count(*) FROM new_jobs) AS jobs,
        (SELECT count(*) FROM new_executions) AS executions,
        (SELECT count(*) FROM notified) AS notified,
-       (SELECT count(*) FROM quota_locks) AS locked
+       (SELECT count(*) FROM quota_locks) AS locked,
+       (SELECT count(*) FROM refused) AS refused
 
 -- name: get_job
 -- One job by id within a tenant (NULL tenant: any tenant).

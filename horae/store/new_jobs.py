@@ -9,7 +9,10 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
+
 from horae.models import JobSource, JobSpec, JobState, shard_of
+from horae.store import quotas
 from horae.store.occurrences import Occurrence, first_occurrence, rate
 from horae.store.queries import Q
 from horae.store.rows import pause_after_failures
@@ -127,13 +130,27 @@ class JobInserts:
 
 
 async def insert_jobs(
-    conn: Conn, jobs: Sequence[NewJob], *, shards: int, now: datetime
+    conn: Conn,
+    jobs: Sequence[NewJob],
+    *,
+    shards: int,
+    now: datetime,
+    checked: bool = False,
+    elsewhere: quotas.Elsewhere | None = None,
 ) -> list[int]:
     """Insert `jobs` (into `shards` virtual shards) and the first executions of those that
     run, in one statement; executions due soon are announced to their shards. Returns the
     jobs' shards that moved out of this store group: when any did, nothing was inserted.
-    Otherwise the jobs' tenants' quota locks are held (`quotas.check(..., locked=True)`
-    counts next)."""
-    inserts = JobInserts.of(jobs, shards=shards, now=now)
-    moved: list[int] = await conn.fetchval(Q["insert_jobs"], *inserts.parameters())
+    Otherwise the jobs' tenants' quota locks are held: `quotas.check(..., locked=True)`
+    checks next, unless `checked` (a create in this one statement, outside a transaction;
+    `elsewhere` as for `quotas.check`): the statement checked their use bounds, and raised
+    quotas.ToCount, writing nothing, if they need counting."""
+    inserts = JobInserts.of(jobs, shards=shards, now=now).parameters()
+    quota = quotas.bound_parameters(elsewhere, checked=checked)
+    try:
+        moved: list[int] = await conn.fetchval(Q["insert_jobs"], *inserts, *quota)
+    except asyncpg.RaiseError as exc:
+        if checked and exc.message.startswith("horae: quota use of tenant"):
+            raise quotas.ToCount(exc.message) from exc
+        raise
     return moved

@@ -88,6 +88,31 @@ async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsew
     return Elsewhere(used, settings)
 
 
+class ToCount(Exception):
+    """A create checked by its tenants' bounds in its own statement found one that would fail
+    a quota, or none kept yet: nothing was written; make it again in a transaction that
+    counts (`check`)."""
+
+
+def bound_parameters(elsewhere: Elsewhere | None, *, checked: bool) -> list[object]:
+    """The quota parameters of `insert_jobs` ($35-$43): the defaults, the other groups' use
+    and main's settings per tenant, and whether the statement checks the bounds itself."""
+    used = elsewhere.used if elsewhere else {}
+    settings = elsewhere.settings if elsewhere else {}
+    names = sorted(set(used) | set(settings))
+    return [
+        DEFAULT_MAX_JOBS,
+        DEFAULT_MAX_FIRES_PER_MINUTE,
+        names,
+        [used.get(t, (0, 0.0))[0] for t in names],
+        [used.get(t, (0, 0.0))[1] for t in names],
+        [t in settings for t in names],
+        [settings.get(t, (None, None))[0] for t in names],
+        [settings.get(t, (None, None))[1] for t in names],
+        checked,
+    ]
+
+
 _Use = tuple[int, float, "int | None", "int | None"]
 _LAST_READ: dict[tuple[str, str], _Use] = {}
 """(group, tenant) -> what was last read there: what an unreachable group counts with."""

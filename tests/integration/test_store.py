@@ -12,9 +12,10 @@ import pytest
 
 from horae.errors import Conflict, QuotaExceeded, ShardBusy
 from horae.models import ConcurrencyPolicy, ExecutionStatus, JobSource, JobSpec
-from horae.store import dispatch, executions, jobs, reads, tenants
+from horae.store import dispatch, executions, jobs, quotas, reads, tenants
 from horae.store.db import WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS, connect, connect_pool
 from horae.store.dispatch import parse_notify
+from horae.store.new_jobs import NewJob, insert_jobs
 from tests.support import transitions
 from tests.support.wait import until
 
@@ -712,6 +713,40 @@ async def test_a_quota_check_reads_a_bound_and_counts_the_jobs_only_near_the_quo
         with pytest.raises(QuotaExceeded, match="max_jobs=5"):
             await one_offs(conn, 1)  # counted, and over: nothing written
         assert (await pool.fetchval(bound), await pool.fetchval(live)) == (5, 5)
+
+
+async def test_a_create_checked_in_its_own_statement_writes_only_within_the_bounds(
+    pool: asyncpg.Pool,
+) -> None:
+    """The one-statement create (no transaction around it) checks the tenants' use bounds
+    itself: one not kept yet, or one that would fail a quota here or with the other groups'
+    use, fails the statement with nothing written (the caller then counts)."""
+    bound = "SELECT jobs FROM tenant_use WHERE tenant = 'acme'"
+    stored = "SELECT count(*) FROM jobs WHERE tenant = 'acme'"
+
+    async def insert(conn: asyncpg.Connection, elsewhere: quotas.Elsewhere | None = None) -> None:
+        job = NewJob(JobSpec(task="t", run_at=NOW + timedelta(minutes=1)), "acme", JobSource.API)
+        assert await insert_jobs(
+            conn, [job], shards=64, now=NOW, checked=True, elsewhere=elsewhere
+        ) == []  # fmt: skip
+
+    async with pool.acquire() as conn:
+        await tenants.set_tenant_limit(conn, "acme", None, max_jobs=3)
+        with pytest.raises(quotas.ToCount):
+            await insert(conn)  # no bound kept yet
+        assert (await pool.fetchval(stored), await pool.fetchval(bound)) == (0, None)
+        await one_offs(conn, 1)  # counted: the bound is 1
+        await insert(conn)
+        assert (await pool.fetchval(stored), await pool.fetchval(bound)) == (2, 2)
+        with pytest.raises(quotas.ToCount):  # 3 here and 1 in another group: over 3
+            await insert(conn, quotas.Elsewhere(used={"acme": (1, 0.0)}))
+        with pytest.raises(quotas.ToCount):  # main's setting (2) rules, not this group's
+            await insert(conn, quotas.Elsewhere(settings={"acme": (2, None)}))
+        await insert(conn, quotas.Elsewhere(settings={"acme": (None, None)}))  # the default
+        assert (await pool.fetchval(stored), await pool.fetchval(bound)) == (3, 3)
+        with pytest.raises(quotas.ToCount):
+            await insert(conn)
+        assert (await pool.fetchval(stored), await pool.fetchval(bound)) == (3, 3)
 
 
 async def test_two_creates_racing_for_a_tenants_last_place_get_one_each_way(

@@ -12,3 +12,14 @@ CREATE TABLE tenant_use (
 
 -- The roles of migration 004: every creator of jobs (API, operator) checks quotas.
 GRANT SELECT, INSERT, UPDATE ON tenant_use TO horae_api, horae_operator;
+
+-- A create in one statement (no transaction around it) checks its tenants' bounds in that
+-- statement, and calls this when one would fail a quota or is not kept yet: the statement
+-- fails, nothing is written, and the create is made again in a transaction that counts.
+CREATE FUNCTION horae_quota_recount(p_tenant text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'horae: quota use of tenant % to be counted', p_tenant;
+END $$;
+REVOKE ALL ON FUNCTION horae_quota_recount(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION horae_quota_recount(text) TO horae_api, horae_operator;
