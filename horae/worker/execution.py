@@ -215,7 +215,8 @@ class Executions:
             await while_leased(
                 lambda: self.promises.confirm(claimed.shard, claimed.id, claimed.due_at),
                 lambda: self._clock.now() > leased - LEASE_MARGIN,
-                f"execution {claimed.id}: not confirmed",
+                "execution %s: not confirmed",
+                claimed.id,
             )
         )
         if not mine:
@@ -416,7 +417,8 @@ class Executions:
                 claimed.shard, lambda group: self._finishes.submit(group, finish), bool
             ),
             lambda: time.monotonic() > give_up,
-            f"execution {claimed.id}: outcome not recorded",
+            "execution %s: outcome not recorded",
+            claimed.id,
         )
         return bool(recorded)
 

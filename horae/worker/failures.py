@@ -43,16 +43,17 @@ async def retrying(write: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
 
 
 async def while_leased(
-    write: Callable[[], Awaitable[T]], expired: Callable[[], bool], what: str
+    write: Callable[[], Awaitable[T]], expired: Callable[[], bool], what: str, *args: object
 ) -> T | None:
     """`write()`, run again every 0.5 s after an `OUTCOME_RETRIED` failure (Postgres restarting,
     the connection cut) until `expired()` says the lease has run out: None then (logged as
-    `what` failing), since the reaper has taken the execution back by that time."""
+    `what % args` failing: formatted only then), since the reaper has taken the execution
+    back by that time."""
     while True:
         try:
             return await write()
         except OUTCOME_RETRIED:
             if expired():
-                log.exception("%s; its lease will run out", what)
+                log.exception(what + "; its lease will run out", *args)
                 return None
             await asyncio.sleep(0.5)
