@@ -252,6 +252,20 @@ INSERT INTO tenant_use (tenant, jobs, fires_per_minute)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::float8[])
 ON CONFLICT (tenant) DO UPDATE SET jobs = EXCLUDED.jobs, fires_per_minute = EXCLUDED.fires_per_minute
 
+-- name: tenant_quota_bounds
+-- These tenants' quotas (NULL: the default) and a bound on what their live jobs use here:
+-- the bound kept (`tenant_use`), or where none is, the count.
+SELECT u.name, t.max_jobs, t.max_fires_per_minute,
+       coalesce(b.jobs::int, c.jobs) AS jobs,
+       coalesce(b.fires_per_minute, c.fires_per_minute) AS fires_per_minute
+FROM unnest($1::text[]) AS u(name)
+LEFT JOIN tenants t ON t.name = u.name
+LEFT JOIN tenant_use b ON b.tenant = u.name
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS jobs, coalesce(sum(j.fires_per_minute), 0)::float8 AS fires_per_minute
+    FROM jobs j WHERE b.tenant IS NULL AND j.tenant = u.name AND j.state IN ('active', 'paused')
+) c
+
 -- name: tenant_quotas
 -- These tenants' quotas (NULL: the default) and what their live jobs use of them: counted.
 SELECT u.name, t.max_jobs, t.max_fires_per_minute, used.jobs, used.fires_per_minute

@@ -4,10 +4,11 @@ densest, a one-off 1). An administrator sets them per tenant; a tenant without i
 the defaults below. Every write that adds a job or a rate checks them here once it has
 written, under a per-tenant lock taken then, so two concurrent creates cannot both take the
 last place, yet neither waits for the other's insert: only the count and the commit are
-serialised per tenant (a rejected write is rolled back whole). The count is of a bound kept
-per tenant (`tenant_use`, migration 020), not of the jobs: the live jobs are counted only
+serialised per tenant (a rejected write is rolled back whole). What is read is a bound kept
+per tenant (`tenant_use`, migration 020), not a count of the jobs: they are counted only
 when the bound would fail a quota, so a check costs the same at 10 or 1,000,000 live jobs
-unless the tenant is near its quota.
+unless the tenant is near its quota. A create is one statement that checks the bounds
+itself (`new_jobs.insert_jobs`), made again in a transaction that counts when they fail.
 
 With several store groups, a tenant's jobs are spread over them, and so is its use: a write
 checks what it adds against the tenant's use summed over every group, with the quotas an
@@ -16,9 +17,10 @@ each group's own, and the other groups' use is read just before the write's tran
 creates running at the same moment in different groups do not see each other, so a tenant
 may overshoot a quota by at most what such concurrent writes in the other groups add (a
 single create adds one job, a batch at most its size in that group); within one group the
-quota holds exactly. A group that cannot be read (its primary down) counts with the use
-last read there by this process (none, if never): a create in a healthy group never waits
-for, or fails with, another group.
+quota holds exactly. A create reads the other groups' bounds (`elsewhere(bounded=True)`),
+and what they refuse it checks again with the use counted there. A group that cannot be
+read (its primary down) counts with the use last read there by this process (none, if
+never): a create in a healthy group never waits for, or fails with, another group.
 """
 
 from __future__ import annotations
@@ -68,9 +70,13 @@ class Elsewhere:
     """Tenant -> (max_jobs, max_fires_per_minute) as set in the first group."""
 
 
-async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsewhere | None:
+async def elsewhere(
+    store: Store, group: str, tenants: Collection[str], *, bounded: bool = False
+) -> Elsewhere | None:
     """What `tenants` use outside `group`, and their quotas from the first group; None
-    with one group (the write's own group then knows everything)."""
+    with one group (the write's own group then knows everything). `bounded`: the use
+    bounds kept there, counted only where none is (a create, the frequent write, reads
+    these; what they refuse it asks again unbounded)."""
     if len(store.groups()) < 2 or not tenants:
         return None
     names = sorted(tenants)
@@ -79,7 +85,7 @@ async def elsewhere(store: Store, group: str, tenants: Collection[str]) -> Elsew
     for name, db in store.each():
         if name == group:
             continue  # the write's own group: counted (and, in main, set) under its lock
-        rows = await _use_in(name, db, names)
+        rows = await _use_in(name, db, names, bounded)
         for tenant, (jobs, rate, max_jobs, max_rate) in rows.items():
             if name == MAIN:
                 settings[tenant] = (max_jobs, max_rate)
@@ -118,10 +124,10 @@ _LAST_READ: dict[tuple[str, str], _Use] = {}
 """(group, tenant) -> what was last read there: what an unreachable group counts with."""
 
 
-async def _use_in(group: str, db: Database, names: list[str]) -> dict[str, _Use]:
+async def _use_in(group: str, db: Database, names: list[str], bounded: bool) -> dict[str, _Use]:
     try:
         async with db.acquire() as conn:
-            rows = await conn.fetch(Q["tenant_quotas"], names)
+            rows = await conn.fetch(Q["tenant_quota_bounds" if bounded else "tenant_quotas"], names)
     except StoreUnavailable:
         log.warning("store group %s unreachable: its quota use counted as last read", group)
         return {t: _LAST_READ[group, t] for t in names if (group, t) in _LAST_READ}

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from horae.errors import NotFound, ShardMoved
+from horae.errors import NotFound, QuotaExceeded, ShardMoved
 from horae.models import ExecutionStatus, JobSource, JobState
 from horae.store import backfills, due, jobs, quotas, reads
 from horae.store.backfills import BackfillRow, NewBackfill
@@ -84,9 +84,22 @@ async def create_in(store: Store, group: str, new: Sequence[NewJob], *, now: dat
     """Create `new`, all of whose shards are in `group` by the catalog read, in one
     transaction there, within their tenants' quotas summed over every group. ShardMoved
     passes on: the caller re-reads the catalog (`create_jobs` does)."""
-    elsewhere = await quotas.elsewhere(store, group, {j.tenant for j in new})
+    tenants = {j.tenant for j in new}
+    elsewhere = await quotas.elsewhere(store, group, tenants, bounded=True)
     async with store.database(group).acquire() as conn:
-        await jobs.create_jobs(conn, new, shards=store.catalog.shards, now=now, elsewhere=elsewhere)
+        try:
+            await jobs.create_jobs(
+                conn, new, shards=store.catalog.shards, now=now, elsewhere=elsewhere
+            )
+        except QuotaExceeded:
+            if elsewhere is None:
+                raise
+            # Refused by the other groups' bounds, which may stand above their use: again,
+            # with their use counted.
+            elsewhere = await quotas.elsewhere(store, group, tenants)
+            await jobs.create_jobs(
+                conn, new, shards=store.catalog.shards, now=now, elsewhere=elsewhere
+            )
 
 
 async def create_jobs(store: Store, new: Sequence[NewJob], *, now: datetime) -> None:

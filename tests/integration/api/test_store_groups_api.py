@@ -20,7 +20,8 @@ from horae.errors import QuotaExceeded
 from horae.models import JobSource, JobSpec, shard_of
 from horae.operator.scheduledjob import cancel, sync_job
 from horae.resources import ScheduledJobSpec
-from horae.store import routing
+from horae.store import jobs, routing
+from horae.store import tenants as store_tenants
 from horae.store.groups import Store
 from horae.store.moves import move_shards
 from horae.store.new_jobs import NewJob
@@ -236,6 +237,32 @@ async def test_a_tenants_quota_counts_its_jobs_in_both_groups(
         headers=bearer(tenants.admin),
     )
     assert r.json()["jobs"] == 2  # used, summed over the groups
+
+
+async def test_a_create_refused_by_another_groups_bound_is_checked_again_by_its_count(
+    tenants: Tenants, store: Store, groups: dict[str, asyncpg.Connection]
+) -> None:
+    """A create reads the other groups' use bounds (`tenant_use`), which completions and
+    cancels leave high; what they refuse is checked again with the use counted there."""
+    async with store.database("main").acquire() as conn:
+        await store_tenants.set_tenant_limit(conn, tenants.a, None, max_jobs=2)
+    now = datetime.now(UTC)
+    spec = JobSpec(task="t", cron="0 0 * * * *")
+
+    def new(shard: int) -> NewJob:
+        return NewJob(spec=spec, tenant=tenants.a, source=JobSource.API, job_id=job_in(shard))
+
+    await routing.create_jobs(store, [new(0)], now=now)  # main
+    second = new(1)
+    await routing.create_jobs(store, [second], now=now)  # second: its bound there is 1
+    await jobs.cancel_job(groups["second"], second.job_id, now=now)
+    bound = "SELECT jobs FROM tenant_use WHERE tenant = $1"
+    assert await groups["second"].fetchval(bound, tenants.a) == 1  # left high: 0 live
+    await routing.create_jobs(store, [new(2)], now=now)  # 2 in main + 1 by the bound: counted
+    live = "SELECT count(*) FROM jobs WHERE tenant = $1 AND state = 'active'"
+    assert [await groups[g].fetchval(live, tenants.a) for g in ("main", "second")] == [2, 0]
+    with pytest.raises(QuotaExceeded, match="max_jobs=2"):
+        await routing.create_jobs(store, [new(4)], now=now)  # counted too: over
 
 
 async def test_the_operator_keeps_a_scheduledjobs_job_in_the_group_of_its_uid(
