@@ -127,7 +127,10 @@ _LAST_READ: dict[tuple[str, str], _Use] = {}
 async def _use_in(group: str, db: Database, names: list[str], bounded: bool) -> dict[str, _Use]:
     try:
         async with db.acquire() as conn:
-            rows = await conn.fetch(Q["tenant_quota_bounds" if bounded else "tenant_quotas"], names)
+            if bounded:
+                rows = await conn.fetch(Q["tenant_quota_bounds"], names)
+            else:
+                rows = await conn.fetch(Q["tenant_quotas"], names)
     except StoreUnavailable:
         log.warning("store group %s unreachable: its quota use counted as last read", group)
         return {t: _LAST_READ[group, t] for t in names if (group, t) in _LAST_READ}
