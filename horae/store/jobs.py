@@ -3,6 +3,7 @@ pause, resume, trigger, re-run, cancel; plus reads (a job, a tenant's jobs)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from horae.errors import Conflict, NotFound, ShardMoved
+from horae.errors import Conflict, NotFound
 from horae.models import ExecutionStatus, JobSource, JobSpec, JobState
 from horae.store import quotas
 from horae.store.boundary import translated
@@ -52,20 +53,15 @@ async def create_jobs(
     tenants' use in the other store groups (`routing.create_jobs` reads it)."""
     try:
         if not conn.is_in_transaction():
-            try:  # the quota checked by the tenants' use bounds, in the same statement
-                moved = await insert_jobs(
+            # The quota checked by the tenants' use bounds, in the same statement; near a
+            # quota, or with no bound kept yet, counted below.
+            with contextlib.suppress(quotas.ToCount):
+                await insert_jobs(
                     conn, jobs, shards=shards, now=now, checked=True, elsewhere=elsewhere
                 )
-            except quotas.ToCount:
-                pass  # near a quota, or no bound kept yet: counted below
-            else:
-                if moved:
-                    raise ShardMoved(moved)
                 return
         async with conn.transaction():
-            moved = await insert_jobs(conn, jobs, shards=shards, now=now)
-            if moved:
-                raise ShardMoved(moved)
+            await insert_jobs(conn, jobs, shards=shards, now=now)
             adding = [(j.tenant, 1, rate(j.spec)) for j in jobs]
             await quotas.check(conn, adding, elsewhere, locked=True)
     except asyncpg.UniqueViolationError as exc:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from horae.errors import ShardMoved
 from horae.models import JobSource, JobSpec, JobState, shard_of
 from horae.store import quotas
 from horae.store.occurrences import Occurrence, first_occurrence, rate
@@ -137,13 +138,13 @@ async def insert_jobs(
     now: datetime,
     checked: bool = False,
     elsewhere: quotas.Elsewhere | None = None,
-) -> list[int]:
+) -> None:
     """Insert `jobs` (into `shards` virtual shards) and the first executions of those that
-    run, in one statement; executions due soon are announced to their shards. Returns the
-    jobs' shards that moved out of this store group: when any did, nothing was inserted.
-    Otherwise the jobs' tenants' quota locks are held: `quotas.check(..., locked=True)`
-    checks next, unless `checked` (a create in this one statement, outside a transaction;
-    `elsewhere` as for `quotas.check`): the statement checked their use bounds, and raised
+    run, in one statement; executions due soon are announced to their shards. ShardMoved
+    when a job's shard moved out of this store group (nothing is inserted). Then the
+    jobs' tenants' quota locks are held: `quotas.check(..., locked=True)` checks next,
+    unless `checked` (a create in this one statement, outside a transaction; `elsewhere`
+    as for `quotas.check`): the statement checked their use bounds, and raised
     quotas.ToCount, writing nothing, if they need counting."""
     inserts = JobInserts.of(jobs, shards=shards, now=now).parameters()
     quota = quotas.bound_parameters(elsewhere, checked=checked)
@@ -153,4 +154,5 @@ async def insert_jobs(
         if checked and exc.message.startswith("horae: quota use of tenant"):
             raise quotas.ToCount(exc.message) from exc
         raise
-    return moved
+    if moved:
+        raise ShardMoved(moved)
