@@ -38,6 +38,9 @@ LAG_LIMIT = 2.0
 LAG_MARGIN = 5.0
 """A fault this long before a run's due time counts as touching it: a crashed scheduler's
 shards move within lease + renew period (3 + 1 s in the suite)."""
+WHOLE_LIMIT = 5.0
+"""Issue 22: after any fault or pair of faults, every run starts within this long of the
+system being whole again (reported, not judged: the touched runs' lags)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,9 @@ class Report:
     """For the same runs, how long after the system was whole again each started: its
     start less the later of its due time and the end of the last fault touching it (issue
     22: within 5 s after any fault or pair of faults)."""
+    slow_after_whole: list[str] = field(default_factory=list)
+    """The runs of `after_whole` that started more than WHOLE_LIMIT after it, each with
+    the faults that touched it (what to read first about them)."""
     faults: dict[str, int] = field(default_factory=dict)
     stalls: list[float] = field(default_factory=list)
     """How long each host stall lasted (`HOST_STALL`)."""
@@ -200,7 +206,13 @@ class Report:
             f"{max(lags, default=0.0):.3f} s; {over}\n"
             f"{'  the same, after whole again':<34}{len(whole):>8} runs: p99 "
             f"{percentile(whole, 0.99):.3f} s, max {max(whole, default=0.0):.3f} s; "
-            f"> 5 s: {sum(x > 5 for x in whole)}"
+            f"> {WHOLE_LIMIT:.0f} s: {sum(x > WHOLE_LIMIT for x in whole)}"
+            + "".join(f"\n    {item}" for item in self.slow_after_whole[:10])
+            + (
+                f"\n    ... and {len(self.slow_after_whole) - 10} more"
+                if len(self.slow_after_whole) > 10
+                else ""
+            )
         )
 
 
@@ -234,14 +246,18 @@ class _Faults:
         """The faults that ended in the `within` seconds before `at`, latest first."""
         return sorted((f for f in self._every if at - within <= f.end < at), key=lambda f: -f.end)
 
+    def touching(self, start: float, end: float) -> list[Fault]:
+        """The faults overlapping [start, end] that can delay a run, in the order they
+        began."""
+        return sorted((f for f in self._every if f.start <= end and f.end >= start
+                       and f.kind != "long_txn"), key=lambda f: f.start)  # fmt: skip
+
     def whole_at(self, start: float, end: float) -> float | None:
         """When the last fault overlapping [start, end] that can delay a run ended (the
         system whole again, as far as the injector knows), or None if none did: a run is
         touched by a fault if this is not None. A long transaction holding back vacuum
         does not count: start lag is measured under it."""
-        ends = [f.end for f in self._every
-                if f.start <= end and f.end >= start and f.kind != "long_txn"]  # fmt: skip
-        return max(ends, default=None)
+        return max((f.end for f in self.touching(start, end)), default=None)
 
 
 def check(history: History) -> Report:
@@ -357,7 +373,11 @@ def check(history: History) -> Report:
         whole = faults.whole_at(first.due_at - LAG_MARGIN, first.at)
         if whole is not None:
             report.touched_lags.append(first.at - first.due_at)
-            report.after_whole.append(first.at - max(first.due_at, whole))
+            after = first.at - max(first.due_at, whole)
+            report.after_whole.append(after)
+            if after > WHOLE_LIMIT:
+                touched = faults.touching(first.due_at - LAG_MARGIN, first.at)
+                report.slow_after_whole.append(_slow(first, after, touched))
             continue
         lags.append(first.at - first.due_at)
         if first.at - first.due_at > LAG_LIMIT:
@@ -367,6 +387,16 @@ def check(history: History) -> Report:
     report.lag_p50, report.lag_p99 = percentile(lags, 0.5), percentile(lags, 0.99)
     report.lag_max = max(lags, default=0.0)
     return report
+
+
+def _slow(first: Invocation, after: float, touched: list[Fault]) -> str:
+    by = "; ".join(f"{f.kind} {f.target} {f.start - first.due_at:+.1f} s to "
+                   f"{f.end - first.due_at:+.1f} s" for f in touched)  # fmt: skip
+    return (
+        f"due {first.due_at:.3f}, started {after:.3f} s after whole again "
+        f"({first.at - first.due_at:.3f} s late) on {first.worker} (job {first.job_id}, "
+        f"attempt {first.attempt}); touched by {by}"
+    )
 
 
 def _late(first: Invocation, before: list[Fault]) -> str:

@@ -241,6 +241,11 @@ def test_runs_a_fault_touched_are_reported_apart_and_not_judged() -> None:
     assert "> 60 s: 1" in report.format()
     assert report.after_whole == [60.0]  # PostgreSQL was back at 104
     assert "  the same, after whole again            1 runs: p99 60.000 s" in report.format()
+    assert report.slow_after_whole == [
+        "due 100.000, started 60.000 s after whole again (64.000 s late) on w-1 (job j1, "
+        "attempt 1); touched by pg_restart postgres -1.0 s to +4.0 s"
+    ]
+    assert "    due 100.000, started 60.000 s after whole again" in report.format()
 
 
 def test_after_a_pair_of_faults_the_wait_counts_from_the_later_ones_end() -> None:
@@ -250,6 +255,7 @@ def test_after_a_pair_of_faults_the_wait_counts_from_the_later_ones_end() -> Non
     report = check(history([run("e1", "j1", 110.5)], faults=[pause, restart]))
     assert report.touched_lags == [10.5] and report.after_whole == [2.5]
     assert "> 5 s: 0" in report.format().splitlines()[-2]
+    assert report.slow_after_whole == []
 
 
 def test_a_host_stall_excuses_the_start_lag_it_overlaps_and_no_duplicate() -> None:
