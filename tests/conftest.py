@@ -1,7 +1,8 @@
 """Session-wide real services for the suite.
 
 - PostgreSQL: a migrated template database per session; each test gets its own
-  copy (CREATE DATABASE ... TEMPLATE), dropped afterwards.
+  copy (CREATE DATABASE ... TEMPLATE), made while the test before it ran and dropped
+  after it in the background (tests/support/copies.py).
 - RabbitMQ: a vhost per session; each test its own exchange/queue prefix.
 - Kubernetes: etcd + kube-apiserver started once per session (hack/k8s-up.sh with
   HORAE_K8S_CONTROLLERS=0: no controller, scheduler or node spends the CPU) with Horae's
@@ -14,14 +15,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -31,6 +31,7 @@ from horae.store.db import connect, connect_pool
 from horae.store.groups import MAIN
 from horae.store.migrate import migrate, migrate_group
 from tests.support.chart import bind_lease_roles, install_chart_accounts
+from tests.support.copies import Copies, Database
 from tests.support.db_roles import (
     LoginRoles,
     add_login_roles,
@@ -46,6 +47,7 @@ from tests.support.groups import (
     drop_database,
     split_store,
     split_template,
+    with_path,
 )
 from tests.support.kube import (
     ControlPlane,
@@ -66,11 +68,6 @@ BASE_MQ = os.environ.get("HORAE_BROKER_URL", "amqp://horae:horae@127.0.0.1:5672/
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _with_path(url: str, path: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + path))
-
-
 @pytest_asyncio.fixture(scope="session")
 async def template_db() -> AsyncIterator[str]:
     name = f"horae_tmpl_{uuid.uuid4().hex[:8]}"
@@ -84,7 +81,7 @@ async def template_db() -> AsyncIterator[str]:
         )
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
-        await migrate(_with_path(BASE_DB, name))
+        await migrate(with_path(BASE_DB, name))
     finally:
         await admin.close()
     yield name
@@ -114,24 +111,39 @@ def split(request: pytest.FixtureRequest) -> SplitTemplate | None:
     return template
 
 
+@pytest_asyncio.fixture(scope="session")
+async def copies() -> AsyncIterator[Copies]:
+    """Where each test's databases come from: made one test ahead (tests/support/copies.py)."""
+    made = Copies()
+    yield made
+    await made.close()
+
+
 @pytest_asyncio.fixture
-async def db_url(template_db: str, split: SplitTemplate | None) -> AsyncIterator[str]:
+async def db_url(
+    template_db: str, split: SplitTemplate | None, copies: Copies
+) -> AsyncIterator[str]:
     """A fresh migrated database for this test: the store's group `main`, which holds its
     catalog. In the split run (see `split`) the odd shards are in group `second`, on the
     second cluster (`second_url`)."""
-    name = f"horae_t_{uuid.uuid4().hex[:10]}"
-    url = _with_path(BASE_DB, name)
-    twin = f"horae_g_{uuid.uuid4().hex[:10]}"
     if split is not None:
-        _SPLITS[url] = await copy_split_store(BASE_DB, name, twin, split)
+
+        async def make_split(made: list[Database]) -> None:
+            await copy_split_store(BASE_DB, made[0][1], made[1][1], split)
+
+        made = await copies.take("split", [BASE_DB, SECOND_DB], make_split)
+        url = with_path(BASE_DB, made[0][1])
+        _SPLITS[url] = with_path(SECOND_DB, made[1][1])
     else:
-        await create_database(BASE_DB, name, template_db)
+
+        async def make_one(made: list[Database]) -> None:
+            await create_database(BASE_DB, made[0][1], template_db)
+
+        made = await copies.take("one", [BASE_DB], make_one)
+        url = with_path(BASE_DB, made[0][1])
     yield url
-    # Fresh connections (the test may restart a server); one on each cluster: both at once.
-    drops = [drop_database(BASE_DB, name)]
-    if _SPLITS.pop(url, None) is not None:
-        drops.append(drop_database(SECOND_DB, twin))
-    await asyncio.gather(*drops)
+    _SPLITS.pop(url, None)
+    copies.drop(made)
 
 
 _SPLITS: dict[str, str] = {}
@@ -245,7 +257,7 @@ def broker_url() -> Iterator[str]:
         ["set_policy", "-p", vhost, "--apply-to", "queues", "expiry", ".*", '{"expires":600000}'],
     ]
     if all(rabbitmqctl(*args) is not None for args in setup):
-        yield _with_path(BASE_MQ, vhost)
+        yield with_path(BASE_MQ, vhost)
         rabbitmqctl("delete_vhost", vhost)
     else:
         yield BASE_MQ
