@@ -14,8 +14,9 @@ import pytest_asyncio
 from horae.errors import ConfigError
 from horae.store.db import connect
 from horae.store.migrate import maintain_partitions, migrate, migrate_installation, migrations
-from tests.conftest import BASE_DB, _with_path
+from tests.conftest import BASE_DB
 from tests.integration.test_cli import horae
+from tests.support.groups import with_path
 
 
 @pytest_asyncio.fixture
@@ -24,7 +25,7 @@ async def empty_db() -> AsyncIterator[str]:
     admin = await asyncpg.connect(BASE_DB)
     await admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield _with_path(BASE_DB, name)
+        yield with_path(BASE_DB, name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
