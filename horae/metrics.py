@@ -60,7 +60,8 @@ in_flight = Gauge("horae_in_flight", "Handlers running in this worker.")
 claims_ahead_checked = Counter(
     "horae_claims_ahead_checked_total",
     "Executions claimed ahead, due, checked before their handlers start: covered by a "
-    "promise written ahead, by one waited for, or read again in the store.",
+    "promise already written at or after the due time, by one waited for, or read again "
+    "in the store.",
     ["how"],
 )
 refused = Counter(

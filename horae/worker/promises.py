@@ -1,17 +1,24 @@
 """A worker's promises: what it claimed ahead of the due time is its own to start.
 
-Every `PROMISE_EVERY` the worker promises, in each store group, to start every execution it
-claimed ahead that falls due up to `PROMISE_AHEAD` from now (`store.promise`: one row per
-worker, rewritten in place). The reaper gives back to `scheduled` one whose due time its
-worker's promises did not reach within `PROMISE_GRACE` (the worker was killed, or frozen),
-so another worker runs it seconds after its due time, not once its lease (30 s by default)
-has run out. Migration 019 says why the two never both run it.
+A promise is one row per worker in each store group, rewritten in place (`store.promise`):
+"everything I claimed ahead that was due by now (Postgres's clock as it wrote the row) may
+have started". The worker writes one every `PROMISE_EVERY`, and at once (no closer than
+`PROMISE_SPACING` to the last) when an execution it claimed ahead falls due: it starts that
+handler only once a promise written at or after the due time has committed. The reaper
+gives back to `scheduled` an execution claimed ahead whose due time its worker's promises
+did not reach within `PROMISE_GRACE` (the worker was killed, or frozen, before it fell
+due), so another worker runs it seconds after its due time, not once its lease (30 s by
+default) has run out. Migration 019 says why the two never both run it.
 
-Before starting a handler claimed ahead, the execution layer asks `covers`: a promise
-covering its due time, written within the grace of it, is enough (no database round trip:
-the promises are written ahead). Otherwise (this worker stood still, or its promises fell
-behind) `confirm` promises again and reads whether the claim is still its own; a claim
-given back meanwhile runs elsewhere and is not started here.
+So the handlers due at one instant share one write (per worker and group), and nothing is
+written per execution. A promise never reaches past the instant it was written
+(`PROMISE_AHEAD`): one written ahead would leave what a worker killed just before the due
+time had claimed to the leases, since the store cannot tell whether it started.
+
+Before starting a handler claimed ahead, the execution layer asks `covered`: a promise
+reaching its due time, written within the grace of it. Otherwise (this worker stood still
+past the grace, or could not reach the store) `confirm` promises again and reads whether the
+claim is still its own; a claim given back meanwhile runs elsewhere and is not started here.
 """
 
 from __future__ import annotations
@@ -31,15 +38,20 @@ from horae.worker.routing import GroupCommits, Routes
 log = logging.getLogger(__name__)
 
 PROMISE_EVERY = 0.2
-"""Seconds between a worker's promises (in each store group)."""
-PROMISE_AHEAD = timedelta(seconds=0.5)
-"""How far ahead of now each promise reaches: a worker killed leaves what it claimed due
-within this to the leases."""
+"""Seconds between a worker's promises (in each store group) when none is asked for: they
+keep it among the live workers the reaper reads (`RETURN_WINDOW`)."""
+PROMISE_SPACING = 0.02
+"""Seconds at least between two promises in a group: the handlers claimed ahead that fall
+due meanwhile wait for the next (at most this plus a round trip late)."""
+PROMISE_AHEAD = timedelta(0)
+"""How far ahead of the instant it is written a promise reaches: not at all. A worker
+killed after promising ahead would leave what it claimed due within the reach to the
+leases (the store cannot tell whether those started)."""
 PROMISE_GRACE = timedelta(seconds=1.5)
 """How long after a due time its promise may come: the reaper gives an execution back
 this long after its due time when no promise reached it."""
-KEPT = 64
-"""Promises remembered per group (`PROMISE_EVERY` apart: about 13 s)."""
+KEPT = 1024
+"""Promises remembered per group (at least `PROMISE_SPACING` apart: 20 s or more)."""
 
 
 def reached_in_time(
@@ -68,8 +80,8 @@ class Promises:
 
     async def covered(self, group: str, due_at: datetime) -> bool:
         """`covers`, waiting (at most the grace) for the next promise when none has reached
-        `due_at` yet: the executions of a burst due at one instant share one promise, and
-        none reads its row."""
+        `due_at` yet (it is written at once): the executions of a burst due at one instant
+        share one promise, and none reads its row."""
         if self.covers(group, due_at):
             metrics.claims_ahead_checked.labels("promised").inc()
             return True
@@ -146,8 +158,9 @@ class Promises:
                 log.warning("store group %s: no promise yet", group, exc_info=True)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Promise in every group every `PROMISE_EVERY` until `stop` (one group out of reach
-        does not hold the others' back)."""
+        """Promise in every group every `PROMISE_EVERY`, and as soon as `PROMISE_SPACING`
+        allows when a handler waits for one, until `stop` (one group out of reach does not
+        hold the others' back)."""
         while not stop.is_set():
             groups = self._routes.groups()
             done = await asyncio.gather(*(self._promise(g) for g in groups), return_exceptions=True)
@@ -156,8 +169,9 @@ class Promises:
                     log.debug("store group %s: promise not written: %s", group, failed)
                 elif isinstance(failed, BaseException):
                     raise failed
+            await asyncio.sleep(PROMISE_SPACING)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=PROMISE_EVERY)
+                await asyncio.wait_for(self._wake.wait(), timeout=PROMISE_EVERY - PROMISE_SPACING)
             except TimeoutError:
                 pass
             self._wake.clear()

@@ -188,6 +188,27 @@ async def test_a_worker_killed_holding_a_claim_ahead_leaves_it_to_another_within
     assert 1.5 <= late < 5, f"started {late:.2f} s after its due time"
 
 
+async def test_a_worker_killed_just_before_the_due_time_of_its_claim_ahead_leaves_it_within_seconds(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # Killed 0.25 s before the due time, after its last promises (every 0.2 s): none of them
+    # reached the due time (a promise covers only what was due when it was written), so the
+    # reaper gives the execution back once the grace has passed, as for a worker killed
+    # long before. (While promises reached 0.5 s ahead, this one waited for its lease.)
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log)}
+    victim, row = await published_and_claimed_ahead(processes, stored, env)
+    port = free_port()
+    heir = processes.start("worker", "worker", "--tasks", TASKS,
+                           env=env | {"HORAE_METRICS_PORT": str(port)})  # fmt: skip
+    assert (await until_ready(port)).startswith("consuming")
+    await asyncio.sleep((row["due_at"] - datetime.now(UTC)).total_seconds() - 0.25)
+    victim.kill()
+    assert datetime.now(UTC) < row["due_at"], "killed only once due: the test is too slow"
+    late = await ran_once_by(stored, row, log, heir)
+    assert 1.5 <= late < 5, f"started {late:.2f} s after its due time"
+
+
 async def test_a_worker_killed_and_restarted_in_place_runs_its_claim_ahead_on_time(
     processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
