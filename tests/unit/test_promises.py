@@ -39,3 +39,13 @@ def test_a_promise_that_reached_it_only_after_the_grace_does_not_cover_it() -> N
     late = [(at(0.9), at(0.4)), (at(2.3), at(1.8))]
     assert reached_in_time(late, at(1.0), GRACE)
     assert not reached_in_time([(at(3.0), at(2.5))], at(1.0), GRACE), "2.5 s is not < 2.5 s"
+
+
+def test_a_promise_that_reaches_only_its_own_instant_covers_what_fell_due_by_then() -> None:
+    # As workers write them: each reaching no further than when it was written, so a
+    # handler due at 0.95 s starts on the promise written at 1.0 s, and a worker killed at
+    # 1.85 s leaves nothing due after 1.8 s covered.
+    written = [(at(t / 10), at(t / 10)) for t in range(0, 20, 2)]
+    assert reached_in_time(written, at(1.0), GRACE)
+    assert reached_in_time(written, at(0.95), GRACE)
+    assert not reached_in_time(written, at(1.85), GRACE)
