@@ -44,6 +44,9 @@ class Claimed:
     run_at: datetime | None
     source: str
     name: str | None
+    lease_until: datetime
+    """When the claim's lease ends: its clock (`claim_many`'s `now`) or the due time,
+    whichever is later, plus the lease, as `horae_claim` sets it."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,10 @@ async def claim_many(
             elif row["outcome"] == "early":
                 answers[row["id"]] = EARLY
             else:
-                answers[row["id"]] = Claimed(**{f: row[f] for f in _CLAIMED_FIELDS})
+                answers[row["id"]] = Claimed(
+                    **{f: row[f] for f in _CLAIMED_COLUMNS},
+                    lease_until=max(now, row["due_at"]) + lease,
+                )
         # Claimed before the scheduler recorded its dispatch, which may never happen (it
         # crashed, or its transaction failed): the next occurrence is scheduled here, or a
         # cron job whose record is lost would never fire again. Idempotent.
@@ -164,7 +170,7 @@ async def claim_many(
     return results
 
 
-_CLAIMED_FIELDS = tuple(Claimed.__dataclass_fields__)
+_CLAIMED_COLUMNS = tuple(f for f in Claimed.__dataclass_fields__ if f != "lease_until")
 
 
 async def _schedule_claimed_next(

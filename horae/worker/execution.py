@@ -49,8 +49,9 @@ OUTCOMES_DEFERRED = 0.5
 """The longest outcomes wait for a burst of starts (`StartsFirst`), in seconds."""
 
 LEASE_MARGIN = timedelta(seconds=1)
-"""An execution claimed ahead is started only if its lease (as this worker knows it) lasts at
-least this much longer; else the reaper may be giving it to another worker."""
+"""A handler is started only if its execution's lease (as this worker knows it: the claim's,
+or a heartbeat's that extended it) lasts at least this much longer; else the reaper may be
+giving the execution to another worker, or ending the attempt."""
 
 EARLY_TRIES = 20
 """How often a claim made once due by this worker's clock is tried again, `EARLY_RETRY` apart,
@@ -124,9 +125,9 @@ class Executions:
         self._handlers: dict[uuid.UUID, tuple[int, asyncio.Task[Any]]] = {}
         """The handlers running, by execution id, with their executions' shards."""
         self._leased: dict[uuid.UUID, datetime] = {}
-        """Executions claimed ahead of their due time and waiting for it (their shards are in
-        `_held`), with when their leases end as far as this worker knows (the claim's, then
-        each heartbeat's that extended it)."""
+        """Executions claimed ahead of their due time and not started yet, waiting for it or
+        for a slot (their shards are in `_held`), with when their leases end as far as this
+        worker knows (the claim's, then each heartbeat's that extended it)."""
         self._stopping = False
         """Stopping: an execution claimed ahead is handed back, not started."""
         self._held: dict[uuid.UUID, int] = {}
@@ -162,7 +163,6 @@ class Executions:
         its outcome recorded with when the handler began. Raises what the claim raised;
         cancelled, records nothing."""
         claimed: Claimed | None = None
-        leased: datetime | None = None
         if self._ahead(body):
             answer = await claim()
             if answer is None:
@@ -170,39 +170,45 @@ class Executions:
             if isinstance(answer, Claimed):
                 claimed = answer
                 self._held[claimed.id] = claimed.shard
-                self._leased[claimed.id] = claimed.due_at + self._cfg.lease
+                self._leased[claimed.id] = claimed.lease_until
         try:
             await self._until_due(body)
+            if claimed is not None and not await self._startable(claimed):
+                return
+            # A slot is a running handler: the outcome's write happens after it is given back
+            # (the message stays unacked until then, so prefetch still bounds the backlog).
+            self._starts.queued()
+            try:
+                await self._slots.acquire()
+            finally:
+                self._starts.dequeued()
+            try:
+                ran = await self._claim_and_run(body, claim, claimed)
+            finally:
+                self._slots.release()
         finally:
             if claimed is not None:
-                leased = self._leased.pop(claimed.id, None)
-        if claimed is not None:
-            if self._stopping:
-                return  # handed back by `stop_handlers`, never started here
-            if leased is None or self._clock.now() > leased - LEASE_MARGIN:
-                # This worker stood still past the lease (frozen, or its loop stalled): the
-                # reaper may have given the execution to another worker. Never started here.
-                await self._give_back(claimed)
-                return
-            if not await self._still_ours(claimed, leased):
-                return
-        # A slot is a running handler: the outcome's write happens after it is given back
-        # (the message stays unacked until then, so prefetch still bounds the backlog).
-        self._starts.queued()
-        try:
-            await self._slots.acquire()
-        finally:
-            self._starts.dequeued()
-        try:
-            ran = await self._claim_and_run(body, claim, claimed)
-        finally:
-            self._slots.release()
+                self._leased.pop(claimed.id, None)
         if ran is not None:
             try:
                 await self._starts.gone()
                 await self._record(body, *ran)
             finally:
                 self._held.pop(ran[0].id, None)
+
+    async def _startable(self, claimed: Claimed) -> bool:
+        """Whether an execution claimed ahead, now due, may go on to wait for a slot: not
+        handed back by `stop_handlers`, its lease (as this worker knows it) not run out, and
+        still this worker's (`_still_ours`)."""
+        if self._stopping:
+            return False  # handed back by `stop_handlers`, never started here
+        leased = self._leased.get(claimed.id)
+        if leased is None or self._clock.now() > leased - LEASE_MARGIN:
+            # This worker stood still past the lease (frozen, or its loop stalled): the
+            # reaper may have given the execution to another worker. Never started here.
+            await self._give_back(claimed)
+            return False
+        return await self._still_ours(claimed, leased)
 
     async def _still_ours(self, claimed: Claimed, leased: datetime) -> bool:
         """Whether this worker may start an execution it claimed ahead, now due: a promise of
@@ -229,8 +235,8 @@ class Executions:
         """Give back an execution claimed ahead and never started (`scheduled`, due as it
         was), if still held: best effort; else its lease runs out and the reaper does it."""
         self._held.pop(claimed.id, None)
-        log.warning("execution %s: its lease may have run out before it was due; given back",
-                    claimed.id)  # fmt: skip
+        log.warning("execution %s: its lease may have run out before its handler started; "
+                    "given back", claimed.id)  # fmt: skip
         try:
             await self._routes.follow(
                 claimed.shard,
@@ -278,11 +284,23 @@ class Executions:
         """Claim (unless `claimed` ahead) and run the handler: the execution, how it ended and
         when its handler began; None when there was nothing to run (throttled, duplicate or
         stale)."""
+        leased: datetime | None
         if claimed is None:
             claimed = await self._claim_due(body, claim)
             if claimed is None:
                 return None
             self._held[claimed.id] = claimed.shard
+            leased = claimed.lease_until
+        else:  # claimed ahead: its lease as the heartbeats kept it while it waited for a slot
+            leased = self._leased.pop(claimed.id, None)
+            if self._stopping:
+                return None  # handed back by `stop_handlers`, never started here
+        if leased is None or self._clock.now() > leased - LEASE_MARGIN:
+            # This worker stood still since the claim, or while waiting for a slot (frozen,
+            # its loop stalled): the reaper may have given the execution to another worker,
+            # or ended the attempt. Never started here.
+            await self._give_back(claimed)
+            return None
         began = self._clock.now()
         metrics.start_lag.observe((began - claimed.due_at).total_seconds())
         metrics.in_flight.inc()
@@ -538,7 +556,8 @@ class Executions:
         """Cancel the handlers still running (nothing is recorded for them) and give them
         `stop_wait` to end (a cancelled handler's `finally` may still clean up); the
         executions whose handlers have ended, which may now run elsewhere, with their shards,
-        and those claimed ahead of their due times (never started here from now on).
+        and those claimed ahead and not started, waiting for their due times or a slot (never
+        started here from now on).
         One that has not ended keeps its lease until this process exits, and the reaper
         recovers it."""
         self._stopping = True

@@ -266,6 +266,44 @@ async def test_a_worker_frozen_past_the_lease_of_a_claim_ahead_never_starts_it_o
     assert [c["worker"] for c in invocations(log)] == [heir.identity]
 
 
+async def test_a_worker_frozen_while_a_claim_ahead_waits_for_a_slot_never_starts_it_on_waking(
+    processes: Processes, stored: StoreRows, tmp_path: Path
+) -> None:
+    # One slot, 3 s leases: a slow handler holds the slot past the due time of an execution
+    # claimed ahead, which waits for it, its lease kept by heartbeats. Frozen meanwhile past
+    # that lease, the worker leaves the execution to the reaper (an unstarted claim ahead
+    # whose lease ran out), which gives it to another worker. Woken, the slot free again, it
+    # finds the lease gone by its own reckoning and gives the execution back, not started.
+    log = tmp_path / "calls.jsonl"
+    env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3",
+           "HORAE_CONCURRENCY": "1"}  # fmt: skip
+    sleeper, row = await published_and_claimed_ahead(processes, stored, env)
+    due = row["due_at"]
+    slow = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
+                                      payload={"seconds": 4}),
+                        due_in=(due - datetime.now(UTC)).total_seconds() - 1)  # fmt: skip
+    await asyncio.sleep((due - datetime.now(UTC)).total_seconds() + 0.5)
+    assert [(c["job_id"], c["worker"]) for c in invocations(log)] == [
+        (str(slow["id"]), sleeper.identity)
+    ], "the slow handler holds the only slot at the due time, and nothing else ran"
+    sleeper.signal(signal.SIGSTOP)
+    try:
+        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
+    finally:
+        sleeper.signal(signal.SIGCONT)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+
+    async def woken() -> bool:  # its log says it gave the execution back (not started)
+        return "given back" in sleeper.log() or len(echoes()) > 1
+
+    def echoes() -> list[str]:
+        return [c["worker"] for c in invocations(log) if c["job_id"] == str(row["job_id"])]
+
+    await until(woken, timeout=15, what="the woken worker giving the execution back")
+    assert echoes() == [heir.identity]
+
+
 async def test_a_job_cancelled_after_its_execution_was_claimed_ahead_never_starts(
     processes: Processes, stored: StoreRows, broker_url: str, broker_prefix: str, tmp_path: Path
 ) -> None:

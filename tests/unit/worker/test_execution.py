@@ -34,6 +34,7 @@ def claimed(task_name: str, timeout_seconds: int | None = None) -> Claimed:
         run_at=NOW,
         source="api",
         name=None,
+        lease_until=NOW + timedelta(seconds=30),
     )
 
 
