@@ -171,6 +171,25 @@ async def ran_once_by(
     return float((done["started_at"] - row["due_at"]).total_seconds())
 
 
+async def run_elsewhere_while_frozen(
+    processes: Processes, stored: StoreRows, sleeper: Component, row: asyncpg.Record,
+    env: dict[str, str], until_dt: datetime | None = None,
+) -> tuple[Component, asyncpg.Record]:  # fmt: skip
+    """Freeze `sleeper` (SIGSTOP), start another worker (`env`), and wake `sleeper` once the
+    execution of `row` has ended (and `until_dt` has passed): that worker, and the
+    execution's row, which succeeded at its first attempt."""
+    sleeper.signal(signal.SIGSTOP)
+    try:
+        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
+        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
+        if until_dt is not None:
+            await asyncio.sleep(max(0.0, (until_dt - datetime.now(UTC)).total_seconds()))
+    finally:
+        sleeper.signal(signal.SIGCONT)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    return heir, done
+
+
 async def test_a_worker_killed_just_before_the_due_time_of_its_claim_ahead_leaves_it_within_seconds(
     processes: Processes, stored: StoreRows, tmp_path: Path
 ) -> None:
@@ -222,13 +241,7 @@ async def test_a_worker_frozen_across_the_due_time_of_a_claim_ahead_never_starts
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log)}
     sleeper, row = await published_and_claimed_ahead(processes, stored, env)
-    sleeper.signal(signal.SIGSTOP)
-    try:
-        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
-    finally:
-        sleeper.signal(signal.SIGCONT)
-    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    heir, done = await run_elsewhere_while_frozen(processes, stored, sleeper, row, env)
     assert (done["started_at"] - row["due_at"]).total_seconds() < 5
 
     async def woken() -> bool:
@@ -246,18 +259,9 @@ async def test_a_worker_frozen_past_the_lease_of_a_claim_ahead_never_starts_it_o
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3"}
     sleeper, row = await published_and_claimed_ahead(processes, stored, env)
-    sleeper.signal(signal.SIGSTOP)
-    try:
-        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
-
-        async def lease_gone() -> bool:
-            return datetime.now(UTC) > row["due_at"] + timedelta(seconds=4)
-
-        await until(lease_gone, timeout=20, what="the lease running out")
-    finally:
-        sleeper.signal(signal.SIGCONT)
-    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    heir, _ = await run_elsewhere_while_frozen(
+        processes, stored, sleeper, row, env, until_dt=row["due_at"] + timedelta(seconds=4)
+    )  # the lease run out
 
     async def woken() -> bool:  # its log says it gave the execution back (not started)
         return "given back" in sleeper.log() or len(invocations(log)) > 1
@@ -286,13 +290,7 @@ async def test_a_worker_frozen_while_a_claim_ahead_waits_for_a_slot_never_starts
     assert [(c["job_id"], c["worker"]) for c in invocations(log)] == [
         (str(slow["id"]), sleeper.identity)
     ], "the slow handler holds the only slot at the due time, and nothing else ran"
-    sleeper.signal(signal.SIGSTOP)
-    try:
-        heir = processes.start("worker", "worker", "--tasks", TASKS, env=env)
-        [done] = await terminal(stored, row["job_id"], 1, timeout=40)
-    finally:
-        sleeper.signal(signal.SIGCONT)
-    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    heir, _ = await run_elsewhere_while_frozen(processes, stored, sleeper, row, env)
 
     async def woken() -> bool:  # its log says it gave the execution back (not started)
         return "given back" in sleeper.log() or len(echoes()) > 1
