@@ -232,8 +232,9 @@ class Executions:
         return mine
 
     async def _give_back(self, claimed: Claimed) -> None:
-        """Give back an execution claimed ahead and never started (`scheduled`, due as it
-        was), if still held: best effort; else its lease runs out and the reaper does it."""
+        """Give back an execution claimed (ahead, or once due) whose handler never started
+        (`scheduled`, due as it was, not an attempt), if still held: best effort; else its
+        lease runs out and the reaper does it."""
         self._held.pop(claimed.id, None)
         log.warning("execution %s: its lease may have run out before its handler started; "
                     "given back", claimed.id)  # fmt: skip
