@@ -202,13 +202,20 @@ class Executions:
         still this worker's (`_still_ours`)."""
         if self._stopping:
             return False  # handed back by `stop_handlers`, never started here
-        leased = self._leased.get(claimed.id)
-        if leased is None or self._clock.now() > leased - LEASE_MARGIN:
-            # This worker stood still past the lease (frozen, or its loop stalled): the
-            # reaper may have given the execution to another worker. Never started here.
-            await self._give_back(claimed)
+        leased = self._leased[claimed.id]
+        if await self._lease_lost(claimed, leased):
             return False
         return await self._still_ours(claimed, leased)
+
+    async def _lease_lost(self, claimed: Claimed, leased: datetime) -> bool:
+        """Whether less than `LEASE_MARGIN` of the lease of `claimed` is left (`leased`: when
+        it ends as this worker knows it): this worker stood still since it looked (frozen,
+        its loop stalled), and the reaper may have given the execution to another worker or
+        ended the attempt. If so it is given back, never started here."""
+        if self._clock.now() <= leased - LEASE_MARGIN:
+            return False
+        await self._give_back(claimed)
+        return True
 
     async def _still_ours(self, claimed: Claimed, leased: datetime) -> bool:
         """Whether this worker may start an execution it claimed ahead, now due: a promise of
@@ -284,8 +291,9 @@ class Executions:
     ) -> tuple[Claimed, Outcome, datetime] | None:
         """Claim (unless `claimed` ahead) and run the handler: the execution, how it ended and
         when its handler began; None when there was nothing to run (throttled, duplicate or
-        stale)."""
-        leased: datetime | None
+        stale) or it was not started after all (handed back: the worker stopping, or too
+        little of the lease left)."""
+        leased: datetime
         if claimed is None:
             claimed = await self._claim_due(body, claim)
             if claimed is None:
@@ -293,14 +301,10 @@ class Executions:
             self._held[claimed.id] = claimed.shard
             leased = claimed.lease_until
         else:  # claimed ahead: its lease as the heartbeats kept it while it waited for a slot
-            leased = self._leased.pop(claimed.id, None)
+            leased = self._leased.pop(claimed.id)
             if self._stopping:
                 return None  # handed back by `stop_handlers`, never started here
-        if leased is None or self._clock.now() > leased - LEASE_MARGIN:
-            # This worker stood still since the claim, or while waiting for a slot (frozen,
-            # its loop stalled): the reaper may have given the execution to another worker,
-            # or ended the attempt. Never started here.
-            await self._give_back(claimed)
+        if await self._lease_lost(claimed, leased):  # since the claim, or the slot's wait
             return None
         began = self._clock.now()
         metrics.start_lag.observe((began - claimed.due_at).total_seconds())

@@ -281,12 +281,21 @@ async def test_a_worker_frozen_while_a_claim_ahead_waits_for_a_slot_never_starts
     log = tmp_path / "calls.jsonl"
     env = {"HORAE_TEST_LOG": str(log), "HORAE_EXECUTION_LEASE_SECONDS": "3",
            "HORAE_CONCURRENCY": "1"}  # fmt: skip
-    sleeper, row = await published_and_claimed_ahead(processes, stored, env)
+    port = free_port()
+    sleeper, row = await published_and_claimed_ahead(
+        processes, stored, env | {"HORAE_METRICS_PORT": str(port)}
+    )
     due = row["due_at"]
     slow = await create(stored, JobSpec(task="e2e.slow", run_at=datetime.now(UTC),
                                       payload={"seconds": 4}),
                         due_in=(due - datetime.now(UTC)).total_seconds() - 1)  # fmt: skip
-    await asyncio.sleep((due - datetime.now(UTC)).total_seconds() + 0.5)
+
+    async def both_checked() -> bool:  # the slow one's claim ahead and this one's, once due
+        samples = await scrape(f"http://127.0.0.1:{port}/metrics")
+        name = "horae_claims_ahead_checked_total"
+        return sum(value(samples, name, how=how) for how in ("promised", "waited")) >= 2
+
+    await until(both_checked, timeout=20, what="both claims ahead checked at their due times")
     assert [(c["job_id"], c["worker"]) for c in invocations(log)] == [
         (str(slow["id"]), sleeper.identity)
     ], "the slow handler holds the only slot at the due time, and nothing else ran"

@@ -296,6 +296,10 @@ async def test_a_batch_of_claims_keeps_a_tenant_within_its_limit(pool: asyncpg.P
         )  # fmt: skip
     assert sum(isinstance(a, executions.Claimed) for a in answers) == 2
     assert sum(isinstance(a, executions.Throttled) for a in answers) == 3
+    leases = await pool.fetch("SELECT id, lease_until FROM executions WHERE status = 'running'")
+    assert {a.id: a.lease_until for a in answers if isinstance(a, executions.Claimed)} == {
+        r["id"]: r["lease_until"] for r in leases
+    }, "each claim answers its lease as the store set it"
     statuses = sorted(r["status"] for r in await pool.fetch("SELECT status FROM executions"))
     assert statuses == ["running"] * 2 + ["scheduled"] * 3
 
@@ -315,7 +319,7 @@ async def test_a_claim_ahead_of_the_due_time_leases_from_it_and_records_the_real
         assert isinstance(claimed, executions.Claimed)
         held = await conn.fetchrow("SELECT * FROM executions WHERE id = $1", row["id"])
         assert (held["status"], held["lease_owner"], held["started_at"]) == ("running", "w1", None)
-        assert held["lease_until"] == row["due_at"] + lease
+        assert held["lease_until"] == row["due_at"] + lease == claimed.lease_until
         beat = await executions.heartbeat(conn, owner="w1", now=NOW, lease=lease, ids=[row["id"]])
         assert beat.extended == {row["id"]}
         assert (
