@@ -78,7 +78,7 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
     control_plane: ControlPlane, namespace: str, processes: Processes, stored: StoreRows,
     db_url: str,
 ) -> None:  # fmt: skip
-    processes.start("scheduler", "scheduler")
+    scheduler = processes.start("scheduler", "scheduler")
     await start_worker(processes)
     await balanced(control_plane, namespace, ["scheduler-0"])
     await taken(stored, ["scheduler-0"])
@@ -134,11 +134,14 @@ async def test_explain_tells_a_run_on_time_a_forbid_skip_a_pause_and_what_never_
         paused = await explained(missed, missed + S)
         assert paused[0].startswith("no row: the job was paused at this time (paused at")
         assert paused[0].endswith("not resumed since)")
+        # A pause shorter than catch-up's 5 s grace leaves no skipped rows: a resume runs its
+        # occurrences late instead, from the cancelled one on. With no scheduler left to do
+        # that, the job resumed then cancelled never gets to this one (with one, it may have
+        # and it was cancelled: a race, not the case here). (Recorded skips:
+        # tests/integration/test_explain.py.)
+        scheduler.kill()
         await change(stored, job_id, jobs.resume_job)
         await change(stored, job_id, jobs.cancel_job)
-        # A pause shorter than catch-up's 5 s grace leaves no skipped rows: the resume runs
-        # its occurrences late instead, from the cancelled one on, and the job, cancelled at
-        # once, never got to this one. (Recorded skips: tests/integration/test_explain.py.)
         resumed = await explained(missed, missed + S)
         assert resumed[0].startswith("no row: the job was paused at this time (paused at")
         assert ", resumed at " in resumed[0] and resumed[0].endswith(")"), resumed[0]
