@@ -170,8 +170,9 @@ class SchedulerSettings:
     arrives (its lease counted from the due time) and starts it once due by Postgres's
     clock. Executions of Forbid, Replace and BufferOne jobs are published at the due moment,
     so that whether the previous occurrence still runs is judged then. At most
-    MAX_DISPATCH_LEAD. Off by default: a worker killed holding claims ahead leaves them to
-    its lease (docs/operations.md); bursts have their own lead, `burst_lead`."""
+    MAX_DISPATCH_LEAD. Off by default: a pause or edit after the claim no longer stops the
+    run, and a worker killed holding claims ahead leaves them to another about 2 s after
+    their due times (docs/operations.md); bursts have their own lead, `burst_lead`."""
     burst_lead: timedelta = timedelta(seconds=2)
     """HORAE_BURST_LEAD_SECONDS: a burst (`burst_size` or more executions due within one
     quarter second, on this replica's shards) is published this long before it is due, or
