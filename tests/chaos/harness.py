@@ -206,8 +206,9 @@ class Run:
 
     # ---- observation -----------------------------------------------------------------
     async def observe(self, stop: asyncio.Event) -> None:
-        """Sample Postgres all along: epochs and running counts often, terminal statuses
-        every few seconds. A sample that fails (Postgres restarting) is skipped."""
+        """Sample Postgres all along: epochs and running counts often (executions counted
+        once whichever groups hold them), terminal statuses every few seconds. A sample
+        that fails (Postgres restarting) is skipped."""
         conns: dict[str, asyncpg.Connection] = {}
         tick = 0
         seen: dict[str, str] = {}
@@ -215,7 +216,7 @@ class Run:
             try:
                 now = time.time()
                 epochs: dict[int, int] = {}
-                running: dict[str, int] = {}
+                running: dict[str, set[str]] = {}
                 terminal: dict[str, str] = {}
                 for g, url in enumerate(self.urls):  # each group's shards keyed apart
                     conn = conns.get(url)
@@ -225,11 +226,12 @@ class Run:
                         )
                     for r in await conn.fetch("SELECT shard, epoch FROM shard_epochs"):
                         epochs[g * 10_000 + r[0]] = r[1]
+                    # By id: a move's rows are in both groups from the target's commit to
+                    # the source's (the source's fenced and locked), one execution each.
                     for r in await conn.fetch(
-                        "SELECT tenant, count(*) FROM executions WHERE status = 'running' "
-                        "GROUP BY tenant"
+                        "SELECT tenant, id::text FROM executions WHERE status = 'running'"
                     ):  # fmt: skip
-                        running[r[0]] = running.get(r[0], 0) + r[1]
+                        running.setdefault(r[0], set()).add(r[1])
                     if tick % 6 == 0:  # kept: only what is new or changed since the last look
                         for r in await conn.fetch(
                             "SELECT id, status::text FROM executions "
@@ -238,7 +240,8 @@ class Run:
                             key = str(r[0])
                             if seen.get(key) != r[1]:
                                 terminal[key] = seen[key] = r[1]
-                self.samples.append(checker.Sample(now, terminal, epochs, running))
+                counts = {tenant: len(ids) for tenant, ids in running.items()}
+                self.samples.append(checker.Sample(now, terminal, epochs, counts))
                 tick += 1
             except Exception:  # Postgres restarting, the connection cut: skip this sample
                 for conn in conns.values():
