@@ -78,22 +78,20 @@ class Promises:
         self._wake = asyncio.Event()
         """Set when an execution waits for a promise: the loop writes the next at once."""
 
-    async def covered(self, group: str, due_at: datetime) -> bool:
+    async def covered(self, group: str, due_at: datetime) -> str | None:
         """`covers`, waiting (at most the grace) for the next promise when none has reached
-        `due_at` yet (it is written at once): the executions of a burst due at one instant
-        share one promise, and none reads its row."""
+        `due_at` yet (it is written at once): how it was covered, as
+        `horae_claims_ahead_checked_total` names it (`promised`: one already had; `waited`:
+        the next did), or None when none did in time. The executions of a burst due at one
+        instant share one promise, and none reads its row."""
         if self.covers(group, due_at):
-            metrics.claims_ahead_checked.labels("promised").inc()
-            return True
+            return "promised"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PROMISE_GRACE.total_seconds()
         while self._reach(group) < due_at and loop.time() < deadline:
             self._wake.set()
             await self._next(group)
-        if self.covers(group, due_at):
-            metrics.claims_ahead_checked.labels("waited").inc()
-            return True
-        return False
+        return "waited" if self.covers(group, due_at) else None
 
     def _reach(self, group: str) -> datetime:
         written = self._written.get(group)
