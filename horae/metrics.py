@@ -38,6 +38,12 @@ preload_peak = Gauge(
     "The most executions held in the preload window at once since start (at most "
     "HORAE_PRELOAD_MAX_ROWS).",
 )
+preload_read = Counter(
+    "horae_preload_rows_read_total",
+    "Rows the preload read, by why: `window` (the cursor and full re-reads), `notified` (a "
+    "shard's NOTIFY behind the cursor), `gained` (a shard taken).",
+    ["read"],
+)
 dispatched = Counter("horae_dispatched_total", "Executions published to the queue.")
 group_dispatched = Counter(
     "horae_group_dispatched_total",

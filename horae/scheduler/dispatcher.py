@@ -19,7 +19,8 @@ Each dispatcher works on one store group's database (`groups`).
 Preload reads through the partial index with a cursor: each refresh reads only
 rows beyond the last one seen; rows inserted behind the cursor (near-term
 creates, retries) are announced by NOTIFY for their shard, which re-reads that
-shard's window; a full re-read every `FULL_REFRESH_EVERY` is the safety net.
+shard's window from them (only rows made since, when the NOTIFY tells when they were
+made: `store.Notice`); a full re-read every `FULL_REFRESH_EVERY` is the safety net.
 
 Memory is bounded whatever is due: a replica holds at most `max_rows` executions
 (HORAE_PRELOAD_MAX_ROWS), the earliest by (due_at, id). The cursor read stops when the
@@ -31,6 +32,7 @@ the displaced ones are read again when there is room.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -51,7 +53,7 @@ from horae.scheduler.limits import TenantGate
 from horae.scheduler.rounds import HOLD_EVERY, Plan, decide, guarded, message
 from horae.store import dispatch as store
 from horae.store.db import Database
-from horae.store.dispatch import MIN_CURSOR, Due, Recorded, ShardDispatch
+from horae.store.dispatch import MIN_CURSOR, Due, Notice, Recorded, ShardDispatch
 from horae.store.groups import MAIN
 
 if TYPE_CHECKING:
@@ -158,8 +160,8 @@ class Dispatcher:
         we did not own when it read them)."""
         self._takes: GroupCommit[int, int] = GroupCommit(self._take, isolate=True)
         """Epochs taken together: a shard busy or moved fails only its own gain."""
-        self._notified: dict[int, tuple[datetime, uuid.UUID] | None] = {}
-        """Shards told of new rows: the smallest new (due_at, id), None = re-read the window."""
+        self._notified: dict[int, Notice | None] = {}
+        """Shards told of new rows: where they are, None = re-read the window."""
         self._wake = asyncio.Event()
         self._refresh_now = asyncio.Event()
         self._gate = TenantGate()
@@ -270,9 +272,11 @@ class Dispatcher:
         except ValueError:
             self._full_needed = True
         else:
-            key = store.parse_notify(str(payload))
-            known = self._notified.get(shard, key)
-            self._notified[shard] = None if key is None or known is None else min(key, known)
+            notice = store.parse_notify(str(payload))
+            known = self._notified.get(shard, notice)
+            self._notified[shard] = (
+                None if notice is None or known is None else notice.merged(known)
+            )
         self._refresh_now.set()
 
     # -- preload -------------------------------------------------------------
@@ -358,11 +362,16 @@ class Dispatcher:
         until: datetime,
         after: tuple[datetime, uuid.UUID],
         *,
+        why: str,
         advance: bool = False,
+        made_since: uuid.UUID | None = None,
     ) -> int:
-        """Read `shards`' rows from `after` up to the cursor; with `advance` (every owned
-        shard), on beyond it while the heap has room, moving the cursor along."""
+        """Read `shards`' rows from `after` up to the cursor (with `made_since`, only those
+        whose ids are not smaller); with `advance` (every owned shard), on beyond it while
+        the heap has room, moving the cursor along. `why`: the read's label in
+        `horae_preload_rows_read_total`."""
         total = 0
+        counted = metrics.preload_read.labels(why)
         async with self._pool.acquire() as conn:
             while True:
                 if after >= self._cursor:
@@ -371,7 +380,8 @@ class Dispatcher:
                     if len(self._heap) >= self._max_rows:
                         self._capped = True
                         return total
-                rows = await store.preload(conn, shards, until, self._page, after)
+                rows = await store.preload(conn, shards, until, self._page, after, made_since)
+                counted.inc(len(rows))
                 if rows:
                     after = (rows[-1].due_at, rows[-1].id)
                     if advance:
@@ -390,7 +400,7 @@ class Dispatcher:
         added = 0
         gained = sorted(self._gained.intersection(shards))
         if gained:  # (kept for the next refresh if this read fails)
-            added += await self._read(gained, until, MIN_CURSOR)
+            added += await self._read(gained, until, MIN_CURSOR, why="gained")
             self._gained.difference_update(gained)
         if self._full_needed or time.monotonic() - self._last_full > FULL_REFRESH_EVERY:
             self._full_needed = False
@@ -401,26 +411,33 @@ class Dispatcher:
             if time.monotonic() - self._last_deep > DEEP_REFRESH_EVERY:
                 self._last_deep = time.monotonic()
                 start = MIN_CURSOR
-            return added + await self._read(shards, until, min(start, self._cursor), advance=True)
+            return added + await self._read(
+                shards, until, min(start, self._cursor), why="window", advance=True
+            )
         # New rows ahead of the cursor are read by the cursor's read below; only those that
-        # sorted behind it are read again, from the smallest of them (time-ordered ids keep
-        # that rare); rows put back under their old ids mean a re-read of the shard.
+        # sorted behind it are read again, from the smallest of them, and of the rows from
+        # there to the cursor only those made since (the known ones between are not read
+        # again: creates of a second, committed in any order, fall behind each other's);
+        # rows put back under their old ids mean a re-read of the shard.
         notified, self._notified = self._notified, {}
         owned = set(shards)
-        whole = sorted(s for s, key in notified.items() if key is None and s in owned)
+        whole = sorted(s for s, n in notified.items() if n is None and s in owned)
         behind = {
-            s: key
-            for s, key in notified.items()
-            if key is not None and s in owned and key <= self._cursor
+            s: n
+            for s, n in notified.items()
+            if n is not None and s in owned and n.key <= self._cursor
         }
         if whole:
             lookback = (utc_now() - FULL_LOOKBACK, MIN_CURSOR[1])
-            added += await self._read(whole, until, lookback)
+            added += await self._read(whole, until, lookback, why="notified")
         if behind:
-            due_at, first = min(behind.values())
+            notice = functools.reduce(Notice.merged, behind.values())
+            due_at, first = notice.key
             start = (due_at, uuid.UUID(int=max(0, first.int - 1)))  # from `first` inclusive
-            added += await self._read(sorted(behind), until, start)
-        more = await self._read(shards, until, self._cursor, advance=True)
+            added += await self._read(
+                sorted(behind), until, start, why="notified", made_since=notice.made
+            )
+        more = await self._read(shards, until, self._cursor, why="window", advance=True)
         log.debug(
             "refresh: %d shards re-read whole and %d from a key on NOTIFY, %d new",
             len(whole),

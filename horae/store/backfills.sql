@@ -76,10 +76,16 @@ WITH inserted AS (
     DO NOTHING
     RETURNING id, shard, due_at
 ), notified AS (
+    -- as insert_jobs's
     SELECT pg_notify('horae_shard_' || s.shard::text,
                      (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                     || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
-    FROM (SELECT shard, due_at, id FROM inserted ORDER BY due_at, id LIMIT 1) s
+                     || s.made::text || ' ' || s.first::text)
+    FROM (SELECT DISTINCT ON (shard) shard, due_at, made,
+                 min(made) OVER (PARTITION BY shard) AS first
+          FROM (SELECT shard, due_at, id,
+                       ('x' || left(replace(id::text, '-', ''), 12))::bit(48)::bigint AS made
+                FROM inserted) n
+          ORDER BY shard, due_at, id) s
 )
 SELECT count(*) AS inserted FROM inserted WHERE (SELECT count(*) FROM notified) >= 0
 

@@ -65,21 +65,45 @@ NIL = uuid.UUID(int=0)
 MIN_CURSOR = (datetime(1970, 1, 1, tzinfo=UTC), NIL)
 
 
-def parse_notify(payload: str) -> tuple[datetime, uuid.UUID] | None:
-    """A shard NOTIFY's payload: the smallest new (due_at, id) of the executions just
-    inserted for that shard, as "<due, epoch microseconds> <the id's creation millisecond>",
-    read as (due_at, the smallest UUIDv7 of that millisecond): a key at or just before the
-    new rows, so the scheduler reads from there, and one that sorts ahead of its cursor when
-    the rows are newer than those it has read. Never the id itself: any database role may
-    LISTEN (migration 004). The "<epoch microseconds> <uuid>" of earlier releases is still
-    read. None for any other payload (rows moved back to scheduled under their old ids: the
-    shard's window is re-read)."""
-    micros, _, made = payload.partition(" ")
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What a shard's NOTIFY says of the executions just inserted for it."""
+
+    key: tuple[datetime, uuid.UUID]
+    """At or before the smallest new (due_at, id): the scheduler reads from here."""
+    made: uuid.UUID | None = None
+    """At or before every new id (the smallest one's creation millisecond), so that a
+    re-read behind the cursor skips the rows made before them; None when not told."""
+
+    def merged(self, other: Notice) -> Notice:
+        """A notice covering both."""
+        made = None if self.made is None or other.made is None else min(self.made, other.made)
+        return Notice(min(self.key, other.key), made)
+
+
+def _floor_of(made: str) -> uuid.UUID:
+    """The smallest UUIDv7 of a creation millisecond (as a payload carries it)."""
+    return uuid.UUID(int=int(made) << 80)
+
+
+def parse_notify(payload: str) -> Notice | None:
+    """A shard NOTIFY's payload: "<due, epoch microseconds> <a creation millisecond>
+    [<a creation millisecond>]", the smallest new (due_at, id) of the executions just
+    inserted for that shard as its due time and (the smallest UUIDv7 of) its id's creation
+    millisecond: a key at or just before the new rows, so the scheduler reads from there,
+    and one that sorts ahead of its cursor when the rows are newer than those it has read;
+    then, from this release's inserts, the smallest creation millisecond of all the new
+    ids. Never an id itself: any database role may LISTEN (migration 004). The "<epoch
+    microseconds> <uuid>" of earlier releases is still read. None for any other payload
+    (rows moved back to scheduled under their old ids: the shard's window is re-read)."""
+    micros, _, rest = payload.partition(" ")
+    made, _, first = rest.partition(" ")
     try:
         at = MIN_CURSOR[0] + timedelta(microseconds=int(micros))
-        return at, uuid.UUID(int=int(made) << 80) if made.isdigit() else uuid.UUID(made)
+        floor = _floor_of(made) if made.isdigit() else uuid.UUID(made)
     except ValueError:
         return None
+    return Notice((at, floor), _floor_of(first) if first.isdigit() else None)
 
 
 @translated
@@ -89,9 +113,13 @@ async def preload(
     until: datetime,
     limit: int,
     after: tuple[datetime, uuid.UUID] = MIN_CURSOR,
+    made_since: uuid.UUID | None = None,
 ) -> list[Due]:
-    """Pending executions of `shards` due before `until`, after the cursor `after`."""
-    rows = await conn.fetch(Q["preload_due"], list(shards), until, after[0], after[1], limit)
+    """Pending executions of `shards` due before `until`, after the cursor `after` (with
+    `made_since`, only those whose ids are not smaller: made since)."""
+    rows = await conn.fetch(
+        Q["preload_due"], list(shards), until, after[0], after[1], limit, made_since
+    )
     return [Due(**dict(r)) for r in rows]
 
 

@@ -27,11 +27,16 @@ WITH inserted AS (
     RETURNING id, shard, due_at
 ), notified AS (
     -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
-    -- creation millisecond, never the id itself: any role may LISTEN
+    -- creation millisecond, then the smallest creation millisecond of its new ids; never an
+    -- id itself: any role may LISTEN (dispatch.parse_notify)
     SELECT pg_notify('horae_shard_' || s.shard::text,
                      (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                     || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
-    FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM inserted WHERE due_at < $11
+                     || s.made::text || ' ' || s.first::text)
+    FROM (SELECT DISTINCT ON (shard) shard, due_at, made,
+                 min(made) OVER (PARTITION BY shard) AS first
+          FROM (SELECT shard, due_at, id,
+                       ('x' || left(replace(id::text, '-', ''), 12))::bit(48)::bigint AS made
+                FROM inserted WHERE due_at < $11) n
           ORDER BY shard, due_at, id) s
 )
 SELECT i.id, (SELECT count(*) FROM notified) AS notified FROM inserted i
@@ -57,13 +62,15 @@ UPDATE executions SET status = 'cancelled', finished_at = $2, error_kind = $3,
 WHERE job_id = $1 AND status = 'scheduled'
 
 -- name: preload_due
--- Pending executions of the given shards due before $2, after the cursor ($3, $4), in due order (hot path).
+-- Pending executions of the given shards due before $2, after the cursor ($3, $4), in due order (hot path);
+-- with $6, only those whose ids are not below it (made since: a NOTIFY's re-read).
 SELECT id, job_id, tenant, task, shard, due_at, occurrence_at, attempt,
        starting_deadline_seconds, concurrency_policy, manual, backfill
 FROM executions
 WHERE shard = ANY($1::smallint[]) AND status = 'scheduled' AND due_at < $2
   AND due_at >= $3::timestamptz  -- redundant with the next line, but lets partitions be pruned
   AND (due_at, id) > ($3::timestamptz, $4::uuid)
+  AND ($6::uuid IS NULL OR id >= $6::uuid)
 ORDER BY due_at, id
 LIMIT $5
 

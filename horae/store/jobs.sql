@@ -44,11 +44,16 @@ WITH moved AS (
     RETURNING id, shard, due_at
 ), notified AS (
     -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
-    -- creation millisecond, never the id itself: any role may LISTEN
+    -- creation millisecond, then the smallest creation millisecond of its new ids; never an
+    -- id itself: any role may LISTEN (dispatch.parse_notify)
     SELECT pg_notify('horae_shard_' || s.shard::text,
                      (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                     || ('x' || left(replace(s.id::text, '-', ''), 12))::bit(48)::bigint::text)
-    FROM (SELECT DISTINCT ON (shard) shard, due_at, id FROM new_executions WHERE due_at < $29
+                     || s.made::text || ' ' || s.first::text)
+    FROM (SELECT DISTINCT ON (shard) shard, due_at, made,
+                 min(made) OVER (PARTITION BY shard) AS first
+          FROM (SELECT shard, due_at, id,
+                       ('x' || left(replace(id::text, '-', ''), 12))::bit(48)::bigint AS made
+                FROM new_executions WHERE due_at < $29) n
           ORDER BY shard, due_at, id) s
 ), adding AS (
     -- after both inserts (read whole first)

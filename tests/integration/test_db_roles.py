@@ -463,8 +463,10 @@ async def test_a_retry_announced_by_the_workers_function_carries_no_execution_id
         await until(announced, timeout=5, what="the retry's NOTIFY")
     finally:
         await listener.close()
-    due, floor = dispatch.parse_notify(heard[0]) or (None, None)
-    assert due == retry["due_at"] and floor is not None and floor <= retry["id"]
+    notice = dispatch.parse_notify(heard[0])
+    assert notice is not None
+    due, floor = notice.key
+    assert due == retry["due_at"] and floor <= retry["id"]
     assert floor.int >> 80 == retry["id"].int >> 80  # the id's millisecond, no more
     assert all(str(retry["id"]) not in payload for payload in heard)
 

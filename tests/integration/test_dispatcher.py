@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from prometheus_client import REGISTRY
 
 from horae import broker
 from horae.models import ConcurrencyPolicy, ExecutionBatch, JobSource, JobSpec
@@ -107,6 +108,47 @@ async def test_a_notified_row_behind_the_cursor_is_read_and_one_ahead_needs_no_r
             d.notified(None, 0, channel, payload)
         await d.refresh()
         assert {x.job_id for x in d.held()} == {first, ahead, behind}
+    finally:
+        await listener.close()
+
+
+def rows_read(why: str) -> float:
+    return REGISTRY.get_sample_value("horae_preload_rows_read_total", {"read": why}) or 0.0
+
+
+async def test_a_notified_reread_behind_the_cursor_reads_only_the_rows_made_since(
+    pool: asyncpg.Pool, d: Dispatcher, db_url: str
+) -> None:
+    """Creates of one second, committed in any order, fall behind each other's rows: the
+    re-read a NOTIFY asks for starts at the new row and reads of the rows after it only
+    those made since (before, every known row up to the cursor was read again)."""
+    heard: list[tuple[str, str]] = []
+    listener = await connect(db_url)
+    await listener.add_listener("horae_shard_1", lambda *a: heard.append((a[2], a[3])))
+    try:
+        due = (datetime.now(UTC) + timedelta(seconds=40)).replace(microsecond=0)
+        known = [await job_in_shard(pool, 1, due + timedelta(milliseconds=10 * i))
+                 for i in range(30)]  # fmt: skip
+        await d.gain(1)
+        await d.refresh()  # the cursor now stands at the last of them
+        late = await job_in_shard(pool, 1, due)  # due with the first, made after all
+
+        async def all_heard() -> bool:
+            return len(heard) == 31
+
+        await until(all_heard, timeout=5, what="the NOTIFYs")
+        before = rows_read("notified")
+        d.notified(None, 0, *heard[-1])
+        await d.refresh()
+        assert {x.job_id for x in d.held()} == {*known, late}
+        assert rows_read("notified") - before == 1  # the 29 known rows after it: not read
+        # a notice that does not say when its rows were made (a migration's function's)
+        # still reads them all, as before
+        before = rows_read("notified")
+        d.notified(None, 0, "horae_shard_1", heard[-1][1].rsplit(" ", 1)[0])
+        await d.refresh()
+        assert rows_read("notified") - before == 30
+        assert {x.job_id for x in d.held()} == {*known, late}
     finally:
         await listener.close()
 

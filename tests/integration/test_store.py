@@ -76,9 +76,12 @@ async def test_near_term_execution_notifies_its_shard(pool: asyncpg.Pool, db_url
         [execution] = await rows(pool, job_id)
         # the shard's smallest new (due_at, id), to the id's creation millisecond: a key the
         # scheduler reads from; never the id, which any role that may LISTEN would hear
-        due, floor = parse_notify(payload) or (None, None)
-        assert due == execution["due_at"] and floor is not None and floor <= execution["id"]
+        notice = parse_notify(payload)
+        assert notice is not None
+        due, floor = notice.key
+        assert due == execution["due_at"] and floor <= execution["id"]
         assert floor.int >> 80 == execution["id"].int >> 80
+        assert notice.made == floor  # the one new id's millisecond is the smallest's too
         assert str(execution["id"]) not in payload and execution["id"].hex not in payload
     finally:
         await listener.close()

@@ -6,7 +6,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from horae.store.dispatch import parse_notify
+from horae.store.dispatch import Notice, parse_notify
 from horae.store.scheduling import new_execution_id
 
 
@@ -27,7 +27,7 @@ def test_a_notify_payload_is_a_key_and_anything_else_means_reread() -> None:
     at = datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=UTC)
     micros = int((at - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000 + 123456
     assert parse_notify(str(micros)) is None
-    assert parse_notify(f"{micros} {ident}") == (at, ident)  # as earlier releases sent
+    assert parse_notify(f"{micros} {ident}") == Notice((at, ident))  # as earlier releases sent
     assert parse_notify("throttled") is None
     assert parse_notify("released") is None
     assert parse_notify(str(ident)) is None  # the payload of an older release
@@ -44,6 +44,29 @@ def test_a_key_from_an_ids_millisecond_sorts_ahead_of_rows_read_before_it_was_ma
     read = new_execution_id()  # a row the scheduler has already read (its cursor)
     time.sleep(0.002)
     new = new_execution_id()
-    assert parse_notify(f"{micros} {new.int >> 80}") == (at, uuid.UUID(int=(new.int >> 80) << 80))
-    _, floor = parse_notify(f"{micros} {new.int >> 80}") or (at, new)
+    notice = parse_notify(f"{micros} {new.int >> 80}")
+    assert notice == Notice((at, uuid.UUID(int=(new.int >> 80) << 80)))
+    _, floor = notice.key
     assert read < floor <= new
+
+
+def test_a_notice_of_when_the_new_ids_were_made_bounds_them_all_when_merged() -> None:
+    """This release's inserts add the smallest creation millisecond of all the new ids (the
+    smallest key's id need not be the first made): a re-read behind the cursor skips rows
+    made before it. Merged notices keep the smaller key and the earlier millisecond; one
+    that does not tell it (a payload of a migration's function) tells it for neither."""
+    at = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    micros = 1_796_029_200_000_000
+    first = new_execution_id()
+    time.sleep(0.002)
+    keyed = new_execution_id()  # the smallest (due_at, id) of the insert, made later
+    one = parse_notify(f"{micros} {keyed.int >> 80} {first.int >> 80}")
+    assert one is not None and one.made is not None
+    assert one.made <= first < one.key[1] <= keyed
+    later = parse_notify(f"{micros + 1} {keyed.int >> 80} {keyed.int >> 80}")
+    assert later is not None
+    assert later.merged(one) == one.merged(later) == Notice(one.key, one.made)
+    told_not = parse_notify(f"{micros - 1} {keyed.int >> 80}")
+    assert told_not is not None and told_not.made is None
+    assert one.merged(told_not) == Notice(told_not.key, None)
+    assert parse_notify(f"{micros} {keyed.int >> 80} x") == Notice(one.key)
