@@ -76,16 +76,9 @@ WITH inserted AS (
     DO NOTHING
     RETURNING id, shard, due_at
 ), notified AS (
-    -- as insert_jobs's
-    SELECT pg_notify('horae_shard_' || s.shard::text,
-                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                     || s.made::text || ' ' || s.first::text)
-    FROM (SELECT DISTINCT ON (shard) shard, due_at, made,
-                 min(made) OVER (PARTITION BY shard) AS first
-          FROM (SELECT shard, due_at, id,
-                       ('x' || left(replace(id::text, '-', ''), 12))::bit(48)::bigint AS made
-                FROM inserted) n
-          ORDER BY shard, due_at, id) s
+    -- what the scheduler reads of the new rows (migration 021)
+    SELECT horae_notify_new(array_agg(id), array_agg(shard), array_agg(due_at)) AS told
+    FROM inserted
 )
 SELECT count(*) AS inserted FROM inserted WHERE (SELECT count(*) FROM notified) >= 0
 

@@ -26,20 +26,11 @@ WITH inserted AS (
     DO NOTHING
     RETURNING id, shard, due_at
 ), notified AS (
-    -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
-    -- creation millisecond, then the smallest creation millisecond of its new ids; never an
-    -- id itself: any role may LISTEN (dispatch.parse_notify)
-    SELECT pg_notify('horae_shard_' || s.shard::text,
-                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                     || s.made::text || ' ' || s.first::text)
-    FROM (SELECT DISTINCT ON (shard) shard, due_at, made,
-                 min(made) OVER (PARTITION BY shard) AS first
-          FROM (SELECT shard, due_at, id,
-                       ('x' || left(replace(id::text, '-', ''), 12))::bit(48)::bigint AS made
-                FROM inserted WHERE due_at < $11) n
-          ORDER BY shard, due_at, id) s
+    -- what the scheduler reads of the new rows (migration 021)
+    SELECT horae_notify_new(array_agg(id), array_agg(shard), array_agg(due_at)) AS told
+    FROM inserted WHERE due_at < $11
 )
-SELECT i.id, (SELECT count(*) FROM notified) AS notified FROM inserted i
+SELECT i.id, (SELECT told FROM notified) AS notified FROM inserted i
 
 -- name: insert_skipped
 -- Record nominal occurrences that did not run (a pause, a catch-up), with why, except those

@@ -43,18 +43,9 @@ WITH moved AS (
     WHERE cardinality((SELECT shards FROM moved)) = 0
     RETURNING id, shard, due_at
 ), notified AS (
-    -- the payload is the shard's smallest new (due_at, id) as the due time and the id's
-    -- creation millisecond, then the smallest creation millisecond of its new ids; never an
-    -- id itself: any role may LISTEN (dispatch.parse_notify)
-    SELECT pg_notify('horae_shard_' || s.shard::text,
-                     (extract(epoch FROM s.due_at) * 1000000)::bigint::text || ' '
-                     || s.made::text || ' ' || s.first::text)
-    FROM (SELECT DISTINCT ON (shard) shard, due_at, made,
-                 min(made) OVER (PARTITION BY shard) AS first
-          FROM (SELECT shard, due_at, id,
-                       ('x' || left(replace(id::text, '-', ''), 12))::bit(48)::bigint AS made
-                FROM new_executions WHERE due_at < $29) n
-          ORDER BY shard, due_at, id) s
+    -- what the scheduler reads of the new rows (migration 021)
+    SELECT horae_notify_new(array_agg(id), array_agg(shard), array_agg(due_at)) AS told
+    FROM new_executions WHERE due_at < $29
 ), adding AS (
     -- after both inserts (read whole first)
     SELECT tenant, count(*) AS jobs, sum(fires_per_minute) AS rate FROM new_jobs
@@ -87,7 +78,7 @@ WITH moved AS (
 SELECT (SELECT shards FROM moved) AS moved,
        (SELECT count(*) FROM new_jobs) AS jobs,
        (SELECT count(*) FROM new_executions) AS executions,
-       (SELECT count(*) FROM notified) AS notified,
+       (SELECT told FROM notified) AS notified,
        (SELECT count(*) FROM quota_locks) AS locked,
        (SELECT count(*) FROM refused) AS refused
 

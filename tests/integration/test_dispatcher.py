@@ -142,7 +142,7 @@ async def test_a_notified_reread_behind_the_cursor_reads_only_the_rows_made_sinc
         await d.refresh()
         assert {x.job_id for x in d.held()} == {*known, late}
         assert rows_read("notified") - before == 1  # the 29 known rows after it: not read
-        # a notice that does not say when its rows were made (a migration's function's)
+        # a notice that does not say when its rows were made (a retry's, from horae_finish)
         # still reads them all, as before
         before = rows_read("notified")
         d.notified(None, 0, "horae_shard_1", heard[-1][1].rsplit(" ", 1)[0])

@@ -54,14 +54,14 @@ def test_a_notice_of_when_the_new_ids_were_made_bounds_them_all_when_merged() ->
     """This release's inserts add the smallest creation millisecond of all the new ids (the
     smallest key's id need not be the first made): a re-read behind the cursor skips rows
     made before it. Merged notices keep the smaller key and the earlier millisecond; one
-    that does not tell it (a payload of a migration's function) tells it for neither."""
+    that does not tell it (a retry's, from `horae_finish`) tells it for neither."""
     at = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     micros = 1_796_029_200_000_000
     first = new_execution_id()
     time.sleep(0.002)
     keyed = new_execution_id()  # the smallest (due_at, id) of the insert, made later
     one = parse_notify(f"{micros} {keyed.int >> 80} {first.int >> 80}")
-    assert one is not None and one.made is not None
+    assert one is not None and one.made is not None and one.key[0] == at
     assert one.made <= first < one.key[1] <= keyed
     later = parse_notify(f"{micros + 1} {keyed.int >> 80} {keyed.int >> 80}")
     assert later is not None
