@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from horae import broker, logs, metrics
+from horae import broker, collector, logs, metrics
 from horae.config import Settings
 from horae.kube import Lease, Leases, load_api_client, watch_leases
 from horae.probes import Probes
@@ -233,6 +233,7 @@ async def run(settings: Settings) -> None:
         store.describe(),
     )
 
+    collector.settle()
     supervisor = Supervisor(stop)
     tasks = scheduler.start(stop, probes, supervisor)
     await stop.wait()

@@ -18,7 +18,6 @@ is the process: it imports the tasks module, connects, and serves until SIGTERM.
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib
 import importlib.util
 import logging
@@ -27,7 +26,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from horae import broker, logs, metrics
+from horae import broker, collector, logs, metrics
 from horae.clock import DatabaseClock
 from horae.config import Settings
 from horae.probes import Probes
@@ -40,14 +39,6 @@ from horae.worker.messages import FOREIGN, Messages
 from horae.worker.sdk import TaskDefinition, registered_tasks
 
 log = logging.getLogger(__name__)
-
-GC_THRESHOLDS = (10_000, 20, 20)
-"""The cyclic collector's thresholds in a serving worker (CPython's are 700, 10, 10). A burst
-claimed ahead holds its executions' tasks, claims and timers alive for seconds (10,000 a
-worker for 20,000 due at once), and at CPython's thresholds full collections ran again and
-again over them while they started, 0.17-0.27 s each with nothing to free, 4 in a burst's
-2.5 s: none ran in it at these. Garbage is refcounted away; the collector is for cycles,
-which die young (an exception's traceback) and are still collected, less often."""
 
 
 def load_tasks(spec: str) -> dict[str, TaskDefinition]:
@@ -169,8 +160,7 @@ async def run(settings: Settings, tasks_module: str) -> None:
     log.info(
         "worker %s runs tasks %s; store groups %s", cfg.identity, sorted(tasks), store.describe()
     )
-    gc.freeze()  # what start-up made lives as long as the process: never scanned again
-    gc.set_threshold(*GC_THRESHOLDS)
+    collector.settle()
     await worker.serve(queue, stop, probes, control_queue=control_queue)
     beat.cancel()
     await connection.close()
