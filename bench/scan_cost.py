@@ -58,7 +58,7 @@ def print_plan(node: dict[str, Any], depth: int = 0) -> None:
 async def measure(conn: asyncpg.Connection, now: datetime) -> tuple[int, int, float]:
     # A steady-state full refresh: the window, read from a day back (see dispatcher.py).
     args = (list(range(64)), now + timedelta(seconds=60), now - timedelta(days=1),
-            uuid.UUID(int=0), 50_000)  # fmt: skip
+            uuid.UUID(int=0), 50_000, None)  # fmt: skip
     best = None
     for _ in range(5):
         raw = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + Q["preload_due"],
