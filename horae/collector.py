@@ -4,7 +4,7 @@ A burst holds tens of thousands of objects alive for seconds: a worker's executi
 ahead (their tasks, claims and timers), a scheduler's preloaded rows and their messages. At
 CPython's thresholds (700, 10, 10) full collections ran again and again over them, each
 scanning everything the process holds and freeing nothing: in a worker 0.17-0.27 s each, 4
-in a 20,000 burst's 2.5 s; in the scheduler 0.10-0.18 s, one of them in the 2 s before the
+in a 20,000 burst's 2.5 s; in the scheduler 0.05-0.18 s, one of them in the 2 s before the
 burst's due instant, while it published the burst's claims ahead (docs/performance.md).
 Garbage is refcounted away; the collector is for cycles, which die young (an exception's
 traceback) and are still collected, less often.
