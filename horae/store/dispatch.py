@@ -24,7 +24,7 @@ from horae.models import ExecutionStatus, JobSpec
 from horae.store.boundary import translated, translating
 from horae.store.occurrences import CatchUp, Skipped, next_occurrence
 from horae.store.queries import Q
-from horae.store.rows import ExpiredRun, JobRow, LiveExecution, job_of
+from horae.store.rows import ExpiredRun, JobRow, LiveExecution, job_of, retry_policy_of
 from horae.store.scheduling import (
     NewExecution,
     insert_execution,
@@ -402,7 +402,9 @@ async def expired_running(
 ) -> list[ExpiredRun]:
     """Running executions of `shards` whose lease ran out before `now`, oldest lease first."""
     rows = await conn.fetch(Q["expired_running"], list(shards), now, limit)
-    return [ExpiredRun(**dict(r)) for r in rows]
+    return [
+        ExpiredRun(**{**dict(r), "retry_policy": retry_policy_of(r["retry_policy"])}) for r in rows
+    ]
 
 
 @translated

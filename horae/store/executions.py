@@ -18,7 +18,7 @@ from horae.models import ExecutionStatus
 from horae.store.boundary import translated
 from horae.store.occurrences import next_occurrence
 from horae.store.queries import Q
-from horae.store.rows import spec_of_record
+from horae.store.rows import retry_policy_of, spec_of_record
 from horae.store.scheduling import NOTIFY_WITHIN, new_execution_id
 
 if TYPE_CHECKING:
@@ -150,6 +150,7 @@ async def claim_many(
             else:
                 answers[row["id"]] = Claimed(
                     **{f: row[f] for f in _CLAIMED_COLUMNS},
+                    retry_policy=retry_policy_of(row["retry_policy"]),
                     lease_until=max(now, row["due_at"]) + lease,
                 )
         # Claimed before the scheduler recorded its dispatch, which may never happen (it
@@ -170,7 +171,9 @@ async def claim_many(
     return results
 
 
-_CLAIMED_COLUMNS = tuple(f for f in Claimed.__dataclass_fields__ if f != "lease_until")
+_CLAIMED_COLUMNS = tuple(
+    f for f in Claimed.__dataclass_fields__ if f not in ("lease_until", "retry_policy")
+)
 
 
 async def _schedule_claimed_next(

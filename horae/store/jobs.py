@@ -24,7 +24,14 @@ from horae.store.occurrences import (
 )
 from horae.store.queries import Q
 from horae.store.reads import find_live_crd_job
-from horae.store.rows import ExecutionRow, JobRow, execution_of, job_of, pause_after_failures
+from horae.store.rows import (
+    ExecutionRow,
+    JobRow,
+    execution_of,
+    job_of,
+    pause_after_failures,
+    stored_retry_policy,
+)
 from horae.store.scheduling import (
     insert_execution,
     new_execution_id,
@@ -166,7 +173,7 @@ async def edit_job(
             spec.cron,
             spec.time_zone,
             spec.jitter_seconds,
-            spec.retry.model_dump(),
+            stored_retry_policy(spec.retry.model_dump()),
             spec.timeout_seconds,
             spec.concurrency_policy.value,
             spec.starting_deadline_seconds,

@@ -16,7 +16,7 @@ from horae.models import JobSource, JobSpec, JobState, shard_of
 from horae.store import quotas
 from horae.store.occurrences import Occurrence, first_occurrence, rate
 from horae.store.queries import Q
-from horae.store.rows import pause_after_failures
+from horae.store.rows import pause_after_failures, stored_retry_policy
 from horae.store.scheduling import NOTIFY_WITHIN, new_execution_id
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class JobInserts:
     crons: list[str | None]
     time_zones: list[str]
     jitters: list[int]
-    retry_policies: list[dict[str, Any]]
+    retry_policies: list[dict[str, Any] | None]
     timeouts: list[int | None]
     concurrency_policies: list[str]
     deadlines: list[int | None]
@@ -99,7 +99,7 @@ class JobInserts:
             crons=[j.spec.cron for j in jobs],
             time_zones=[j.spec.time_zone for j in jobs],
             jitters=[j.spec.jitter_seconds for j in jobs],
-            retry_policies=[j.spec.retry.model_dump() for j in jobs],
+            retry_policies=[stored_retry_policy(j.spec.retry.model_dump()) for j in jobs],
             timeouts=[j.spec.timeout_seconds for j in jobs],
             concurrency_policies=[j.spec.concurrency_policy.value for j in jobs],
             deadlines=[j.spec.starting_deadline_seconds for j in jobs],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from horae.models import (
     CatchUpPolicy,
@@ -23,6 +23,26 @@ from horae.models import (
 
 if TYPE_CHECKING:
     import asyncpg
+
+
+IMPLIED_RETRY_POLICY: Final[dict[str, Any]] = {
+    "max_attempts": 5,
+    "initial_interval_seconds": 1.0,
+    "max_interval_seconds": 300.0,
+}
+"""The retry policy a NULL `jobs.retry_policy` stands for (migration 023): fixed for as long
+as such rows exist, whatever the model's defaults become."""
+
+
+def stored_retry_policy(policy: dict[str, Any]) -> dict[str, Any] | None:
+    """What `jobs.retry_policy` stores for `policy` (a `RetryPolicy`'s dump): NULL for the
+    implied one, 112 bytes less in every version of the row."""
+    return None if policy == IMPLIED_RETRY_POLICY else policy
+
+
+def retry_policy_of(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """The retry policy a `jobs.retry_policy` value stores."""
+    return dict(IMPLIED_RETRY_POLICY) if stored is None else stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +127,7 @@ _JOB_COLUMNS = tuple(JobRow.__dataclass_fields__)
 def job_of(record: asyncpg.Record) -> JobRow:
     values = {column: record[column] for column in _JOB_COLUMNS}
     values["source"] = JobSource(values["source"])
+    values["retry_policy"] = retry_policy_of(values["retry_policy"])
     values["state"] = JobState(values["state"])
     values["concurrency_policy"] = ConcurrencyPolicy(values["concurrency_policy"])
     values["catch_up"] = CatchUpPolicy(values["catch_up"])
@@ -223,7 +244,7 @@ def spec_of_record(row: asyncpg.Record) -> JobSpec:
         cron=row["cron"],
         time_zone=row["time_zone"],
         jitter_seconds=row["jitter_seconds"],
-        retry=row["retry_policy"],
+        retry=retry_policy_of(row["retry_policy"]),
         timeout_seconds=row["timeout_seconds"],
         concurrency_policy=row["concurrency_policy"],
         starting_deadline_seconds=row["starting_deadline_seconds"],

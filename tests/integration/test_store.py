@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from horae.errors import Conflict, QuotaExceeded, ShardBusy
-from horae.models import ConcurrencyPolicy, ExecutionStatus, JobSource, JobSpec
+from horae.models import ConcurrencyPolicy, ExecutionStatus, JobSource, JobSpec, RetryPolicy
 from horae.store import dispatch, executions, jobs, quotas, reads, tenants
 from horae.store.db import WORKER_IDLE_IN_TRANSACTION_TIMEOUT_MS, connect, connect_pool
 from horae.store.dispatch import parse_notify
@@ -906,3 +906,39 @@ async def test_a_held_buffer_one_occurrence_schedules_its_next_once_and_next_run
     assert statuses == [("scheduled", None), ("skipped", "buffer_one"), ("scheduled", None)]
     third = (await rows(pool, job_id))[2]["occurrence_at"]
     assert await pool.fetchval("SELECT next_run_at FROM jobs WHERE id = $1", job_id) == third
+
+
+async def test_the_default_retry_policy_is_stored_as_null_and_read_back_whole_everywhere(
+    pool: asyncpg.Pool,
+) -> None:
+    """Migration 023: the implied policy costs a row nothing; every read gives it in full."""
+    default, own = RetryPolicy(), RetryPolicy(max_attempts=2, max_interval_seconds=9)
+    async with pool.acquire() as conn:
+        job_id = await cron_job(conn)
+        stored = "SELECT retry_policy FROM jobs WHERE id = $1"
+        assert await pool.fetchval(stored, job_id) is None
+        assert (await reads.get_job(conn, job_id)).spec.retry == default
+
+        await jobs.edit_job(conn, job_id, cron_spec().model_copy(update={"retry": own}), now=NOW)
+        assert await pool.fetchval(stored, job_id) == own.model_dump()
+        assert (await reads.get_job(conn, job_id)).spec.retry == own
+        await jobs.edit_job(conn, job_id, cron_spec(), now=NOW)
+        assert await pool.fetchval(stored, job_id) is None
+
+        # what the worker's claim and the reaper's expired lease carry: the whole policy
+        run = await jobs.trigger_job(conn, job_id, now=NOW - timedelta(seconds=1))
+        due_at = await pool.fetchval("SELECT due_at FROM executions WHERE id = $1", run)
+        claimed = await transitions.claim(
+            conn, run, due_at, owner="w1", now=NOW, lease=timedelta(seconds=1), tenant="acme"
+        )
+        assert isinstance(claimed, executions.Claimed)
+        assert RetryPolicy.model_validate(claimed.retry_policy) == default
+        later = NOW + timedelta(seconds=2)
+        [expired] = await dispatch.expired_running(conn, [claimed.shard], later, 10)
+        assert RetryPolicy.model_validate(expired.retry_policy) == default
+
+        # a row written before migration 023 keeps its policy written out, and reads the same
+        await pool.execute(
+            "UPDATE jobs SET retry_policy = $2 WHERE id = $1", job_id, default.model_dump()
+        )
+        assert (await reads.get_job(conn, job_id)).spec.retry == default
