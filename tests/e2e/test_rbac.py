@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import subprocess
 import traceback
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -620,12 +622,23 @@ def run_lane(lane: Lane | None, base: Path, queues: list[queue.Queue[Case]], sha
     if lane is not None:
         asyncio.run(go(lane))
         return
-    plane = start_control_plane(base / "k8s")
+    plane = None
     try:
+        plane = start_control_plane(base / "k8s")
         apply_crds(plane)
         accounts = base / "accounts"
         accounts.mkdir()
-        asyncio.run(go(Lane(plane, install_chart_accounts(plane, accounts), base)))
+        own = Lane(plane, install_chart_accounts(plane, accounts), base)
+    except (RuntimeError, AssertionError, subprocess.SubprocessError) as failed:
+        # A control plane of its own that did not come up (seen once in a clean run; its
+        # kubectl error was not kept) costs time, not outcomes: the session's lane takes
+        # every queue, this lane's cases too. Said in the run's warnings summary.
+        warnings.warn(f"an RBAC lane's own control plane did not start: {failed}", stacklevel=1)
+        if plane is not None:
+            stop_control_plane(plane)
+        return
+    try:
+        asyncio.run(go(own))
     finally:
         stop_control_plane(plane)
 
