@@ -54,7 +54,7 @@ class JobInserts:
     crons: list[str | None]
     time_zones: list[str]
     jitters: list[int]
-    retry_policies: list[dict[str, Any] | None]
+    retry_policies: list[dict[str, Any]]
     timeouts: list[int | None]
     concurrency_policies: list[str]
     deadlines: list[int | None]

@@ -30,19 +30,20 @@ IMPLIED_RETRY_POLICY: Final[dict[str, Any]] = {
     "initial_interval_seconds": 1.0,
     "max_interval_seconds": 300.0,
 }
-"""The retry policy a NULL `jobs.retry_policy` stands for (migration 023): fixed for as long
-as such rows exist, whatever the model's defaults become."""
+"""The retry policy's fields a `jobs.retry_policy` leaves out stand for (migration 023):
+fixed for as long as such rows exist, whatever the model's defaults become. They are the
+model's defaults of every release so far, so an older release reads the same policy."""
 
 
-def stored_retry_policy(policy: dict[str, Any]) -> dict[str, Any] | None:
-    """What `jobs.retry_policy` stores for `policy` (a `RetryPolicy`'s dump): NULL for the
-    implied one, 112 bytes less in every version of the row."""
-    return None if policy == IMPLIED_RETRY_POLICY else policy
+def stored_retry_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """What `jobs.retry_policy` stores for `policy` (a `RetryPolicy`'s dump): the fields
+    that differ from the implied policy, `{}` for that policy itself (8 bytes, not 112)."""
+    return {k: v for k, v in policy.items() if IMPLIED_RETRY_POLICY.get(k) != v}
 
 
-def retry_policy_of(stored: dict[str, Any] | None) -> dict[str, Any]:
-    """The retry policy a `jobs.retry_policy` value stores."""
-    return dict(IMPLIED_RETRY_POLICY) if stored is None else stored
+def retry_policy_of(stored: dict[str, Any]) -> dict[str, Any]:
+    """The retry policy a `jobs.retry_policy` value stores, every field given."""
+    return {**IMPLIED_RETRY_POLICY, **stored}
 
 
 @dataclass(frozen=True, slots=True)

@@ -908,22 +908,25 @@ async def test_a_held_buffer_one_occurrence_schedules_its_next_once_and_next_run
     assert await pool.fetchval("SELECT next_run_at FROM jobs WHERE id = $1", job_id) == third
 
 
-async def test_the_default_retry_policy_is_stored_as_null_and_read_back_whole_everywhere(
+async def test_a_retry_policy_is_stored_as_its_fields_off_the_default_and_read_back_whole(
     pool: asyncpg.Pool,
 ) -> None:
-    """Migration 023: the implied policy costs a row nothing; every read gives it in full."""
+    """Migration 023: the default policy costs a row 8 bytes; every read gives it in full,
+    and so does the plain model an older release reads the column with."""
     default, own = RetryPolicy(), RetryPolicy(max_attempts=2, max_interval_seconds=9)
     async with pool.acquire() as conn:
         job_id = await cron_job(conn)
         stored = "SELECT retry_policy FROM jobs WHERE id = $1"
-        assert await pool.fetchval(stored, job_id) is None
+        assert await pool.fetchval(stored, job_id) == {}
         assert (await reads.get_job(conn, job_id)).spec.retry == default
+        assert RetryPolicy.model_validate(await pool.fetchval(stored, job_id)) == default
 
         await jobs.edit_job(conn, job_id, cron_spec().model_copy(update={"retry": own}), now=NOW)
-        assert await pool.fetchval(stored, job_id) == own.model_dump()
+        assert await pool.fetchval(stored, job_id) == {"max_attempts": 2, "max_interval_seconds": 9}
         assert (await reads.get_job(conn, job_id)).spec.retry == own
+        assert RetryPolicy.model_validate(await pool.fetchval(stored, job_id)) == own
         await jobs.edit_job(conn, job_id, cron_spec(), now=NOW)
-        assert await pool.fetchval(stored, job_id) is None
+        assert await pool.fetchval(stored, job_id) == {}
 
         # what the worker's claim and the reaper's expired lease carry: the whole policy
         run = await jobs.trigger_job(conn, job_id, now=NOW - timedelta(seconds=1))
@@ -932,12 +935,12 @@ async def test_the_default_retry_policy_is_stored_as_null_and_read_back_whole_ev
             conn, run, due_at, owner="w1", now=NOW, lease=timedelta(seconds=1), tenant="acme"
         )
         assert isinstance(claimed, executions.Claimed)
-        assert RetryPolicy.model_validate(claimed.retry_policy) == default
+        assert claimed.retry_policy == default.model_dump()
         later = NOW + timedelta(seconds=2)
         [expired] = await dispatch.expired_running(conn, [claimed.shard], later, 10)
-        assert RetryPolicy.model_validate(expired.retry_policy) == default
+        assert expired.retry_policy == default.model_dump()
 
-        # a row written before migration 023 keeps its policy written out, and reads the same
+        # a row written before migration 023 keeps every field, and reads the same
         await pool.execute(
             "UPDATE jobs SET retry_policy = $2 WHERE id = $1", job_id, default.model_dump()
         )
