@@ -98,7 +98,10 @@ def drive(
         while run.poll() is None:
             time.sleep(2)
             for db in scratch_databases(port, known):
-                oid, names = catalog(port, db)
+                try:
+                    oid, names = catalog(port, db)
+                except subprocess.CalledProcessError:
+                    continue  # created or dropped as we looked: the last catalog read stands
                 if any(n.startswith("executions_") for n in names.values()):
                     seen = (db, oid, names)
         if run.returncode:
