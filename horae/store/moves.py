@@ -6,7 +6,8 @@ Moving shards from group A to group B (`move_shards`), all of it under the catal
    in A is fenced out; they can no longer be taken or get new jobs there).
 2. In A, one transaction that stays open: their live executions (scheduled, queued, running)
    and jobs are read and locked, so no claim, heartbeat, outcome or edit changes them
-   meanwhile: those wait. Executions first, as an outcome locks its execution and then its
+   meanwhile: those wait. The executions are read again until a read finds none new: a
+   writer the first read waited for may have inserted some (an outcome's retry). Executions first, as an outcome locks its execution and then its
    job; an edit locks the other way round, so a deadlock with one (Postgres aborts the move)
    or a lock wait run out starts this step again, up to `MOVE_ATTEMPTS` times.
 3. In B, one transaction: what a failed move may have left there is cleared, the rows are
@@ -64,6 +65,10 @@ milliseconds; a client cut off mid-transaction, until Postgres ends its session)
 MOVE_ATTEMPTS = 3
 """How many times a move locks and copies the rows, the source fenced all along, when
 Postgres aborts it to break a deadlock with a writer or its lock wait runs out."""
+
+MOVE_REREADS = 5
+"""How many times a move reads the live executions again for rows writers added while it
+waited for their locks (`_all_live`); one more read than there were writers in flight."""
 
 LOCKING: tuple[type[BaseException], ...] = (
     asyncpg.DeadlockDetectedError,
@@ -188,6 +193,7 @@ async def _move(
                         await src.execute(Q["move_lock_timeout"], str(MOVE_LOCK_TIMEOUT_MS))
                         executions = await src.fetch(Q["moving_executions"], shards)
                         jobs = await src.fetch(Q["moving_jobs"], shards)
+                        executions = await _all_live(src, shards, executions)
                         carried = await _lock_carried(src, executions)
                         await _copy_in(dst, shards, owner, started, jobs, executions, carried)
                         async with home.transaction():
@@ -219,6 +225,27 @@ async def _move(
     finally:
         await src.close()
         await dst.close()
+
+
+async def _all_live(
+    src: Connection, shards: list[int], read: list[asyncpg.Record]
+) -> list[asyncpg.Record]:
+    """Every live execution of `shards`, locked: `read` (the first read) and what writers
+    added since. A writer that held one of the rows when that read reached it, or the row's
+    job when the jobs were read, committed before the read went on, and rows it inserted
+    (an outcome's retry, a claim's next occurrence of a cron job, a trigger's run) are not in
+    that read's snapshot: the step 5 delete, which takes every live row of the shards, would
+    take them uncopied. So the rows are read again, each read a fresh snapshot, until one
+    finds none new. Then no writer can add one: each would need a row or a job held here,
+    and the rest are fenced (step 1)."""
+    for _ in range(MOVE_REREADS):
+        again: list[asyncpg.Record] = await src.fetch(Q["moving_executions"], shards)
+        if {r["id"] for r in again} == {r["id"] for r in read}:
+            return again
+        read = again
+    raise RuntimeError(
+        f"moving shards {shards}: live executions still appeared after {MOVE_REREADS} reads"
+    )
 
 
 async def _lock_carried(src: Connection, executions: Sequence[asyncpg.Record]) -> dict[str, int]:

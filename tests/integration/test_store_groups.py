@@ -172,6 +172,51 @@ async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_
         await home.close()
 
 
+async def test_a_row_a_waited_for_writer_inserts_moves_too(db_url: str, second_url: str) -> None:
+    """An outcome the move waited for, which ended its execution and inserted the retry in
+    the same transaction: the retry is not in the snapshot of the move's first read, so
+    without a second read the move deleted it uncopied (seen once in the two-group chaos
+    run: a flaky job's retry lost)."""
+    home = await connect(db_url)
+    try:
+        job_id = job_in(2)
+        await create(home, job_id)
+        writer = home.transaction()
+        await writer.start()
+        await home.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id)
+        move = asyncio.create_task(move_shards(db_url, [2], SECOND))
+
+        async def move_waits() -> bool:
+            return await locks_awaited(db_url) > 0
+
+        await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the row")
+        retry = uuid.uuid4()
+        await home.execute(
+            "UPDATE executions SET status = 'failed', started_at = $2, finished_at = $2"
+            " WHERE job_id = $1",
+            job_id, NOW,
+        )  # fmt: skip
+        await home.execute(
+            "INSERT INTO executions (id, job_id, tenant, task, shard, due_at, occurrence_at,"
+            " attempt, job_version, status, created_at)"
+            " SELECT $2, job_id, tenant, task, shard, due_at + interval '1 second',"
+            " occurrence_at, 2, job_version, 'scheduled', $3 FROM executions WHERE job_id = $1",
+            job_id, retry, NOW,
+        )  # fmt: skip
+        await writer.commit()
+        await move
+        there = await connect(second_url)
+        try:
+            moved = await there.fetch("SELECT id, status FROM executions WHERE job_id = $1", job_id)
+            assert [(r["id"], r["status"]) for r in moved] == [(retry, "scheduled")]
+        finally:
+            await there.close()
+        left = await home.fetch("SELECT status FROM executions WHERE job_id = $1", job_id)
+        assert [r["status"] for r in left] == ["failed"]  # history stays in the source
+    finally:
+        await home.close()
+
+
 async def test_a_move_deadlocked_with_an_edit_goes_again_and_carries_the_edit_over(
     db_url: str, second_url: str
 ) -> None:
