@@ -6,10 +6,11 @@ Moving shards from group A to group B (`move_shards`), all of it under the catal
    in A is fenced out; they can no longer be taken or get new jobs there).
 2. In A, one transaction that stays open: their live executions (scheduled, queued, running)
    and jobs are read and locked, so no claim, heartbeat, outcome or edit changes them
-   meanwhile: those wait. The executions are read again until a read finds none new: a
-   writer the first read waited for may have inserted some (an outcome's retry). Executions first, as an outcome locks its execution and then its
+   meanwhile: those wait. Executions first, as an outcome locks its execution and then its
    job; an edit locks the other way round, so a deadlock with one (Postgres aborts the move)
-   or a lock wait run out starts this step again, up to `MOVE_ATTEMPTS` times.
+   or a lock wait run out starts this step again, up to `MOVE_ATTEMPTS` times. Then the
+   executions are read again until a read finds none new: a writer the first read waited
+   for may have inserted some (an outcome's retry).
 3. In B, one transaction: what a failed move may have left there is cleared, the rows are
    copied, each limited tenant's allowance there grows by the running executions it
    brings, the shards get a new epoch there, and their schedulers are told to re-read.
