@@ -69,7 +69,8 @@ Postgres aborts it to break a deadlock with a writer or its lock wait runs out."
 
 MOVE_REREADS = 5
 """How many times a move reads the live executions again for rows writers added while it
-waited for their locks (`_all_live`); one more read than there were writers in flight."""
+waited for their locks (`_all_live`): a read finds new ones only if a writer it waited for
+added some, so two reads are the rule; past the last, the move fails and unfences."""
 
 LOCKING: tuple[type[BaseException], ...] = (
     asyncpg.DeadlockDetectedError,
