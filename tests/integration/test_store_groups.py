@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
+from asyncpg.transaction import Transaction
 
 from horae.errors import ConfigError, ShardMoved
 from horae.models import JobSource, JobSpec
@@ -16,7 +17,7 @@ from horae.store import dispatch, jobs
 from horae.store.db import connect
 from horae.store.groups import MAIN, Store, group_url
 from horae.store.migrate import migrate_installation
-from horae.store.moves import add_group, move_shards, rebalanced
+from horae.store.moves import Moved, add_group, move_shards, rebalanced
 from tests.support.groups import SECOND, job_in
 from tests.support.wait import until
 
@@ -132,6 +133,23 @@ async def locks_awaited(url: str) -> int:
         await observer.close()
 
 
+async def move_waiting_for(
+    home: asyncpg.Connection, db_url: str, job_id: uuid.UUID
+) -> tuple[Transaction, asyncio.Task[list[Moved]]]:
+    """A transaction on `home` holding the job's executions, and a move of shard 2 started
+    and seen waiting for them."""
+    writer = home.transaction()
+    await writer.start()
+    await home.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id)
+    move = asyncio.create_task(move_shards(db_url, [2], SECOND))
+
+    async def move_waits() -> bool:
+        return await locks_awaited(db_url) > 0
+
+    await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the row")
+    return writer, move
+
+
 async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_gone(
     db_url: str, second_url: str
 ) -> None:
@@ -139,15 +157,7 @@ async def test_a_move_waits_for_a_writer_holding_a_row_then_the_writer_finds_it_
     try:
         job_id = job_in(2)
         await create(home, job_id, "* * * * * *")
-        writer = home.transaction()
-        await writer.start()
-        await home.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id)
-        move = asyncio.create_task(move_shards(db_url, [2], SECOND))
-
-        async def move_waits() -> bool:
-            return await locks_awaited(db_url) > 0
-
-        await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the row")
+        writer, move = await move_waiting_for(home, db_url, job_id)
         assert not move.done()
         updated = await home.execute(
             "UPDATE executions SET status = 'running', lease_owner = 'w', lease_until = $2,"
@@ -181,15 +191,7 @@ async def test_a_row_a_waited_for_writer_inserts_moves_too(db_url: str, second_u
     try:
         job_id = job_in(2)
         await create(home, job_id)
-        writer = home.transaction()
-        await writer.start()
-        await home.execute("SELECT 1 FROM executions WHERE job_id = $1 FOR UPDATE", job_id)
-        move = asyncio.create_task(move_shards(db_url, [2], SECOND))
-
-        async def move_waits() -> bool:
-            return await locks_awaited(db_url) > 0
-
-        await until(move_waits, timeout=10, interval=0.05, what="the move waiting for the row")
+        writer, move = await move_waiting_for(home, db_url, job_id)
         retry = uuid.uuid4()
         await home.execute(
             "UPDATE executions SET status = 'failed', started_at = $2, finished_at = $2"
