@@ -4,14 +4,16 @@ of what was published, read indexes only, whatever the job's history."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
+from horae.store import dispatch
 from horae.store.queries import Q
-from tests.support.plans import reads
+from tests.support.plans import nodes, reads
 
 pytestmark = pytest.mark.one_group  # the plan of one database
 
@@ -53,3 +55,40 @@ async def test_a_jobs_live_and_published_executions_are_read_through_indexes_onl
     assert set(looked.indexes) <= {"executions_pkey", "executions_pending"}, looked.plan
     assert looked.indexes and not looked.seq_scanned, looked.plan
     assert "Hash Join" not in str(looked.plan) and "Merge Join" not in str(looked.plan)
+
+
+JOBS = """
+INSERT INTO jobs (id, tenant, source, task, retry_policy, shard, run_at, cron, state)
+SELECT gen_random_uuid(), 'shop', 'api', 'x', '{}', i % 64,
+       CASE WHEN i % 100 <> 0 THEN $2::timestamptz END,
+       CASE WHEN i % 100 = 0 THEN '* * * * *' END,
+       CASE WHEN i % 200 = 0 THEN 'paused' ELSE 'active' END::job_state
+FROM generate_series(1, $1) AS i
+RETURNING id, cron IS NOT NULL AND state = 'active' AS recurs
+"""
+
+
+@pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
+async def test_a_rounds_look_for_recurring_jobs_reads_no_one_off(
+    pool: asyncpg.Pool, plan_cache_mode: str
+) -> None:
+    # A round's first attempts are mostly one-offs' (here 300 of 10,000 jobs: every cron
+    # job, half of them paused, and 200 one-offs): the look for the jobs whose next
+    # occurrences it schedules reads only the active cron jobs' rows (migration 024), not a
+    # row per first attempt.
+    made = await pool.fetch(JOBS, 10_000, datetime.now(UTC) + timedelta(hours=1))
+    await pool.execute("ANALYZE jobs")
+    crons = await pool.fetch("SELECT id FROM jobs WHERE cron IS NOT NULL")
+    ids = sorted([r["id"] for r in crons] + [r["id"] for r in made[1:201]])
+    async with pool.acquire() as conn:
+        await conn.execute(f"SET plan_cache_mode = {plan_cache_mode}")
+        specs = await dispatch.recurring_specs(conn, ids)
+        raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["recurring_jobs"], ids)
+        await conn.execute("RESET plan_cache_mode")
+    assert sorted(specs) == sorted(r["id"] for r in made if r["recurs"])
+    assert len(specs) == 50 and all(s.cron == "* * * * *" for s in specs.values())
+    every = nodes(raw if isinstance(raw, list) else json.loads(raw))
+    scans = [n for n in every if n.get("Relation Name") == "jobs"]
+    assert [n.get("Index Name") for n in scans] == ["jobs_active_cron"], raw
+    assert sum(n.get("Rows Removed by Filter", 0) for n in every) == 0, raw
+    assert scans[0]["Actual Rows"] == 50, raw
