@@ -52,8 +52,12 @@ def _name(text: str) -> str:
 
 def closure(root: str, extras: set[str]) -> dict[str, str]:
     """`root`'s dependencies with `extras`, recursively, as installed: normalized name ->
-    `Name==version`."""
-    pinned: dict[str, str] = {}
+    `Name==version`, or `Name[extra,...]==version` when a dependent asks for it with extras.
+    (pip's --require-hashes takes a dependency asked for with extras, such as pip-audit's
+    `CacheControl[filecache]>=0.13.0`, as pinned only when the pin names those extras too:
+    pinned bare, a fresh venv's pip 23.2 looked for the newest release and refused the lock.)"""
+    found: dict[str, str] = {}
+    asked: dict[str, set[str]] = {}
     todo = [(root, frozenset(extras))]
     while todo:
         name, wanted = todo.pop()
@@ -70,10 +74,15 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
             except PackageNotFoundError:
                 continue  # an optional dependency this platform does not install
             key = _name(dep.metadata["Name"])
-            if key not in pinned or req.extras:
-                pinned[key] = f"{dep.metadata['Name']}=={dep.version}"
+            new = set(req.extras) - asked.get(key, set())
+            if key not in found or new:
+                found[key] = f"{dep.metadata['Name']}=={dep.version}"
+                asked.setdefault(key, set()).update(req.extras)
                 todo.append((dep.metadata["Name"], frozenset(req.extras)))
-    return pinned
+    return {
+        key: pin.replace("==", f"[{','.join(sorted(asked[key]))}]==", 1) if asked[key] else pin
+        for key, pin in found.items()
+    }
 
 
 def build_pins() -> dict[str, str]:
@@ -108,6 +117,7 @@ def build_pins() -> dict[str, str]:
 def release_hashes(pin: str) -> list[str]:
     """The sha256 of every file of the release `pin` (Name==version) names on the index."""
     name, version = pin.split("==")
+    name = name.split("[", 1)[0]  # extras name no other files
     request = urllib.request.Request(
         f"{INDEX}/{canonicalize_name(name)}/",
         headers={"Accept": "application/vnd.pypi.simple.v1+json"},
