@@ -58,19 +58,21 @@ def runs(stage: Stage) -> list[list[str]]:
     ]
 
 
+def lock_lines(name: str) -> list[tuple[Requirement, list[str]]]:
+    """A lock's lines: each pin's requirement (`Name[extras]==version`) and its options."""
+    text = re.sub(r"\\\n", " ", (REPO / name).read_text())
+    specs = [line.split() for line in text.splitlines() if line.strip() and line[0] != "#"]
+    return [(Requirement(spec), options) for spec, *options in specs]
+
+
 def lock(name: str) -> dict[NormalizedName, tuple[Version, list[str]]]:
     """A lock's pins: name -> (version, sha256 hashes)."""
-    text = re.sub(r"\\\n", " ", (REPO / name).read_text())
     pins = {}
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        spec, *options = line.split()
-        req = Requirement(spec)
+    for req, options in lock_lines(name):
         [pinned] = req.specifier
-        assert pinned.operator == "==", f"{name}: {spec} is not pinned"
+        assert pinned.operator == "==", f"{name}: {req} is not pinned"
         hashes = [o.removeprefix("--hash=sha256:") for o in options]
-        assert all(o.startswith("--hash=sha256:") for o in options), f"{name}: {line}"
+        assert all(o.startswith("--hash=sha256:") for o in options), f"{name}: {req} {options}"
         pins[canonicalize_name(req.name)] = (Version(pinned.version), hashes)
     return pins
 
@@ -108,6 +110,30 @@ def installed_closure(root: str, extras: frozenset[str] = frozenset()) -> Closur
     return Closure(found, asked)
 
 
+def test_each_image_installs_only_locked_files_checked_against_their_hashes() -> None:
+    found = stages()
+    assert {"build", "runtime", "worker", "horae"} <= found.keys()
+    assert list(found)[-1] == "horae", "the Horae image is the default target (the last)"
+    assert found["worker"].base == found["horae"].base == "runtime"
+    pips = {name: [c for c in runs(s) if c[:1] == ["pip"]] for name, s in found.items()}
+    # The build tools, then horae's wheel with them alone (no isolated build environment,
+    # which would fetch setuptools unpinned).
+    assert pips["build"][0][:2] == ["pip", "install"]
+    assert {"--require-hashes", "--no-deps"} <= set(pips["build"][0])
+    assert pips["build"][0][-2:] == ["-r", "requirements-build.lock"]
+    assert pips["build"][1][:2] == ["pip", "wheel"]
+    assert {"--no-deps", "--no-build-isolation"} <= set(pips["build"][1])
+    # The runtime dependencies from their lock, then horae's wheel adding nothing, checked.
+    install_deps, install_horae, check = pips["runtime"]
+    assert {"--require-hashes", "--no-deps"} <= set(install_deps)
+    assert install_deps[-1].endswith("requirements-runtime.lock")
+    assert install_deps[-2] == "-r"
+    assert "--no-deps" in install_horae and install_horae[-1] == "/wheels/*.whl"
+    assert check == ["pip", "check"]
+    # Nothing else installs anything.
+    assert not pips["worker"] and not pips["horae"]
+
+
 @pytest.mark.parametrize("name", LOCKS)
 def test_every_lock_pins_each_package_to_one_version_with_its_hashes(name: str) -> None:
     pins = lock(name)
@@ -141,9 +167,7 @@ def test_a_dependency_asked_for_with_extras_is_pinned_with_them(
     # pip-audit asks for `CacheControl[filecache]>=0.13.0`: pinned as `CacheControl==0.14.4`,
     # a fresh venv's pip (23.2, `make venv`) took that as unpinned once 0.15.0 was on the
     # index, and refused the whole lock under --require-hashes.
-    text = re.sub(r"\\\n", " ", (REPO / name).read_text())
-    specs = [line.split()[0] for line in text.splitlines() if line.strip() and line[0] != "#"]
-    pinned = {canonicalize_name(r.name): r.extras for r in map(Requirement, specs)}
+    pinned = {canonicalize_name(req.name): req.extras for req, _ in lock_lines(name)}
     asked = installed_closure("horae", extras).extras
     missing = {dep: sorted(want - pinned[dep]) for dep, want in asked.items() if want - pinned[dep]}
     assert not missing, f"{name}: pins without the extras asked for: {missing}; `make lock`"
