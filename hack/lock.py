@@ -56,7 +56,7 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
     (pip's --require-hashes takes a dependency asked for with extras, such as pip-audit's
     `CacheControl[filecache]>=0.13.0`, as pinned only when the pin names those extras too:
     pinned bare, a fresh venv's pip 23.2 looked for the newest release and refused the lock.)"""
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}  # normalized name -> (Name, version)
     asked: dict[str, set[str]] = {}
     todo = [(root, frozenset(extras))]
     while todo:
@@ -76,13 +76,11 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
             key = _name(dep.metadata["Name"])
             new = set(req.extras) - asked.get(key, set())
             if key not in found or new:
-                found[key] = f"{dep.metadata['Name']}=={dep.version}"
+                found[key] = (dep.metadata["Name"], dep.version)
                 asked.setdefault(key, set()).update(req.extras)
                 todo.append((dep.metadata["Name"], frozenset(req.extras)))
-    return {
-        key: pin.replace("==", f"[{','.join(sorted(asked[key]))}]==", 1) if asked[key] else pin
-        for key, pin in found.items()
-    }
+    extras_of = {key: f"[{','.join(sorted(asked[key]))}]" if asked[key] else "" for key in found}
+    return {key: f"{name}{extras_of[key]}=={version}" for key, (name, version) in found.items()}
 
 
 def build_pins() -> dict[str, str]:
@@ -115,9 +113,10 @@ def build_pins() -> dict[str, str]:
 
 
 def release_hashes(pin: str) -> list[str]:
-    """The sha256 of every file of the release `pin` (Name==version) names on the index."""
-    name, version = pin.split("==")
-    name = name.split("[", 1)[0]  # extras name no other files
+    """The sha256 of every file of the release `pin` (Name[extras]==version) names on the
+    index (extras name no other files)."""
+    req = Requirement(pin)
+    name, [version] = req.name, [s.version for s in req.specifier]
     request = urllib.request.Request(
         f"{INDEX}/{canonicalize_name(name)}/",
         headers={"Accept": "application/vnd.pypi.simple.v1+json"},
