@@ -73,7 +73,10 @@ store, except in two places:
 same cursor, so each page is exact and every job appears once across pages. A job's
 executions include the history left in a group its shard moved out of. A job created
 with an `Idempotency-Key` gets an id derived from the tenant and the key, so a repeat
-always meets the first in one group.
+always meets the first in one group. A job that ended (a completed one-off, a cancelled
+job) is deleted with its history once it ended longer ago than the installation's retention
+and no execution of it is left: its id then answers 404, and its Idempotency-Key makes a
+new job. A ScheduledJob's completed one-off is kept while its resource exists.
 
 ## Errors
 

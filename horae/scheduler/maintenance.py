@@ -66,17 +66,18 @@ class Maintenance:
             # The installation's retention, read each time: `horae migrate` may have
             # changed it since this replica started.
             retention = (await read_installation(conn)).retention_days
-            created, dropped = await maintain_partitions(
+            done = await maintain_partitions(
                 conn,
                 today=utc_now().date(),
                 ahead_days=self._ahead,
                 retention_days=retention,
             )
         log.info(
-            "partitions of store group %s: created %s, dropped %d",
+            "partitions of store group %s: created %s, dropped %d; ended jobs deleted: %d",
             group,
-            [str(d) for d in created],
-            dropped,
+            [str(d) for d in done.created],
+            done.dropped,
+            done.pruned,
         )
 
     async def run(self, stop: asyncio.Event, period: float) -> None:

@@ -31,6 +31,11 @@ SELECT horae_drop_partitions($1::date)
 -- Drop the shard-owner and job-event history no kept execution needs (before $1); how many rows.
 SELECT horae_prune_history($1)
 
+-- name: prune_jobs
+-- Delete up to $2 jobs that ended before $1 and have no execution left, going on after the
+-- row ($3, $4, $5) the call before deleted last: how many, and the last row (NULLs: done).
+SELECT * FROM horae_prune_jobs($1, $2, $3, $4, $5)
+
 -- name: installation
 -- The installation's settings (shards, retention); no row before the first `horae migrate`.
 SELECT shards, retention_days FROM installation

@@ -75,20 +75,46 @@ async def apply_migrations(conn: asyncpg.Connection[asyncpg.Record]) -> list[str
     return applied
 
 
+PRUNE_BATCH = 5000
+"""Ended jobs deleted per transaction by the maintenance (`horae_prune_jobs`)."""
+
+
+@dataclass(frozen=True)
+class Maintained:
+    created: list[date]
+    """Daily partitions created."""
+    dropped: int
+    """Daily partitions dropped past retention."""
+    pruned: int
+    """Rows of jobs deleted: ended before the oldest execution kept, none of theirs left."""
+
+
 @translated
 async def maintain_partitions(
-    conn: Conn, *, today: date, ahead_days: int, retention_days: int
-) -> tuple[list[date], int]:
-    """Create daily partitions from yesterday to today + ahead; drop those past retention,
-    and the history `horae explain` reads that only explained them (`history_kept_from`)."""
+    conn: Conn, *, today: date, ahead_days: int, retention_days: int, batch: int = PRUNE_BATCH
+) -> Maintained:
+    """Create daily partitions from yesterday to today + ahead; drop those past retention;
+    then the jobs that ended before what is kept and have no execution left (completed
+    one-offs, cancelled jobs: `batch` rows a transaction), and the history `horae explain`
+    reads that only explained what is gone (`history_kept_from`)."""
     created = []
     for offset in range(-1, ahead_days + 1):
         day = today + timedelta(days=offset)
         if await conn.fetchval(Q["create_partition"], day):
             created.append(day)
     dropped: int = await conn.fetchval(Q["drop_partitions"], today - timedelta(days=retention_days))
-    await conn.fetchval(Q["prune_history"], history_kept_from(today, retention_days))
-    return created, dropped
+    kept_from = history_kept_from(today, retention_days)
+    pruned = 0
+    after: tuple[object, object, object] = (None, None, None)
+    while True:  # a transaction a batch, each going on after the last row the one before deleted
+        row = await conn.fetchrow(Q["prune_jobs"], kept_from, batch, *after)
+        assert row is not None
+        pruned += row["pruned"]
+        if row["tenant"] is None:
+            break
+        after = (row["tenant"], row["created_at"], row["id"])
+    await conn.fetchval(Q["prune_history"], kept_from)
+    return Maintained(created, dropped, pruned)
 
 
 @dataclass(frozen=True)
@@ -133,10 +159,10 @@ async def migrate_group(
             )
             if catalog:
                 await conn.execute(Q["init_catalog"], installation.shards)
-        _, dropped = await maintain_partitions(
+        maintained = await maintain_partitions(
             conn, today=today, ahead_days=ahead_days, retention_days=installation.retention_days
         )
-        return applied, installation, dropped
+        return applied, installation, maintained.dropped
     finally:
         await conn.close()
 

@@ -90,11 +90,9 @@ async def test_partitions_are_created_ahead_and_dropped_past_retention(db_url: s
         # All of them are older than later-30: those the template made when the session
         # began (perhaps the day before) and those made just now, today-1 .. today+3.
         old = [n for n in names if n[-8:].isdigit()]
-        created, dropped = await maintain_partitions(
-            conn, today=later, ahead_days=2, retention_days=30
-        )
-        assert created == [later + timedelta(days=d) for d in range(-1, 3)]
-        assert dropped == len(old) >= 5
+        done = await maintain_partitions(conn, today=later, ahead_days=2, retention_days=30)
+        assert done.created == [later + timedelta(days=d) for d in range(-1, 3)]
+        assert done.dropped == len(old) >= 5
         assert f"executions_{today:%Y%m%d}" not in await partitions(conn)
     finally:
         await conn.close()

@@ -1,0 +1,82 @@
+-- Ended jobs go with their history. A one-off's row stayed after it completed, and a
+-- cancelled job's after it was cancelled, for good: the executions' retention dropped their
+-- runs, but at a billion one-offs a day the `jobs` table (and each of its indexes) grew by a
+-- billion rows a day that nothing removed. The hourly maintenance now deletes, after the
+-- partitions past retention, the rows of jobs that ended before the oldest execution kept
+-- (`p_before`) and have no execution left anywhere, in batches of `p_limit` (one transaction
+-- each), with their backfills; their events go with `horae_prune_history`, as a gone job's.
+--
+-- Not deleted: a ScheduledJob's completed one-off (its resource may still exist, and the
+-- operator's resync would take a missing row for a resource never created; once the resource
+-- is deleted the job is cancelled, and goes), and a job with a backfill still running.
+--
+-- Candidates are found through `jobs_tenant_created` (tenant, created_at, id), tenant by
+-- tenant (a loose scan of its leading column): an ended job was created before it ended, so
+-- only rows created before `p_before` are read, and nothing is added to the busy paths (no
+-- new index that every completion would enter). A call goes on from where the one before
+-- it stopped (`p_tenant`, `p_created`, `p_id`: the last row it deleted; NULLs: from the
+-- start), so the live jobs among the old rows are read once a run, not once a batch. It
+-- returns how many it deleted and that row, or NULLs once nothing is left. Each candidate is
+-- locked (`SKIP LOCKED`: a row being changed is left for the next run) and read again once
+-- locked.
+CREATE FUNCTION horae_prune_jobs(
+    p_before timestamptz, p_limit integer, p_tenant text, p_created timestamptz, p_id uuid
+) RETURNS TABLE (pruned integer, tenant text, created_at timestamptz, id uuid)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    t text;
+    n integer := 0;
+    k integer;
+    last_created timestamptz;
+    last_id uuid;
+BEGIN
+    FOR t IN
+        WITH RECURSIVE tenants(name) AS (
+            (SELECT j.tenant FROM jobs j WHERE j.tenant >= coalesce(p_tenant, '')
+             ORDER BY j.tenant LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.tenant FROM jobs j WHERE j.tenant > s.name
+                    ORDER BY j.tenant LIMIT 1)
+            FROM tenants s WHERE s.name IS NOT NULL
+        )
+        SELECT s.name FROM tenants s WHERE s.name IS NOT NULL
+    LOOP
+        WITH gone AS (
+            DELETE FROM jobs j
+            WHERE j.id IN (
+                SELECT c.id FROM jobs c
+                WHERE c.tenant = t AND c.created_at < p_before AND c.updated_at < p_before
+                  AND (t IS DISTINCT FROM p_tenant OR (c.created_at, c.id) > (p_created, p_id))
+                  AND (c.state = 'cancelled' OR (c.state = 'completed' AND c.source = 'api'))
+                  AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.job_id = c.id)
+                  AND NOT EXISTS (SELECT 1 FROM backfills b
+                                  WHERE b.job_id = c.id AND b.state = 'running')
+                ORDER BY c.created_at, c.id
+                LIMIT p_limit - n
+                FOR UPDATE SKIP LOCKED)
+            RETURNING j.id, j.created_at
+        ), backfills_gone AS (
+            DELETE FROM backfills b USING gone g WHERE b.job_id = g.id
+        )
+        SELECT count(*) OVER (), g.created_at, g.id INTO k, last_created, last_id
+        FROM gone g ORDER BY g.created_at DESC, g.id DESC LIMIT 1;
+        n := n + coalesce(k, 0);
+        IF n >= p_limit THEN
+            RETURN QUERY SELECT n, t, last_created, last_id;
+            RETURN;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT n, NULL::text, NULL::timestamptz, NULL::uuid;
+END $$;
+
+-- As migration 004 sets every function: this schema first, pg_temp last; only the
+-- scheduler's role (its maintenance) may run it.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, '
+                   'uuid) SET search_path = %I, pg_temp', current_schema());
+END $$;
+REVOKE ALL ON FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, uuid)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, uuid)
+    TO horae_scheduler;

@@ -1,0 +1,113 @@
+"""Ended jobs' rows go with the executions' retention (migration 025): the hourly maintenance,
+run as the scheduler's role, deletes the jobs that ended before the oldest execution kept and
+have nothing left, and keeps every job that may still be asked for."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from horae.models import ExecutionStatus, JobSource, JobSpec
+from horae.store import jobs
+from horae.store.db import connect
+from horae.store.executions import Claimed
+from horae.store.migrate import maintain_partitions
+from tests.support import transitions
+
+S = timedelta(seconds=1)
+MINUTE = 60 * S
+
+
+async def one_off_that_ran(
+    conn: asyncpg.Connection, at: datetime, *, tenant: str, source: JobSource = JobSource.API
+) -> uuid.UUID:
+    """A one-off due `at`, claimed and succeeded then, through the store's own writes."""
+    job_id = await jobs.create_job(
+        conn,
+        JobSpec(task="t", run_at=at),
+        tenant=tenant,
+        source=source,
+        shards=64,
+        now=at - MINUTE,
+        name=f"once-{uuid.uuid4().hex[:8]}" if source == JobSource.CRD else None,
+    )
+    row = await conn.fetchrow("SELECT id, due_at FROM executions WHERE job_id = $1", job_id)
+    assert row is not None
+    claimed = await transitions.claim(
+        conn, row["id"], row["due_at"], owner="w", now=at, lease=MINUTE, tenant=tenant
+    )
+    assert isinstance(claimed, Claimed)
+    assert await transitions.finish(
+        conn, claimed, owner="w", status=ExecutionStatus.SUCCEEDED, now=at + S
+    )
+    assert await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "completed"
+    return job_id
+
+
+async def cron_job(conn: asyncpg.Connection, cron: str, created: datetime) -> uuid.UUID:
+    return await jobs.create_job(
+        conn,
+        JobSpec(task="t", cron=cron),
+        tenant="acme",
+        source=JobSource.API,
+        shards=64,
+        now=created,
+    )
+
+
+@pytest.mark.one_group
+async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_ones_kept(
+    db_url: str, role_urls: dict[str, str]
+) -> None:
+    today = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+    old, recent = today - timedelta(days=40), today - timedelta(days=1)
+    conn = await connect(db_url)
+    scheduler = await connect(role_urls["scheduler"])
+    try:
+        for day in (old.date(), recent.date()):  # runs land in partitions retention drops
+            await conn.fetchval("SELECT horae_create_partition($1)", day)
+        ended = [await one_off_that_ran(conn, old, tenant="acme")]
+        ended += [await one_off_that_ran(conn, old, tenant="beta") for _ in range(12)]
+        cancelled = await cron_job(conn, "0 12 * * *", old - MINUTE)  # first run due `old`
+        assert await jobs.cancel_job(conn, cancelled, now=old - 30 * S)
+        ended.append(cancelled)
+        kept = {
+            "ended yesterday": await one_off_that_ran(conn, recent, tenant="acme"),
+            "a ScheduledJob's one-off": await one_off_that_ran(
+                conn, old, tenant="acme", source=JobSource.CRD
+            ),
+            "active": await cron_job(conn, "0 12 * * *", old - MINUTE),
+            # cancelled long ago, but its next run (due next January 1st) is still stored
+            "with an execution left": await cron_job(conn, "0 12 1 1 *", old - MINUTE),
+        }
+        assert await jobs.cancel_job(conn, kept["with an execution left"], now=old)
+        assert (
+            await conn.fetchval("SELECT count(*) FROM job_events WHERE job_id = $1", cancelled) > 0
+        )
+
+        done = await maintain_partitions(
+            scheduler, today=today.date(), ahead_days=1, retention_days=30, batch=5
+        )
+
+        assert done.pruned == len(ended) == 14  # in batches of 5, 5 and 4
+        left = await conn.fetch("SELECT id FROM jobs")
+        assert {r["id"] for r in left} == set(kept.values())
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM job_events WHERE job_id = ANY($1::uuid[])", ended
+            )
+            == 0
+        )
+        again = await maintain_partitions(
+            scheduler, today=today.date(), ahead_days=1, retention_days=30, batch=5
+        )
+        assert again.pruned == 0
+        # Only through the function: the scheduler's role cannot delete jobs itself.
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await scheduler.execute("DELETE FROM jobs")
+    finally:
+        await conn.close()
+        await scheduler.close()
