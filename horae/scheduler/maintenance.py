@@ -47,9 +47,11 @@ class Maintenance:
             label="horae.dev/maintenance",
         )
         self.holder = False
+        self._held_at = -math.inf
 
     async def tick(self) -> None:
         self.holder = await self._lease.hold()
+        self._held_at = time.monotonic()
         if self.holder and time.monotonic() - self._last_run >= self._every:
             failed = 0
             for group, database in self._store.each():
@@ -71,6 +73,7 @@ class Maintenance:
                 today=utc_now().date(),
                 ahead_days=self._ahead,
                 retention_days=retention,
+                go_on=self._still_held,
             )
         log.info(
             "partitions of store group %s: created %s, dropped %d; ended jobs deleted: %d",
@@ -79,6 +82,19 @@ class Maintenance:
             done.dropped,
             done.pruned,
         )
+
+    async def _still_held(self) -> bool:
+        """Between two batches of a long pass (deleting the ended jobs of an hour at a high
+        rate, or of everything past retention on the first pass after an upgrade): whether
+        this replica still holds the Lease, renewed once a third of its duration went by,
+        so that no other replica takes it (and its rebalancing) while this one works."""
+        if time.monotonic() - self._held_at < self._duration / 3:
+            return True
+        self.holder = await self._lease.hold()
+        self._held_at = time.monotonic()
+        if not self.holder:
+            log.warning("maintenance Lease lost during a pass: the rest waits for the next")
+        return self.holder
 
     async def run(self, stop: asyncio.Event, period: float) -> None:
         while not stop.is_set():

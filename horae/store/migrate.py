@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
@@ -91,12 +92,19 @@ class Maintained:
 
 @translated
 async def maintain_partitions(
-    conn: Conn, *, today: date, ahead_days: int, retention_days: int, batch: int = PRUNE_BATCH
+    conn: Conn,
+    *,
+    today: date,
+    ahead_days: int,
+    retention_days: int,
+    batch: int = PRUNE_BATCH,
+    go_on: Callable[[], Awaitable[bool]] | None = None,
 ) -> Maintained:
     """Create daily partitions from yesterday to today + ahead; drop those past retention;
     then the jobs that ended before what is kept and have no execution left (completed
-    one-offs, cancelled jobs: `batch` rows a transaction), and the history `horae explain`
-    reads that only explained what is gone (`history_kept_from`)."""
+    one-offs, cancelled jobs: `batch` rows a transaction, asking `go_on` between two
+    batches whether to go on: the rest waits for the next pass when it says no), and the
+    history `horae explain` reads that only explained what is gone (`history_kept_from`)."""
     created = []
     for offset in range(-1, ahead_days + 1):
         day = today + timedelta(days=offset)
@@ -110,7 +118,7 @@ async def maintain_partitions(
         row = await conn.fetchrow(Q["prune_jobs"], kept_from, batch, *after)
         assert row is not None
         pruned += row["pruned"]
-        if row["tenant"] is None:
+        if row["tenant"] is None or (go_on is not None and not await go_on()):
             break
         after = (row["tenant"], row["created_at"], row["id"])
     await conn.fetchval(Q["prune_history"], kept_from)

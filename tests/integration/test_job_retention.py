@@ -88,11 +88,18 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
             await conn.fetchval("SELECT count(*) FROM job_events WHERE job_id = $1", cancelled) > 0
         )
 
+        async def no_more() -> bool:  # the maintenance Lease lost after the first batch
+            return False
+
+        first = await maintain_partitions(
+            scheduler, today=today.date(), ahead_days=1, retention_days=30, batch=5, go_on=no_more
+        )
+        assert first.pruned == 5  # one batch; the rest waits for the next pass
         done = await maintain_partitions(
             scheduler, today=today.date(), ahead_days=1, retention_days=30, batch=5
         )
 
-        assert done.pruned == len(ended) == 14  # in batches of 5, 5 and 4
+        assert first.pruned + done.pruned == len(ended) == 14  # batches of 5, then 5 and 4
         left = await conn.fetch("SELECT id FROM jobs")
         assert {r["id"] for r in left} == set(kept.values())
         assert (
