@@ -1,6 +1,7 @@
 """Ended jobs' rows go with the executions' retention (migration 025): the hourly maintenance,
 run as the scheduler's role, deletes the jobs that ended before the oldest execution kept and
-have nothing left, and keeps every job that may still be asked for."""
+have nothing left, and keeps every job that may still be asked for; and the promises of
+workers long gone."""
 
 from __future__ import annotations
 
@@ -84,6 +85,14 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
             "with an execution left": await cron_job(conn, "0 12 1 1 *", old - MINUTE),
         }
         assert await jobs.cancel_job(conn, kept["with an execution left"], now=old)
+        # Promises of a worker pod gone 40 days ago, and of one alive.
+        for owner, at in (("worker-gone", old), ("worker-alive", today)):
+            await conn.execute(
+                "INSERT INTO worker_promises (owner, alive_until, grace, written_at)"
+                " VALUES ($1, $2, interval '2 seconds', $2)",
+                owner,
+                at,
+            )
         assert (
             await conn.fetchval("SELECT count(*) FROM job_events WHERE job_id = $1", cancelled) > 0
         )
@@ -108,6 +117,8 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
             )
             == 0
         )
+        promises = await conn.fetch("SELECT owner FROM worker_promises")
+        assert [r["owner"] for r in promises] == ["worker-alive"]
         again = await maintain_partitions(
             scheduler, today=today.date(), ahead_days=1, retention_days=30, batch=5
         )

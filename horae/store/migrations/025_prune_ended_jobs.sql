@@ -4,7 +4,8 @@
 -- billion rows a day that nothing removed. The hourly maintenance now deletes, after the
 -- partitions past retention, the rows of jobs that ended before the oldest execution kept
 -- (`p_before`) and have no execution left anywhere, in batches of `p_limit` (one transaction
--- each), with their backfills; their events go with `horae_prune_history`, as a gone job's.
+-- each), with their backfills; their events go with `horae_prune_history`, as a gone job's,
+-- and so do workers' promises not written since `p_before` (below).
 --
 -- Not deleted: a ScheduledJob's completed one-off (its resource may still exist, and the
 -- operator's resync would take a missing row for a resource never created; once the resource
@@ -69,12 +70,43 @@ BEGIN
     RETURN QUERY SELECT n, NULL::text, NULL::timestamptz, NULL::uuid;
 END $$;
 
--- As migration 004 sets every function: this schema first, pg_temp last; only the
--- scheduler's role (its maintenance) may run it.
+-- As in 013, and workers' promises (migration 019) not written since `p_before` go too: a
+-- worker's row is written every fraction of a second while it lives, under its pod's name,
+-- so every pod that ever ran left one (each rollout of a WorkerPool, a row per replica),
+-- and the reaper reads them all at every sweep. One silent that long holds nothing: its
+-- claims' leases ran out long ago. (A worker that promises again writes its row anew.)
+CREATE OR REPLACE FUNCTION horae_prune_history(p_before timestamptz) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    epochs integer;
+    events integer;
+    promises integer;
+BEGIN
+    DELETE FROM shard_epoch_history h
+    WHERE h.taken_at < p_before
+      AND EXISTS (SELECT 1 FROM shard_epoch_history l
+                  WHERE l.shard = h.shard AND l.epoch > h.epoch AND l.taken_at < p_before);
+    GET DIAGNOSTICS epochs = ROW_COUNT;
+    DELETE FROM job_events e
+    WHERE e.at < p_before
+      AND (EXISTS (SELECT 1 FROM job_events l
+                   WHERE l.job_id = e.job_id AND l.at > e.at AND l.at < p_before)
+           OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id AND j.state <> 'cancelled'));
+    GET DIAGNOSTICS events = ROW_COUNT;
+    DELETE FROM worker_promises w WHERE w.alive_until < p_before;
+    GET DIAGNOSTICS promises = ROW_COUNT;
+    RETURN epochs + events + promises;
+END $$;
+
+-- As migration 004 sets every function: this schema first, pg_temp last (CREATE OR REPLACE
+-- reset horae_prune_history's; its EXECUTE grant is kept); only the scheduler's role (its
+-- maintenance) may run them.
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, '
                    'uuid) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION horae_prune_history(timestamptz) SET search_path = %I, '
+                   'pg_temp', current_schema());
 END $$;
 REVOKE ALL ON FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, uuid)
     FROM PUBLIC;
