@@ -10,9 +10,10 @@ Once the load has run 10 s, every process (and, from /proc, PostgreSQL, RabbitMQ
 control plane) is sampled for `--sample` seconds: py-spy at 100 Hz, `--gil`: only the
 thread holding the GIL is sampled, so samples are the process's Python CPU time (C code
 that releases the GIL, such as TLS or a blocking read, is not counted). Writes
-bench/results/<date>-profile.md: each process's CPU seconds in the window, and its top
-functions by own time and by time including what they call, and prints it; the raw
-collapsed stacks (for flame graphs) stay in a temporary directory the run names.
+bench/results/<date>-profile.md (-profile-2.md, ... after the day's first: an earlier one
+is never overwritten): each process's CPU seconds in the window, and its top functions by
+own time and by time including what they call, and prints it; the raw collapsed stacks
+(for flame graphs) stay in a temporary directory the run names.
 
 With `--spike N`, N executions due at one instant (created 20 s ahead) are sampled from
 2 s before that instant (the scheduler's dispatch lead) for `--sample` seconds, with every
@@ -38,6 +39,16 @@ RESULTS = REPO / "bench" / "results"
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 WARM_UP = 10.0
 TOP = 15
+
+
+def fresh(name: str) -> Path:
+    """bench/results/<name>.md, or <name>-2.md, -3.md, ... when a run of the same day wrote
+    it already: a profile a document cites is never overwritten by a later one."""
+    path, n = RESULTS / f"{name}.md", 1
+    while path.exists():
+        n += 1
+        path = RESULTS / f"{name}-{n}.md"
+    return path
 
 
 def frame_name(frame: str) -> str:
@@ -134,7 +145,9 @@ async def run(rate: int, seconds: int, sample: float) -> str:
     ]  # fmt: skip
     lines += process_tables(pids, stacks, sample)
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"{stamp}-profile.md").write_text(text)
+    path = fresh(f"{stamp}-profile")
+    path.write_text(text)
+    log(f"wrote {path.relative_to(REPO)}")
     return text
 
 
@@ -221,7 +234,9 @@ async def run_spike(count: int, sample: float) -> str:
         *process_tables(pids, list(stacks), sample),
     ]  # fmt: skip
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"{stamp}-profile-spike.md").write_text(text)
+    path = fresh(f"{stamp}-profile-spike")
+    path.write_text(text)
+    log(f"wrote {path.relative_to(REPO)}")
     return text
 
 
