@@ -198,10 +198,13 @@ ensure_rabbitmq() {
       mkdir -p /var/log/rabbitmq && chown rabbitmq:rabbitmq /var/log/rabbitmq
       # As Debian's unit does (LimitNOFILE=65536): with the shell's usual 1,024 the broker
       # runs out of file handles at about 300 quorum queues and stops accepting connections.
-      # (runuser's PAM session resets the limits, so they are raised after it.)
-      (cd / && setsid runuser -u rabbitmq -- env HOME=/var/lib/rabbitmq ERL_EPMD_ADDRESS=127.0.0.1 \
-        sh -c 'ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec rabbitmq-server' \
-        >/var/log/rabbitmq/horae-startup.log 2>&1 </dev/null &)
+      # (runuser's PAM session resets the limits, so they are raised after it.) The
+      # redirections are the whole subshell's: a shell left between this script and the
+      # broker would hold this script's stdout, and `hack/services.sh up | tail` would
+      # wait for RabbitMQ to exit.
+      ( (cd / && exec setsid runuser -u rabbitmq -- env HOME=/var/lib/rabbitmq ERL_EPMD_ADDRESS=127.0.0.1 \
+        sh -c 'ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec rabbitmq-server') \
+        >/var/log/rabbitmq/horae-startup.log 2>&1 </dev/null & )
     fi
     wait_for rabbitmq port_open "$MQ_PORT" \
       || die "RabbitMQ not listening on port $MQ_PORT after ${TIMEOUT}s: see /var/log/rabbitmq/"
