@@ -1,9 +1,11 @@
 """What deleting ended jobs costs the hourly maintenance (migration 025): `--ended` completed
 one-offs that ended 31-40 days ago (their runs already dropped with their partitions), among
-`--live` recurring jobs created as long ago (which every batch reads again: the scan goes
-through `jobs_tenant_created` from each tenant's oldest row) and `--recent` one-offs that
+`--live` recurring jobs created as long ago (which a pass reads once: the scan goes through
+`jobs_tenant_created` from each tenant's oldest row) and `--recent` one-offs that
 ended yesterday (never read), spread over `--tenants`; then the maintenance with 30 days of
-retention, timed, with the WAL it wrote. On the local PostgreSQL, in a scratch database.
+retention, timed, with the WAL it wrote. On the local PostgreSQL, in a scratch database with
+the daily partitions that retention keeps (empty: a candidate's look for executions left
+goes through each of them).
 
     .venv/bin/python -m bench.prune_jobs [--ended 1000000 --live 100000 --recent 200000]
 """
@@ -51,6 +53,10 @@ async def main() -> None:
     today = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
     async with scratch_database("horae_prune") as db:
         conn = await asyncpg.connect(db)
+        for back in range(30):  # the partitions a 30-day retention keeps, as in production
+            await conn.execute(
+                "SELECT horae_create_partition($1)", (today - timedelta(days=back)).date()
+            )
         await load(conn, args.ended, args.tenants, today - timedelta(days=31), cron=False,
                    state="completed")  # fmt: skip
         await load(conn, args.live, args.tenants, today - timedelta(days=31), cron=True,

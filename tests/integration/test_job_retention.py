@@ -81,10 +81,17 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
                 conn, old, tenant="acme", source=JobSource.CRD
             ),
             "active": await cron_job(conn, "0 12 * * *", old - MINUTE),
+            # its day has no partition: its run stays in the default one, never dropped
+            "with a run in the default partition": await one_off_that_ran(
+                conn, old - timedelta(days=2), tenant="acme"
+            ),
             # cancelled long ago, but its next run (due next January 1st) is still stored
             "with an execution left": await cron_job(conn, "0 12 1 1 *", old - MINUTE),
         }
         assert await jobs.cancel_job(conn, kept["with an execution left"], now=old)
+        for kind in ("with an execution left", "with a run in the default partition"):
+            where = "SELECT tableoid::regclass::text FROM executions WHERE job_id = $1"
+            assert await conn.fetchval(where, kept[kind]) == "executions_default"
         # Promises of a worker pod gone 40 days ago, and of one alive.
         for owner, at in (("worker-gone", old), ("worker-alive", today)):
             await conn.execute(

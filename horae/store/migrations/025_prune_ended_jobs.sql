@@ -20,6 +20,12 @@
 -- returns how many it deleted and that row, or NULLs once nothing is left. Each candidate is
 -- locked (`SKIP LOCKED`: a row being changed is left for the next run) and read again once
 -- locked.
+--
+-- Executions left: those due before `p_before` can only be in the default partition (the
+-- daily ones are dropped), one look. A completed job has none due later: every attempt ran
+-- before the last outcome (which wrote `updated_at`; a rerun makes the job active again),
+-- and the hour of margin covers writers' clocks. A cancelled job may have cancelled runs
+-- due in the future, in any kept partition: each is looked at (cancels are rare).
 CREATE FUNCTION horae_prune_jobs(
     p_before timestamptz, p_limit integer, p_tenant text, p_created timestamptz, p_id uuid
 ) RETURNS TABLE (pruned integer, tenant text, created_at timestamptz, id uuid)
@@ -46,10 +52,14 @@ BEGIN
             DELETE FROM jobs j
             WHERE j.id IN (
                 SELECT c.id FROM jobs c
-                WHERE c.tenant = t AND c.created_at < p_before AND c.updated_at < p_before
+                WHERE c.tenant = t AND c.created_at < p_before
+                  AND c.updated_at < p_before - interval '1 hour'
                   AND (t IS DISTINCT FROM p_tenant OR (c.created_at, c.id) > (p_created, p_id))
                   AND (c.state = 'cancelled' OR (c.state = 'completed' AND c.source = 'api'))
-                  AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.job_id = c.id)
+                  AND NOT EXISTS (SELECT 1 FROM executions e
+                                  WHERE e.job_id = c.id AND e.due_at < p_before)
+                  AND (c.state = 'completed'
+                       OR NOT EXISTS (SELECT 1 FROM executions e WHERE e.job_id = c.id))
                   AND NOT EXISTS (SELECT 1 FROM backfills b
                                   WHERE b.job_id = c.id AND b.state = 'running')
                 ORDER BY c.created_at, c.id
