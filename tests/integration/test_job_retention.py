@@ -75,23 +75,33 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
         cancelled = await cron_job(conn, "0 12 * * *", old - MINUTE)  # first run due `old`
         assert await jobs.cancel_job(conn, cancelled, now=old - 30 * S)
         ended.append(cancelled)
+        # Its day has no partition: its run waits in the default one, which no partition drop
+        # reaches; retention deletes it there (ended), and the job with it.
+        in_default = await one_off_that_ran(conn, old - timedelta(days=2), tenant="acme")
+        ended.append(in_default)
         kept = {
             "ended yesterday": await one_off_that_ran(conn, recent, tenant="acme"),
             "a ScheduledJob's one-off": await one_off_that_ran(
                 conn, old, tenant="acme", source=JobSource.CRD
             ),
             "active": await cron_job(conn, "0 12 * * *", old - MINUTE),
-            # its day has no partition: its run stays in the default one, never dropped
-            "with a run in the default partition": await one_off_that_ran(
-                conn, old - timedelta(days=2), tenant="acme"
-            ),
             # cancelled long ago, but its next run (due next January 1st) is still stored
             "with an execution left": await cron_job(conn, "0 12 1 1 *", old - MINUTE),
+            # due long ago, never run (in the default partition): a run still to start is
+            # never deleted, whatever its due time
+            "never run": await jobs.create_job(
+                conn,
+                JobSpec(task="t", run_at=old - timedelta(days=2)),
+                tenant="acme",
+                source=JobSource.API,
+                shards=64,
+                now=old - timedelta(days=2),
+            ),
         }
         assert await jobs.cancel_job(conn, kept["with an execution left"], now=old)
-        for kind in ("with an execution left", "with a run in the default partition"):
-            where = "SELECT tableoid::regclass::text FROM executions WHERE job_id = $1"
-            assert await conn.fetchval(where, kept[kind]) == "executions_default"
+        where = "SELECT tableoid::regclass::text FROM executions WHERE job_id = $1"
+        for job_id in (in_default, kept["with an execution left"], kept["never run"]):
+            assert await conn.fetchval(where, job_id) == "executions_default"
         # Promises of a worker pod gone 40 days ago, and of one alive.
         for owner, at in (("worker-gone", old), ("worker-alive", today)):
             await conn.execute(
@@ -115,7 +125,7 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
             scheduler, today=today.date(), ahead_days=1, retention_days=30, batch=5
         )
 
-        assert first.pruned + done.pruned == len(ended) == 14  # batches of 5, then 5 and 4
+        assert first.pruned + done.pruned == len(ended) == 15  # batches of 5, then 5 and 5
         left = await conn.fetch("SELECT id FROM jobs")
         assert {r["id"] for r in left} == set(kept.values())
         assert (
@@ -124,6 +134,12 @@ async def test_ended_jobs_are_deleted_with_their_history_and_live_or_referenced_
             )
             == 0
         )
+        runs_left = await conn.fetch("SELECT job_id FROM executions")
+        assert {r["job_id"] for r in runs_left} == {
+            kept["with an execution left"],  # scheduled ahead, then cancelled: not past retention
+            kept["ended yesterday"],
+            kept["never run"],
+        }
         promises = await conn.fetch("SELECT owner FROM worker_promises")
         assert [r["owner"] for r in promises] == ["worker-alive"]
         again = await maintain_partitions(

@@ -80,6 +80,33 @@ BEGIN
     RETURN QUERY SELECT n, NULL::text, NULL::timestamptz, NULL::uuid;
 END $$;
 
+-- As in 001, and the ended runs due before `before` that wait in the default partition go
+-- too: a run due on a day with no partition of its own (a one-off created up to its starting
+-- deadline, at most a week, after its run_at, before yesterday) stays there, since only days
+-- from yesterday on get partitions, and no partition drop ever reached it. Only ended ones:
+-- a run still to start (or running) is never deleted, whatever its due time.
+CREATE OR REPLACE FUNCTION horae_drop_partitions(before date) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('horae_partitions'));
+    FOR r IN
+        SELECT c.relname FROM pg_inherits i
+        JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'executions'::regclass AND c.relname ~ '^executions_[0-9]{8}$'
+          AND to_date(substr(c.relname, 12), 'YYYYMMDD') + 1 <= before
+    LOOP
+        EXECUTE format('DROP TABLE %I', r.relname);
+        n := n + 1;
+    END LOOP;
+    DELETE FROM executions_default d
+    WHERE d.due_at < (before::timestamp AT TIME ZONE 'UTC')
+      AND d.status NOT IN ('scheduled', 'queued', 'running');
+    RETURN n;
+END $$;
+
 -- As in 013, and workers' promises (migration 019) not written since `p_before` go too: a
 -- worker's row is written every fraction of a second while it lives, under its pod's name,
 -- so every pod that ever ran left one (each rollout of a WorkerPool, a row per replica),
@@ -109,13 +136,15 @@ BEGIN
 END $$;
 
 -- As migration 004 sets every function: this schema first, pg_temp last (CREATE OR REPLACE
--- reset horae_prune_history's; its EXECUTE grant is kept); only the scheduler's role (its
--- maintenance) may run them.
+-- reset horae_prune_history's and horae_drop_partitions'; their EXECUTE grants are kept);
+-- only the scheduler's role (its maintenance) may run them.
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, '
                    'uuid) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION horae_prune_history(timestamptz) SET search_path = %I, '
+                   'pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION horae_drop_partitions(date) SET search_path = %I, '
                    'pg_temp', current_schema());
 END $$;
 REVOKE ALL ON FUNCTION horae_prune_jobs(timestamptz, integer, text, timestamptz, uuid)
