@@ -97,14 +97,16 @@ async def maintain_partitions(
     today: date,
     ahead_days: int,
     retention_days: int,
+    prune_jobs: bool = True,
     batch: int = PRUNE_BATCH,
     go_on: Callable[[], Awaitable[bool]] | None = None,
 ) -> Maintained:
     """Create daily partitions from yesterday to today + ahead; drop those past retention;
-    then the jobs that ended before what is kept and have no execution left (completed
-    one-offs, cancelled jobs: `batch` rows a transaction, asking `go_on` between two
-    batches whether to go on: the rest waits for the next pass when it says no), and the
-    history `horae explain` reads that only explained what is gone (`history_kept_from`)."""
+    then, with `prune_jobs`, the jobs that ended before what is kept and have no execution
+    left (completed one-offs, cancelled jobs: `batch` rows a transaction, asking `go_on`
+    between two batches whether to go on: the rest waits for the next pass when it says
+    no), and the history `horae explain` reads that only explained what is gone
+    (`history_kept_from`)."""
     created = []
     for offset in range(-1, ahead_days + 1):
         day = today + timedelta(days=offset)
@@ -114,7 +116,7 @@ async def maintain_partitions(
     kept_from = history_kept_from(today, retention_days)
     pruned = 0
     after: tuple[object, object, object] = (None, None, None)
-    while True:  # a transaction a batch, each going on after the last row the one before deleted
+    while prune_jobs:  # a transaction a batch, each after the last row the one before deleted
         row = await conn.fetchrow(Q["prune_jobs"], kept_from, batch, *after)
         assert row is not None
         pruned += row["pruned"]
@@ -167,8 +169,14 @@ async def migrate_group(
             )
             if catalog:
                 await conn.execute(Q["init_catalog"], installation.shards)
+        # Ended jobs are the schedulers' hourly pass's to delete, batch by batch: the first
+        # after an upgrade may have a long way to go, and a migration hook must end soon.
         maintained = await maintain_partitions(
-            conn, today=today, ahead_days=ahead_days, retention_days=installation.retention_days
+            conn,
+            today=today,
+            ahead_days=ahead_days,
+            retention_days=installation.retention_days,
+            prune_jobs=False,
         )
         return applied, installation, maintained.dropped
     finally:
