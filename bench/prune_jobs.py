@@ -8,6 +8,7 @@ the daily partitions that retention keeps (empty: a candidate's look for executi
 goes through each of them).
 
     .venv/bin/python -m bench.prune_jobs [--ended 1000000 --live 100000 --recent 200000]
+    .venv/bin/python -m bench.prune_jobs --recent 0 --under-load 1600
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -34,6 +37,12 @@ FROM generate_series($1::bigint, $2::bigint) AS i,
 """
 
 
+LOADED_FOR = 25.0
+"""With `--under-load`: seconds of load before the pass."""
+WINDOW = re.compile(r"^\[horae [0-9:]+\] +[0-9s]+ +")
+"""The driver's line per 5 s (starts a second, p99 lag, ...) and its header."""
+
+
 async def load(
     conn: asyncpg.Connection, n: int, tenants: int, at: datetime, *, cron: bool, state: str
 ) -> None:
@@ -49,6 +58,13 @@ async def main() -> None:
     parser.add_argument("--recent", type=int, default=200_000)
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--batch", type=int, default=PRUNE_BATCH)
+    parser.add_argument(
+        "--under-load",
+        type=int,
+        default=0,
+        metavar="RATE",
+        help="run the sustained scenario at RATE for 60 s meanwhile, the pass from +25 s",
+    )
     args = parser.parse_args()
     today = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
     async with scratch_database("horae_prune") as db:
@@ -64,6 +80,14 @@ async def main() -> None:
         await load(conn, args.recent, args.tenants, today - timedelta(days=1), cron=False,
                    state="completed")  # fmt: skip
         await conn.execute("VACUUM ANALYZE jobs")
+        driver = None
+        if args.under_load:  # its own stores; the same PostgreSQL, the same two cores
+            driver = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.horae_driver", "--scenario", "sustained",
+                "--rate", str(args.under_load), "--seconds", "60",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            await asyncio.sleep(LOADED_FOR)
         lsn = await conn.fetchval("SELECT pg_current_wal_lsn()")
         began = time.monotonic()
         done = await maintain_partitions(
@@ -73,6 +97,14 @@ async def main() -> None:
         wal = await conn.fetchval("SELECT pg_current_wal_lsn() - $1::pg_lsn", lsn)
         left = await conn.fetchval("SELECT count(*) FROM jobs")
         await conn.close()
+        if driver is not None:
+            out, err = await driver.communicate()
+            windows = [line for line in err.decode().splitlines() if WINDOW.match(line)]
+            span = f"+{LOADED_FOR:g} s to +{LOADED_FOR + seconds:.0f} s"
+            print(f"the sustained scenario at {args.under_load}/s, the pass from {span}:")
+            print(*windows, sep="\n")
+            result = json.loads(out.decode().strip().splitlines()[-1])
+            print(f"started {result['started']:,} of {result['expected']:,}")
     assert done.pruned == args.ended, (done.pruned, args.ended)
     assert left == args.live + args.recent, left
     figures = {
