@@ -49,10 +49,14 @@ class Maintenance:
         self.holder = False
         self._held_at = -math.inf
 
-    async def tick(self) -> None:
+    async def _hold(self) -> bool:
+        """Take or renew the Lease; whether this replica holds it."""
         self.holder = await self._lease.hold()
         self._held_at = time.monotonic()
-        if self.holder and time.monotonic() - self._last_run >= self._every:
+        return self.holder
+
+    async def tick(self) -> None:
+        if await self._hold() and time.monotonic() - self._last_run >= self._every:
             failed = 0
             for group, database in self._store.each():
                 try:
@@ -90,9 +94,7 @@ class Maintenance:
         so that no other replica takes it (and its rebalancing) while this one works."""
         if time.monotonic() - self._held_at < self._duration / 3:
             return True
-        self.holder = await self._lease.hold()
-        self._held_at = time.monotonic()
-        if not self.holder:
+        if not await self._hold():
             log.warning("maintenance Lease lost during a pass: the rest waits for the next")
         return self.holder
 
