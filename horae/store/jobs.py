@@ -140,6 +140,14 @@ async def _locked(
     return row
 
 
+async def _told(conn: Conn, row: JobRow) -> None:
+    """Tell the operators a ScheduledJob's job changed (its status mirror rewrites the
+    resource's status from the store, at commit). Without it a mirror write that read the
+    job just before the change would stand: a pause ends the runs that would report again."""
+    if row.source == JobSource.CRD:
+        await conn.execute(Q["notify_job"], str(row.id))
+
+
 @translated
 async def edit_job(
     conn: Conn,
@@ -198,6 +206,7 @@ async def edit_job(
                 now=now,
             )
         await quotas.check(conn, [(row.tenant, int(revived), max(0.0, added))], elsewhere)
+        await _told(conn, row)
         return int(version)
 
 
@@ -221,12 +230,14 @@ async def pause_job(
             if reason is not None or row.paused_for_failures:
                 kept = reason if reason is not None else row.paused_reason
                 await conn.execute(Q["set_paused_reason"], job_id, kept)
+                await _told(conn, row)
             return
         if state != JobState.ACTIVE:
             raise Conflict(f"job {job_id} is {state.value}: only an active job can be paused")
         await conn.execute(Q["cancel_pending"], job_id, now, "paused", "job paused")
         await conn.execute(Q["set_job_state"], job_id, JobState.PAUSED.value, None, now)
         await conn.execute(Q["set_paused_reason"], job_id, reason)
+        await _told(conn, row)
 
 
 async def _catch_up(conn: Conn, job: JobRow, now: datetime) -> Occurrence | None:
@@ -299,6 +310,7 @@ async def resume_job(
                 job_version=version,
                 now=now,
             )
+        await _told(conn, row)
 
 
 @translated
@@ -461,7 +473,7 @@ async def cancel_job(
         await conn.execute(Q["cancel_pending"], job_id, now, "cancelled", "job cancelled")
         await conn.execute(Q["cancel_running"], job_id)
         await conn.execute(Q["set_job_state"], job_id, JobState.CANCELLED.value, None, now)
-        await conn.execute(Q["notify_job"], str(job_id))
+        await _told(conn, row)
         return True
 
 

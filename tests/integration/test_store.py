@@ -841,6 +841,51 @@ async def test_a_trigger_value_runs_once_however_often_it_is_handled(pool: async
     assert await pool.fetchval("SELECT manual_trigger FROM jobs WHERE id = $1", job_id) == "v3"
 
 
+async def test_each_change_of_a_scheduledjobs_job_tells_the_status_mirror_at_commit(
+    pool: asyncpg.Pool, db_url: str
+) -> None:
+    # The operator's status mirror rewrites a ScheduledJob's status from the store when told;
+    # a write of it that read the job just before a pause would otherwise stand for good (a
+    # paused job has no more runs to report): found as `Suspended` left False in the e2e.
+    listener = await connect(db_url)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener("horae_job_events", lambda *a: heard.put_nowait(a[3]))
+
+    async def told() -> list[str]:
+        await asyncio.sleep(0.2)  # (delivered at commit; a missing one stays missing)
+        return [heard.get_nowait() for _ in range(heard.qsize())]
+
+    try:
+        async with pool.acquire() as conn:
+            crd = await jobs.create_job(
+                conn, cron_spec(), tenant="acme", source=JobSource.CRD, shards=64, now=NOW,
+                name="nightly",
+            )  # fmt: skip
+            api = await cron_job(conn)
+            await told()  # (whatever creating them said)
+            by = JobSource.CRD
+            await jobs.edit_job(conn, crd, cron_spec("*/20 * * * * *"), now=NOW, by=by)
+            assert await told() == [str(crd)]
+            await jobs.pause_job(conn, crd, now=NOW, by=by, reason="maintenance")
+            assert await told() == [str(crd)]
+            await jobs.pause_job(conn, crd, now=NOW, by=by, reason="still maintenance")
+            assert await told() == [str(crd)]
+            await jobs.resume_job(conn, crd, now=NOW, by=by)
+            assert await told() == [str(crd)]
+            with pytest.raises(Conflict):  # refused: nothing changed, nothing said
+                await jobs.edit_job(conn, crd, cron_spec(), now=NOW)
+            await jobs.cancel_job(conn, crd, now=NOW, by=by)
+            assert await told() == [str(crd)]
+            # the API's jobs have no resource to mirror to: nothing said
+            await jobs.edit_job(conn, api, cron_spec("*/20 * * * * *"), now=NOW)
+            await jobs.pause_job(conn, api, now=NOW)
+            await jobs.resume_job(conn, api, now=NOW)
+            await jobs.cancel_job(conn, api, now=NOW)
+            assert await told() == []
+    finally:
+        await listener.close()
+
+
 async def test_cronjob_style_history_keeps_the_newest_of_each_outcome_and_every_live_one(
     pool: asyncpg.Pool,
 ) -> None:
