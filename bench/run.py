@@ -179,8 +179,11 @@ def step_up(system: str, first: int, seconds: int, runs: list[Run]) -> Result | 
     tried: dict[int, bool] = {}
     rate = first
     while rate >= 10 and rate not in tried and len(tried) < 8:
+        # (`system`: a baseline's driver runs in its own tree; from this one its driver
+        # imported this tree's harness, which migrated to this tree's schema, and the
+        # baseline's processes ran against SQL functions of today's code)
         r = run([*driver(system), "--scenario", "sustained", "--rate", str(rate),
-                 "--seconds", str(seconds)], timeout=seconds + 900)  # fmt: skip
+                 "--seconds", str(seconds)], timeout=seconds + 900, system=system)  # fmt: skip
         runs.append(r)
         ok = bool(r.results) and held(r.results[-1])
         tried[rate] = ok
