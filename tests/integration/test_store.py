@@ -852,8 +852,13 @@ async def test_each_change_of_a_scheduledjobs_job_tells_the_status_mirror_at_com
     await listener.add_listener("horae_job_events", lambda *a: heard.put_nowait(a[3]))
 
     async def told() -> list[str]:
-        await asyncio.sleep(0.2)  # (delivered at commit; a missing one stays missing)
-        return [heard.get_nowait() for _ in range(heard.qsize())]
+        """What was said since the last call: up to a marker said after it (a listener
+        hears notifications in their transactions' commit order)."""
+        await pool.execute("SELECT pg_notify('horae_job_events', 'marker')")
+        said: list[str] = []
+        while (payload := await asyncio.wait_for(heard.get(), timeout=5)) != "marker":
+            said.append(payload)
+        return said
 
     try:
         async with pool.acquire() as conn:
