@@ -179,9 +179,9 @@ def step_up(system: str, first: int, seconds: int, runs: list[Run]) -> Result | 
     tried: dict[int, bool] = {}
     rate = first
     while rate >= 10 and rate not in tried and len(tried) < 8:
-        # (`system`: a baseline's driver runs in its own tree; from this one its driver
-        # imported this tree's harness, which migrated to this tree's schema, and the
-        # baseline's processes ran against SQL functions of today's code)
+        # (`system`: a baseline's driver runs in its own tree; from this one it would import
+        # this tree's harness, which migrates to this tree's schema, and the baseline's
+        # processes would run against today's SQL functions)
         r = run([*driver(system), "--scenario", "sustained", "--rate", str(rate),
                  "--seconds", str(seconds)], timeout=seconds + 900, system=system)  # fmt: skip
         runs.append(r)
