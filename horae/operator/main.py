@@ -50,6 +50,10 @@ def build_registry() -> kopf.OperatorRegistry:
         )
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
+        # A resource deleted while its timer (a Backfill's status) is mid-call keeps its
+        # finalizer until kopf sees the timer has exited; kopf looks again only this often
+        # (60 s by default), and a delete hung for a minute when no later event woke it.
+        settings.background.cancellation_polling = 1.0
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
