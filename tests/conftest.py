@@ -52,7 +52,7 @@ from tests.support.groups import (
 from tests.support.kube import (
     ControlPlane,
     apply_crds,
-    leave_no_scheduledjobs,
+    leave_no_horae_resources,
     start_control_plane,
     stop_control_plane,
 )
@@ -283,7 +283,7 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     control_plane.kubectl("create", "namespace", name)
     yield name
-    leave_no_scheduledjobs(control_plane, name)
+    leave_no_horae_resources(control_plane, name)
 
 
 @pytest.fixture

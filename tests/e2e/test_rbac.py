@@ -51,7 +51,7 @@ from tests.support.kube import (
     apply_crds,
     free_port,
     jobs_editor_token,
-    leave_no_scheduledjobs,
+    leave_no_horae_resources,
     service_account_kubeconfig,
     start_control_plane,
     stop_control_plane,
@@ -595,7 +595,7 @@ async def run_case(case: Case, lane: Lane, shared: Shared) -> Outcome:
     finally:
         processes.kill_all()
         await stored.close()
-        leave_no_scheduledjobs(plane, namespace)
+        leave_no_horae_resources(plane, namespace)
         for group, url in urls.items():
             await drop_database(BASE_DB if group == MAIN else SECOND_DB, url.rsplit("/", 1)[1])
     return Outcome(happened, error, processes.dump())

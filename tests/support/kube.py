@@ -116,15 +116,20 @@ def apply_crds(plane: ControlPlane) -> None:
                       "--timeout=60s")  # fmt: skip
 
 
-def leave_no_scheduledjobs(plane: ControlPlane, namespace: str) -> None:
+KINDS_WITH_FINALIZERS = "scheduledjobs,backfills,workerpools"
+"""The kinds whose resources the operator puts its finalizer on."""
+
+
+def leave_no_horae_resources(plane: ControlPlane, namespace: str) -> None:
     """At a test's end: operators of later tests watch the whole cluster, so leave them no
-    ScheduledJob of `namespace` to run (their finalizers dropped: no operator is left)."""
-    left = plane.kubectl("get", "scheduledjobs", "-n", namespace, "-o", "name").stdout.split()
+    ScheduledJob, Backfill or WorkerPool of `namespace` to act on (their finalizers
+    dropped: no operator is left), even when the test failed half-way."""
+    left = plane.kubectl("get", KINDS_WITH_FINALIZERS, "-n", namespace, "-o", "name").stdout.split()
     for resource in left:
         plane.kubectl("patch", resource, "-n", namespace, "--type=merge",
                       "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
     if left:
-        plane.kubectl("delete", "scheduledjobs", "--all", "-n", namespace, "--wait=false",
+        plane.kubectl("delete", KINDS_WITH_FINALIZERS, "--all", "-n", namespace, "--wait=false",
                       check=False)  # fmt: skip
 
 
