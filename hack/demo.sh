@@ -25,7 +25,14 @@ export HORAE_NAMESPACE=$NS HORAE_LOG_LEVEL=${HORAE_LOG_LEVEL:-INFO}
 
 .venv/bin/horae migrate
 kubectl apply -f crds/ >/dev/null
-kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+# Until each is Established (`kubectl wait --for=condition=Established` fails at once on a
+# CRD the API server has not given conditions yet).
+for crd in $(kubectl get -f crds/ -o name); do
+    for _ in $(seq 300); do
+        [ "$(kubectl get "$crd" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ] && break
+        sleep 0.2
+    done
+done
 kubectl get namespace "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
 
 pids=()

@@ -14,7 +14,7 @@ import yaml
 
 from horae.operator.workerpool import POOL_LABEL, Pool, WorkerPoolSpec, deployment_body
 from tests.support.certs import verify
-from tests.support.kube import REPO, ControlPlane
+from tests.support.kube import REPO, ControlPlane, wait_established
 
 CHART = REPO / "charts" / "horae"
 ALL_OPTIONS = CHART / "ci" / "all-options-values.yaml"
@@ -61,7 +61,7 @@ def third_party_crds(
                                        "x-kubernetes-preserve-unknown-fields": True}}}]},
         }  # fmt: skip
         plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(crd))
-        plane.kubectl("wait", "--for=condition=Established", f"crd/{plural}.{group}")
+        wait_established(plane, f"{plural}.{group}")
 
 
 @pytest.mark.parametrize("values", [None, ALL_OPTIONS], ids=["defaults", "all-options"])

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,9 +112,21 @@ def start_control_plane(base: Path, *, controllers: bool = False) -> ControlPlan
 def apply_crds(plane: ControlPlane) -> None:
     """Horae's CRDs, established."""
     plane.kubectl("apply", "-f", str(REPO / "crds"))
-    for crd in ("scheduledjobs", "executions", "workerpools"):
-        plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}.horae.dev",
-                      "--timeout=60s")  # fmt: skip
+    for crd in ("scheduledjobs", "executions", "workerpools", "backfills"):
+        wait_established(plane, f"{crd}.horae.dev")
+
+
+def wait_established(plane: ControlPlane, crd: str, timeout: float = 60) -> None:
+    """Until the CRD `crd` (plural.group) is Established. Not `kubectl wait
+    --for=condition=Established`: that fails at once, rather than waits, on a CRD the API
+    server has not given conditions yet."""
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + timeout
+    while plane.kubectl("get", f"crd/{crd}", "-o", f"jsonpath={established}",
+                        check=False).stdout != "True":  # fmt: skip
+        if time.monotonic() > deadline:
+            raise AssertionError(f"CRD {crd} not Established within {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 KINDS_WITH_FINALIZERS = "scheduledjobs,backfills,workerpools"
