@@ -1,16 +1,26 @@
 """The Backfill resource through kubectl: applied, its status follows the store's backfill
-to Completed; `spec.cancel: true` or a delete cancels one; bad manifests are refused at
-`kubectl apply` (schema and CEL) or by the operator (phase Failed, naming the field)."""
+to Completed; `spec.cancel: true` or a delete cancels one (within seconds, even while its
+status copy is mid-write); bad manifests are refused at `kubectl apply` (schema and CEL) or
+by the operator (phase Failed, naming the field)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.kube import ControlPlane
+from tests.support.certs import serving_cert
+from tests.support.kube import ControlPlane, free_port
 from tests.support.processes import Processes
 from tests.support.store_rows import StoreRows
 from tests.support.wait import until
@@ -136,3 +146,93 @@ async def test_a_backfill_resource_completes_is_cancelled_and_refuses_bad_specs(
 
     # Leave no Backfill for later tests' operators (their finalizers need this one's).
     kubectl("delete", "backfills", "--all", "-n", ns, "--wait=true", "--timeout=20s")
+
+
+@contextmanager
+def status_writes_held(
+    plane: ControlPlane, namespace: str, seconds: float, directory: Path
+) -> Iterator[threading.Event]:
+    """A validating admission webhook that holds the first write of a Backfill's status in
+    `namespace` for `seconds` before allowing it (and allows the others at once); the event
+    is set when it is held."""
+    cert = serving_cert(directory, service="held", namespace=namespace)
+    held = threading.Event()
+
+    class Webhook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if not held.is_set():
+                held.set()
+                time.sleep(seconds)
+            body = json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "response": {"uid": review["request"]["uid"], "allowed": True},
+                }
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Webhook)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert.cert_file, cert.key_file)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    name = f"hold-backfill-status-{namespace}"
+    plane.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "hold.backfills.test.horae.dev",
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/",
+                             "caBundle": base64.b64encode(cert.ca_pem.encode()).decode()},
+            "rules": [{"apiGroups": ["horae.dev"], "apiVersions": ["v1alpha1"],
+                       "operations": ["UPDATE"], "resources": ["backfills/status"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 30,
+            "admissionReviewVersions": ["v1"],
+        }],
+    }))  # fmt: skip
+    try:
+        yield held
+    finally:
+        plane.kubectl("delete", "validatingwebhookconfiguration", name, check=False)
+        server.shutdown()
+
+
+async def test_a_backfill_deleted_while_its_status_write_is_held_goes_within_seconds(
+    control_plane: ControlPlane, namespace: str, processes: Processes, tmp_path: Path
+) -> None:
+    """kopf asks a deleted resource's timer to stop, and looks again whether it has only
+    every `cancellation_polling` seconds (60 by kopf's default): a Backfill deleted while
+    its status copy was mid-write kept its finalizer for a minute."""
+    kubectl, ns = control_plane.kubectl, namespace
+    processes.start("operator", "operator")
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "horae.dev/v1alpha1", "kind": "ScheduledJob", "metadata": {"name": "hourly"},
+        "spec": {"task": "e2e.echo", "schedule": "0 * * * *"}}))  # fmt: skip
+    kubectl("apply", "-n", ns, "-f", "-",
+            input=backfill("held", scheduledJob="hourly", rate=1, **hours_back(48)))  # fmt: skip
+
+    async def running() -> bool:
+        status = control_plane.get_json("backfill", "held", "-n", ns).get("status") or {}
+        return bool(status.get("phase") == "Running")
+
+    await until(running, timeout=30, what="Backfill held Running")
+    with status_writes_held(control_plane, ns, 5, tmp_path / "webhook") as held:
+        # The status copy (every second while Running) is held in its write.
+        async def holding() -> bool:
+            return held.is_set()
+
+        await until(holding, timeout=20, what="a status write held")
+        sent = time.monotonic()
+        kubectl("delete", "backfill", "held", "-n", ns, "--wait=true", "--timeout=90s")
+        took = time.monotonic() - sent
+    assert took < 12, f"the delete took {took:.1f}s (the write was held 5 s)"
